@@ -1,0 +1,36 @@
+# Two commands from a fresh machine with Python 3.10+ and make: `make train`, `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+RUN    ?= runs/a2c-cartpole
+
+.PHONY: install train test test-quick lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+train: $(STAMP)
+	$(PY) scripts/train.py --agent a2c --env CartPole-v1 --total-steps 150000 --seed 0 \
+		--stop-at-return 475 --out $(RUN) --overwrite
+	$(PY) scripts/evaluate.py $(RUN) --episodes 20 --deterministic
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(PY) -m ruff check pgrad agents scripts tests examples
+
+bench: $(STAMP)
+	$(PY) scripts/bench.py
+
+clean:
+	rm -rf $(VENV) runs

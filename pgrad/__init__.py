@@ -1,0 +1,68 @@
+"""pgrad: policy gradients you can see and change.
+
+Per-step log-probability gradients, one composable transform layer over them, Keras optimizers
+to apply the result. See README.md.
+"""
+
+from pgrad import _quiet  # noqa: F401  (must run before TensorFlow is imported)
+from pgrad.apply import all_finite, apply_updates
+from pgrad.distributions import ActionHead, make_head
+from pgrad.engine import plan, policy_gradients
+from pgrad.networks import mlp
+from pgrad.per_step import per_step_grads, per_step_norms
+from pgrad.returns import discounted_returns, gae, lambda_returns
+from pgrad.transforms import (
+    ClipState,
+    EmptyState,
+    GradientTransform,
+    RunningStats,
+    TransformError,
+    chain,
+    clip_by_global_norm,
+    clip_per_step,
+    global_norm,
+    identity,
+    mean_steps,
+    scale,
+    scale_steps,
+    state_metrics,
+    stateless,
+    sum_steps,
+    weight_by,
+    weight_by_running,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionHead",
+    "ClipState",
+    "EmptyState",
+    "GradientTransform",
+    "RunningStats",
+    "TransformError",
+    "all_finite",
+    "apply_updates",
+    "chain",
+    "clip_by_global_norm",
+    "clip_per_step",
+    "discounted_returns",
+    "gae",
+    "global_norm",
+    "identity",
+    "lambda_returns",
+    "make_head",
+    "mean_steps",
+    "mlp",
+    "per_step_grads",
+    "per_step_norms",
+    "plan",
+    "policy_gradients",
+    "scale",
+    "scale_steps",
+    "state_metrics",
+    "stateless",
+    "sum_steps",
+    "weight_by",
+    "weight_by_running",
+]

@@ -1,0 +1,60 @@
+"""Applying ascent-direction gradients with a Keras optimizer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+
+def all_finite(grads: Sequence[tf.Tensor]) -> tf.Tensor:
+    """``[]`` bool: every element of every gradient is finite."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+
+
+def apply_updates(
+    optimizer: keras.optimizers.Optimizer,
+    grads: Sequence[tf.Tensor],
+    variables: Sequence[tf.Variable],
+    *,
+    skip_nonfinite: bool = False,
+) -> tf.Tensor:
+    """Applies ascent-direction ``grads`` to ``variables`` with a (minimising) Keras optimizer.
+
+    The gradients are negated here, exactly once: pgrad's per-step gradients are gradients of
+    log-probabilities (ascent), Keras optimizers minimise. The optimizer's own ``clipnorm``,
+    ``clipvalue``, weight decay and learning-rate schedule apply as usual.
+
+    Args:
+      optimizer: any ``keras.optimizers.Optimizer`` (SGD, Adam, RMSprop, ...).
+      grads: one gradient per variable, ``[*var.shape]``.
+      variables: the variables to update.
+      skip_nonfinite: if any gradient holds NaN/Inf, change nothing (no variable, no optimizer
+        slot, no iteration count).
+
+    Returns:
+      ``[]`` bool tensor: whether the update was applied.
+    """
+    variables = list(variables)
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    if len(grads) != len(variables):
+        raise ValueError(f"apply_updates: {len(grads)} gradients for {len(variables)} variables.")
+    if not optimizer.built:
+        with tf.init_scope():  # slots must exist outside any tf.cond below
+            optimizer.build(variables)
+    descent = [-g for g in grads]
+    if not skip_nonfinite:
+        optimizer.apply(descent, variables)
+        return tf.constant(True)
+    finite = all_finite(grads)
+    if tf.executing_eagerly():
+        if bool(finite):
+            optimizer.apply(descent, variables)
+        return finite
+
+    def apply():
+        optimizer.apply(descent, variables)
+        return tf.constant(True)
+
+    return tf.cond(finite, apply, lambda: tf.constant(False))
