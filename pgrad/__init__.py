@@ -8,6 +8,7 @@ from pgrad import _quiet  # noqa: F401  (must run before TensorFlow is imported)
 from pgrad.apply import all_finite, apply_updates
 from pgrad.distributions import ActionHead, make_head
 from pgrad.engine import plan, policy_gradients
+from pgrad.natural import FisherState, natural_gradient, trust_region
 from pgrad.networks import mlp
 from pgrad.per_step import per_step_grads, per_step_norms
 from pgrad.returns import discounted_returns, gae, lambda_returns
@@ -38,6 +39,7 @@ __all__ = [
     "ActionHead",
     "ClipState",
     "EmptyState",
+    "FisherState",
     "GradientTransform",
     "RunningStats",
     "TransformError",
@@ -54,6 +56,7 @@ __all__ = [
     "make_head",
     "mean_steps",
     "mlp",
+    "natural_gradient",
     "per_step_grads",
     "per_step_norms",
     "plan",
@@ -63,6 +66,7 @@ __all__ = [
     "state_metrics",
     "stateless",
     "sum_steps",
+    "trust_region",
     "weight_by",
     "weight_by_running",
 ]

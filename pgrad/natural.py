@@ -1,0 +1,226 @@
+"""Natural gradient and trust region from per-step gradients (the empirical Fisher).
+
+With the per-step log-probability gradients flattened to ``G`` (``[T, P]``, row ``t`` is
+``grad log pi(a_t | s_t)``), the empirical Fisher is ``F = G^T G / T`` and the policy gradient is
+``g = G^T v`` with ``v_t = w_t / T`` (``w`` the per-step weights, e.g. advantages; ``w = 1`` for a
+plain mean). The natural-gradient update solves
+
+    (F + damping * I) x = g.
+
+Because ``g`` lies in the row space of ``G``, the push-through identity
+``(G^T G / T + d I)^{-1} G^T = G^T (G G^T / T + d I)^{-1}`` gives ``x = G^T u`` with
+``(G G^T / T + d I) u = v``: a ``T x T`` Cholesky solve, no ``P x P`` matrix, when ``T < P``
+(the usual case for a policy network). When ``T >= P`` the ``P x P`` system is solved directly.
+Both solves run in float64 (``G G^T`` of float32 rows loses the small eigenvalues that the
+damping is meant to control).
+
+The estimated KL divergence of a step ``x`` is the quadratic form ``0.5 x^T F x =
+0.5 ||G x||^2 / T``; ``trust_region`` / ``natural_gradient(..., max_kl=...)`` scale the update so
+it is at most ``max_kl``, and report the applied scale as a metric.
+
+Fisher vs. weights. In natural policy gradient ``F = E[grad log pi grad log pi^T]`` is the Fisher
+of the *policy*, computed from the unweighted log-prob gradients, while ``g`` is the *weighted*
+policy gradient. So these transforms read the weights themselves (``weights_key="advantages"``)
+and are meant to be placed directly on the raw per-step gradients:
+
+    chain(natural_gradient(1e-3, weights_key="advantages"))
+
+Placing them after ``weight_by("advantages")`` instead uses the weighted rows ``w_t G_t`` for both
+``F`` and ``g`` -- the second moment of the gradient estimator, a different (TONGA-like)
+preconditioner; that is allowed, but it is not the natural policy gradient.
+
+The KL bound is on the update these transforms return. An optimizer step is ``lr * x`` (SGD) or
+something else entirely (Adam), so the bound holds for the parameter step only with
+``keras.optimizers.SGD(learning_rate=1.0)``, as in NPG/TRPO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from pgrad.transforms import GradientTransform, TransformError, _context_value
+
+
+class FisherState(NamedTuple):
+    """Last update's step statistics (reported as metrics)."""
+
+    kl: tf.Tensor  # [] float32, 0.5 x^T F x of the returned update x
+    scale: tf.Tensor  # [] float32, factor applied to meet max_kl (1.0 when not limited)
+
+    METRICS = ("kl", "scale")
+
+
+def _fisher_init(variables):
+    del variables
+    return FisherState(tf.constant(0.0), tf.constant(1.0))
+
+
+def flatten_steps(grads: Sequence[tf.Tensor], dtype: tf.DType = tf.float64) -> tf.Tensor:
+    """``[T, P]`` matrix of per-step gradients, one ``[T, *shape]`` tensor per variable."""
+    num_steps = tf.shape(grads[0])[0]
+    return tf.concat([tf.reshape(tf.cast(g, dtype), [num_steps, -1]) for g in grads], axis=1)
+
+
+def unflatten(x: tf.Tensor, like: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """Splits a ``[P]`` vector into tensors shaped like ``like[i].shape[1:]``, in their dtypes."""
+    sizes = [math.prod(g.shape[1:]) for g in like]
+    parts = tf.split(x, sizes)
+    return [tf.cast(tf.reshape(p, g.shape[1:]), g.dtype) for p, g in zip(parts, like)]
+
+
+def damped_fisher_solve(g_rows: tf.Tensor, v: tf.Tensor, damping: float) -> tuple[tf.Tensor, ...]:
+    """Solves ``(G^T G / T + damping I) x = G^T v`` without a ``P x P`` matrix when ``T < P``.
+
+    Args:
+      g_rows: ``G``, ``[T, P]`` per-step gradients (float64 recommended).
+      v: ``[T]`` step coefficients of the right-hand side (``1/T`` each for the mean gradient).
+      damping: ``> 0``; makes the system positive definite.
+
+    Returns:
+      ``(x, g_x)``: the ``[P]`` solution and ``G x`` (``[T]``), from which the KL estimate
+      ``0.5 ||G x||^2 / T`` is cheap.
+    """
+    g_rows = tf.convert_to_tensor(g_rows)
+    v = tf.cast(v, g_rows.dtype)
+    num_steps, num_params = tf.shape(g_rows)[0], tf.shape(g_rows)[1]
+    t_float = tf.cast(num_steps, g_rows.dtype)
+    d = tf.cast(damping, g_rows.dtype)
+
+    def small_t():  # push-through: x = G^T u, (G G^T / T + d I) u = v
+        gram = tf.matmul(g_rows, g_rows, transpose_b=True)  # [T, T]
+        chol = tf.linalg.cholesky(gram / t_float + d * tf.eye(num_steps, dtype=g_rows.dtype))
+        u = tf.linalg.cholesky_solve(chol, v[:, None])  # [T, 1]
+        x = tf.matmul(g_rows, u, transpose_a=True)[:, 0]  # [P]
+        return x, tf.matmul(gram, u)[:, 0]  # G x = G G^T u
+
+    def small_p():  # direct: (G^T G / T + d I) x = G^T v
+        gram = tf.matmul(g_rows, g_rows, transpose_a=True)  # [P, P]
+        chol = tf.linalg.cholesky(gram / t_float + d * tf.eye(num_params, dtype=g_rows.dtype))
+        rhs = tf.matmul(g_rows, v[:, None], transpose_a=True)  # [P, 1]
+        x = tf.linalg.cholesky_solve(chol, rhs)[:, 0]  # [P]
+        return x, tf.linalg.matvec(g_rows, x)
+
+    static_t, static_p = g_rows.shape[0], g_rows.shape[1]
+    if static_t is not None and static_p is not None:
+        return small_t() if static_t < static_p else small_p()
+    return tf.cond(num_steps < num_params, small_t, small_p)
+
+
+def _fisher_transform(
+    damping: float | None, max_kl: float | None, weights_key: str | None, standardize: bool,
+    eps: float, name: str,
+) -> GradientTransform:
+    """Shared body of ``natural_gradient`` (``damping`` set) and ``trust_region`` (``None``)."""
+    if damping is not None and not damping > 0:
+        raise ValueError(f"{name}: damping must be > 0 (the Fisher is singular); got {damping}.")
+    if max_kl is not None and not max_kl > 0:
+        raise ValueError(f"{name}: max_kl must be > 0; got {max_kl}.")
+
+    def update(grads, state, **ctx):
+        if grads[0].shape.rank is not None and grads[0].shape.rank == 0:
+            raise TransformError(f"{name} needs per-step gradients; it got aggregated ones.")
+        rows = flatten_steps(grads)  # [T, P] float64
+        num_steps = tf.shape(rows)[0]
+        t_float = tf.cast(num_steps, rows.dtype)
+        if weights_key is None:
+            v = tf.ones([num_steps], rows.dtype) / t_float  # [T]: g = mean of the rows
+        else:
+            w = tf.cast(_context_value(ctx, weights_key, name), rows.dtype)  # [T]
+            if standardize:
+                mean, var = tf.nn.moments(w, axes=[0])
+                w = (w - mean) / (tf.sqrt(var) + eps)
+            v = w / t_float
+        if damping is None:
+            x = tf.linalg.matvec(rows, v, transpose_a=True)  # [P] plain (weighted) mean gradient
+            g_x = tf.linalg.matvec(rows, x)  # [T]
+        else:
+            x, g_x = damped_fisher_solve(rows, v, damping)
+        kl = 0.5 * tf.reduce_sum(tf.square(g_x)) / t_float  # 0.5 x^T F x
+        factor = tf.ones([], rows.dtype)
+        if max_kl is not None:
+            limit = tf.constant(max_kl, rows.dtype)
+            # sqrt(max_kl / kl) makes the quadratic KL exactly max_kl; never scale up.
+            factor = tf.where(kl > limit, tf.sqrt(limit / tf.maximum(kl, limit)), factor)
+        new_state = FisherState(tf.cast(kl * factor**2, tf.float32), tf.cast(factor, tf.float32))
+        return unflatten(x * factor, grads), new_state
+
+    return GradientTransform(
+        _fisher_init, update, None, "full", aggregates=True, per_step_only=True, name=name,
+    )
+
+
+def natural_gradient(
+    damping: float,
+    *,
+    weights_key: str | None = None,
+    max_kl: float | None = None,
+    standardize: bool = False,
+    eps: float = 1e-8,
+) -> GradientTransform:
+    """Aggregates per-step gradients into the damped natural gradient ``(F + damping I)^-1 g``.
+
+    ``F = G^T G / T`` is the empirical Fisher of the incoming per-step gradients ``G`` (``[T, P]``
+    flattened over all variables) and ``g = mean_t w_t G_t`` with ``w = context[weights_key]``
+    (``w = 1`` without a key). Solved exactly in float64 through the ``T x T`` system when
+    ``T < P``, else the ``P x P`` one (see the module docstring). Needs the full per-step
+    gradients, so the engine materialises them.
+
+    Args:
+      damping: Tikhonov damping added to the Fisher's diagonal, ``> 0``.
+      weights_key: context key of the per-step weights (e.g. ``"advantages"``). Use it on the raw
+        per-step gradients for natural policy gradient: ``F`` from unweighted log-prob gradients.
+      max_kl: if set, the update is scaled down so ``0.5 x^T F x <= max_kl`` (trust region).
+      standardize: standardise the weights over the batch first (as ``weight_by``).
+      eps: guards a constant batch when standardising.
+
+    Returns:
+      An aggregating ``GradientTransform``; its ``FisherState`` reports ``kl`` (of the returned
+      update) and ``scale`` (applied for ``max_kl``) as metrics.
+    """
+    parts = [str(damping)]
+    if weights_key is not None:
+        parts.append(f"weights_key={weights_key!r}")
+    if max_kl is not None:
+        parts.append(f"max_kl={max_kl}")
+    name = f"natural_gradient({', '.join(parts)})"
+    return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name)
+
+
+def trust_region(
+    max_kl: float,
+    *,
+    weights_key: str | None = None,
+    damping: float | None = None,
+    standardize: bool = False,
+    eps: float = 1e-8,
+) -> GradientTransform:
+    """Aggregates per-step gradients and scales the result so its estimated KL is <= ``max_kl``.
+
+    The update is the (weighted) mean gradient ``g = mean_t w_t G_t`` or, with ``damping`` set,
+    the natural gradient (then it equals ``natural_gradient(damping, max_kl=max_kl)``). Its KL
+    estimate is ``0.5 x^T F x`` with the empirical Fisher ``F = G^T G / T`` of the incoming
+    per-step gradients; if it exceeds ``max_kl`` the update is multiplied by
+    ``sqrt(max_kl / kl)``, which makes the estimate exactly ``max_kl``. The applied factor is the
+    ``scale`` metric. The plain-gradient form costs only two ``[T, P]`` mat-vecs (no solve).
+
+    Args:
+      max_kl: bound on ``0.5 x^T F x`` of the returned update, ``> 0``.
+      weights_key: context key of per-step weights (see ``natural_gradient``).
+      damping: if set, the direction is the damped natural gradient.
+      standardize: standardise the weights over the batch first.
+      eps: guards a constant batch when standardising.
+
+    Returns:
+      An aggregating ``GradientTransform`` with a ``FisherState`` (metrics ``kl`` and ``scale``).
+    """
+    parts = [str(max_kl)]
+    if weights_key is not None:
+        parts.append(f"weights_key={weights_key!r}")
+    if damping is not None:
+        parts.append(f"damping={damping}")
+    name = f"trust_region({', '.join(parts)})"
+    return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name)

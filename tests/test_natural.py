@@ -1,0 +1,205 @@
+"""natural_gradient / trust_region against dense numpy linear algebra."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import SPACES, SmallPolicy, jacobian_reference
+
+import pgrad
+from pgrad.natural import damped_fisher_solve
+
+
+def dense_natural(rows, v, damping):
+    """Reference: the P x P solve in float64 numpy."""
+    rows = np.asarray(rows, np.float64)
+    t, p = rows.shape
+    fisher = rows.T @ rows / t
+    return np.linalg.solve(fisher + damping * np.eye(p), rows.T @ np.asarray(v, np.float64))
+
+
+def dense_kl(rows, x):
+    rows = np.asarray(rows, np.float64)
+    return 0.5 * x @ (rows.T @ rows / rows.shape[0]) @ x
+
+
+def flat(grads):
+    t = grads[0].shape[0]
+    return np.concatenate([np.reshape(np.asarray(g), (t, -1)) for g in grads], axis=1)
+
+
+def random_grads(t, seed=0, shapes=((3, 2), (4,))):
+    rng = np.random.default_rng(seed)
+    return [tf.constant(rng.normal(size=(t, *s)), tf.float32) for s in shapes]
+
+
+@pytest.mark.parametrize("t,p", [(5, 12), (12, 12), (30, 7)])  # T < P, T == P, T > P
+@pytest.mark.parametrize("damping", [1e-3, 0.5])
+def test_solve_matches_dense(t, p, damping):
+    rng = np.random.default_rng(t * p)
+    rows = rng.normal(size=(t, p))
+    v = rng.normal(size=t)
+    x, g_x = damped_fisher_solve(tf.constant(rows), tf.constant(v), damping)
+    want = dense_natural(rows, v, damping)
+    # float64 throughout; T == P with damping 1e-3 is ill-conditioned, hence 1e-6, not 1e-12.
+    np.testing.assert_allclose(x, want, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(g_x, rows @ want, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("t", [4, 40])
+def test_solve_with_unknown_shapes_in_tf_function(t):
+    rng = np.random.default_rng(3)
+    rows, v = rng.normal(size=(t, 9)), rng.normal(size=t)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float64),
+                                  tf.TensorSpec([None], tf.float64)])
+    def solve(r, w):
+        return damped_fisher_solve(r, w, 1e-2)[0]
+
+    np.testing.assert_allclose(solve(rows, v), dense_natural(rows, v, 1e-2), rtol=1e-7)
+
+
+@pytest.mark.parametrize("t", [3, 40])  # P = 10: both the T x T and the P x P route
+@pytest.mark.parametrize("weighted", [False, True])
+def test_natural_gradient_transform_matches_dense(t, weighted):
+    grads = random_grads(t)
+    w = np.random.default_rng(7).normal(size=t).astype(np.float32)
+    transform = pgrad.natural_gradient(1e-2, weights_key="adv" if weighted else None)
+    out, state = transform.update(grads, transform.init(None), adv=tf.constant(w))
+    rows = flat(grads)
+    want = dense_natural(rows, (w if weighted else np.ones(t)) / t, 1e-2)
+    assert [o.shape for o in out] == [(3, 2), (4,)]
+    assert all(o.dtype == tf.float32 for o in out)
+    np.testing.assert_allclose(flat([o[None] for o in out])[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state.kl, dense_kl(rows, want), rtol=1e-5)
+    assert float(state.scale) == 1.0
+
+
+def test_standardized_weights():
+    grads = random_grads(9)
+    w = np.random.default_rng(1).normal(3.0, 2.0, size=9)
+    transform = pgrad.natural_gradient(0.1, weights_key="adv", standardize=True)
+    out, _ = transform.update(grads, transform.init(None), adv=tf.constant(w, tf.float32))
+    z = (w - w.mean()) / (w.std() + 1e-8)
+    want = dense_natural(flat(grads), z / 9, 0.1)
+    np.testing.assert_allclose(flat([o[None] for o in out])[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_large_damping_tends_to_the_scaled_mean_gradient():
+    grads = random_grads(6)
+    out, _ = pgrad.natural_gradient(1e6).update(grads, None)
+    mean = flat(grads).mean(axis=0)
+    np.testing.assert_allclose(flat([o[None] for o in out])[0] * 1e6, mean, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("damping", [None, 1e-2])
+@pytest.mark.parametrize("max_kl", [1e-4, 1e6])  # binding, not binding
+def test_trust_region_matches_dense(damping, max_kl):
+    t = 8
+    grads = random_grads(t, seed=5)
+    w = np.random.default_rng(2).normal(size=t).astype(np.float32)
+    transform = pgrad.trust_region(max_kl, weights_key="adv", damping=damping)
+    out, state = transform.update(grads, transform.init(None), adv=tf.constant(w))
+    rows = flat(grads)
+    direction = rows.T @ (w / t) if damping is None else dense_natural(rows, w / t, damping)
+    kl0 = dense_kl(rows, direction)
+    want_scale = min(1.0, np.sqrt(max_kl / kl0))
+    got = flat([o[None] for o in out])[0]
+    np.testing.assert_allclose(state.scale, want_scale, rtol=1e-5)
+    np.testing.assert_allclose(got, want_scale * direction, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(state.kl, dense_kl(rows, got), rtol=1e-4)
+    assert dense_kl(rows, got) <= max_kl * (1 + 1e-5)
+    if max_kl < kl0:  # binding: the KL estimate sits exactly on the bound
+        np.testing.assert_allclose(dense_kl(rows, got), max_kl, rtol=1e-4)
+
+
+def test_natural_gradient_max_kl_equals_trust_region_with_damping():
+    grads = random_grads(5, seed=9)
+    a, sa = pgrad.natural_gradient(1e-2, max_kl=1e-3).update(grads, None)
+    b, sb = pgrad.trust_region(1e-3, damping=1e-2).update(grads, None)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=1e-6)
+    assert float(sa.scale) < 1.0 and np.isclose(float(sa.scale), float(sb.scale))
+
+
+def reference_npg(policy, obs, act, adv, damping):
+    rows = flat(jacobian_reference(policy.log_prob, policy.variables, obs, act))
+    return rows, dense_natural(rows, np.asarray(adv, np.float64) / rows.shape[0], damping)
+
+
+@pytest.mark.parametrize("kind", ["categorical", "gaussian"])
+def test_through_the_engine_fisher_from_unweighted_log_prob_grads(kind):
+    policy = SmallPolicy(SPACES[kind])
+    obs, act = policy.batch(16)
+    adv = tf.constant(np.random.default_rng(4).normal(size=16), tf.float32)
+    chain = pgrad.chain(pgrad.natural_gradient(1e-3, weights_key="advantages"))
+    grads, state, info = pgrad.policy_gradients(
+        chain, chain.init(policy.variables), policy.log_prob, policy.variables, (obs, act),
+        {"advantages": adv},
+    )
+    rows, want = reference_npg(policy, obs, act, adv, 1e-3)
+    assert rows.shape[0] < rows.shape[1]  # the T x T route
+    np.testing.assert_allclose(flat([g[None] for g in grads])[0], want, rtol=2e-3, atol=2e-4)
+    assert float(info["path_fused"]) == 0.0
+    name = "natural_gradient(0.001, weights_key='advantages')"
+    np.testing.assert_allclose(info[f"{name}/kl"], dense_kl(rows, want), rtol=2e-3)
+
+
+def test_after_weight_by_uses_the_weighted_rows(categorical):
+    """The documented alternative: F and g both from the weighted rows w_t G_t."""
+    obs, act = categorical.batch(12)
+    adv = np.random.default_rng(6).normal(size=12)
+    chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.natural_gradient(1e-3))
+    grads, _, _ = pgrad.policy_gradients(
+        chain, chain.init(categorical.variables), categorical.log_prob, categorical.variables,
+        (obs, act), {"advantages": tf.constant(adv, tf.float32)},
+    )
+    rows = flat(jacobian_reference(categorical.log_prob, categorical.variables, obs, act))
+    weighted = rows * adv[:, None]
+    want = dense_natural(weighted, np.ones(12) / 12, 1e-3)
+    got = flat([g[None] for g in grads])[0]
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-4)
+    _, npg = reference_npg(categorical, obs, act, adv, 1e-3)
+    assert not np.allclose(got, npg, rtol=1e-2)  # genuinely a different update
+
+
+def test_engine_in_tf_function_with_unknown_t(categorical):
+    obs, act = categorical.batch(20)
+    adv = tf.constant(np.random.default_rng(8).normal(size=20), tf.float32)
+    chain = pgrad.trust_region(1e-3, weights_key="advantages", damping=1e-2)
+    state0 = chain.init(categorical.variables)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4]), tf.TensorSpec([None], tf.int32),
+                                  tf.TensorSpec([None])])
+    def step(o, a, w):
+        grads, state, info = pgrad.policy_gradients(
+            chain, state0, categorical.log_prob, categorical.variables, (o, a), {"advantages": w},
+            chunk_size=7,
+        )
+        return grads, state
+
+    grads, state = step(obs, act, adv)
+    rows, direction = reference_npg(categorical, obs, act, adv, 1e-2)
+    scale = min(1.0, np.sqrt(1e-3 / dense_kl(rows, direction)))
+    np.testing.assert_allclose(state.scale, scale, rtol=2e-3)
+    np.testing.assert_allclose(flat([g[None] for g in grads])[0], scale * direction,
+                               rtol=2e-3, atol=2e-4)
+
+
+def test_metrics_surface_through_state_metrics():
+    chain = pgrad.chain(pgrad.clip_per_step(1.0), pgrad.trust_region(1e-3))
+    grads = random_grads(4)
+    _, state = chain.update(grads, chain.init(None))
+    metrics = pgrad.state_metrics(chain, state)
+    assert set(metrics) == {"clip_per_step(1.0)/clip_fraction", "trust_region(0.001)/kl",
+                            "trust_region(0.001)/scale"}
+
+
+def test_errors_are_clear():
+    with pytest.raises(ValueError, match="damping must be > 0"):
+        pgrad.natural_gradient(0.0)
+    with pytest.raises(ValueError, match="max_kl must be > 0"):
+        pgrad.trust_region(-1.0)
+    with pytest.raises(ValueError, match="already removed the step axis"):
+        pgrad.chain(pgrad.mean_steps(), pgrad.natural_gradient(1e-3))
+    with pytest.raises(pgrad.TransformError, match="no 'advantages'"):
+        pgrad.natural_gradient(1e-3, weights_key="advantages").update(random_grads(3), None)
