@@ -96,22 +96,19 @@ class MultiCategoricalHead(ActionHead):
         self.kmax = int(self.nvec.max())
         self.param_size = int(self.nvec.sum())
         self.action_shape, self.action_dtype = (len(self.nvec),), tf.int32
-        # Scatter indices from the flat [sum(nvec)] params into a padded [D, kmax] grid.
-        idx = [d * self.kmax + k for d, n in enumerate(self.nvec) for k in range(int(n))]
-        self._index = tf.constant(idx, tf.int32)
-        self._pad = np.full(len(self.nvec) * self.kmax, _PAD_LOGIT, np.float32)
-        np.put(self._pad, idx, 0.0)
+        # Gather map from a padded [D * kmax] grid to the flat params; slot -> index
+        # ``param_size`` (an extra -inf column) where category k >= nvec[d].
+        grid = np.full(len(self.nvec) * self.kmax, self.param_size, np.int32)
+        offset = 0
+        for d, n in enumerate(self.nvec):
+            grid[d * self.kmax : d * self.kmax + int(n)] = np.arange(offset, offset + int(n))
+            offset += int(n)
+        self._grid = tf.constant(grid)
 
     def distribution(self, params):
-        n = tf.shape(params)[0]
-        grid = tf.transpose(
-            tf.scatter_nd(
-                tf.expand_dims(self._index, 1),
-                tf.transpose(params),
-                [len(self.nvec) * self.kmax, n],
-            )
-        )  # [N, D*kmax]
-        logits = tf.reshape(grid + self._pad, [n, len(self.nvec), self.kmax])  # [N, D, kmax]
+        pad = tf.fill([tf.shape(params)[0], 1], tf.constant(_PAD_LOGIT, params.dtype))
+        padded = tf.gather(tf.concat([params, pad], axis=1), self._grid, axis=1)  # [N, D*kmax]
+        logits = tf.reshape(padded, [-1, len(self.nvec), self.kmax])  # [N, D, kmax]
         return tfd.Independent(tfd.Categorical(logits=logits, dtype=tf.int32), 1)
 
     def to_env(self, actions):
