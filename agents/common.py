@@ -1,0 +1,325 @@
+"""What REINFORCE and A2C share: config fields, acting, the update step, checkpoints, export.
+
+An agent is: a vector env + :class:`pgrad.rollout.Collector`, Keras actor/critic networks
+(:class:`pgrad.policy.ActorCritic`) with a numpy mirror for acting, a transform chain whose state
+lives in ``tf.Variable`` s, and one ``tf.function`` update. Subclasses say how to collect
+(``_collect``), how to turn a batch into advantages and returns (``_targets``) and what the
+default chain is (``default_transform``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import pgrad
+from pgrad import rollout, spaces
+from pgrad.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.policy import ActorCritic, NumpyPolicy, export_policy
+
+OPTIMIZERS = ("rmsprop", "adam", "sgd")
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass
+class CommonConfig:
+    """Hyperparameters every agent has (each agent's ``Config`` extends this)."""
+
+    num_envs: int = field(default=8, metadata=_help("parallel environments in the vector env"))
+    vector_mode: str = field(default="sync", metadata=_help(
+        "'sync' (all envs in this process) or 'async' (one subprocess per env)"))
+    gamma: float = field(default=0.99, metadata=_help("discount factor in [0, 1]"))
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=_help("hidden layer widths"))
+    activation: str = field(default="tanh", metadata=_help("'tanh' or 'relu'"))
+    shared_trunk: bool = field(default=False, metadata=_help(
+        "actor and critic share the hidden layers (else two separate networks)"))
+    trunk_grad_scale: float = field(default=0.5, metadata=_help(
+        "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
+    optimizer: str = field(default="rmsprop", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
+    learning_rate: float = field(default=7e-4, metadata=_help("optimizer learning rate"))
+    optimizer_eps: float = field(default=1e-5, metadata=_help(
+        "epsilon of RMSprop/Adam (Keras adds it inside the square root for RMSprop)"))
+    rmsprop_rho: float = field(default=0.99, metadata=_help("RMSprop decay of the squared mean"))
+    max_grad_norm: float = field(default=0.5, metadata=_help(
+        "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
+    vf_coef: float = field(default=0.5, metadata=_help("weight of the value loss"))
+    ent_coef: float = field(default=0.0, metadata=_help("weight of the entropy bonus"))
+    log_std_init: float = field(default=0.0, metadata=_help(
+        "initial log standard deviation of Gaussian (Box) actions"))
+    normalize_obs: bool = field(default=False, metadata=_help(
+        "normalise observations with running mean/std (saved in checkpoints and the export)"))
+    normalize_reward: bool = field(default=False, metadata=_help(
+        "scale rewards by the running std of the discounted return"))
+    clip_obs: float = field(default=10.0, metadata=_help("clip normalised observations to +-this"))
+    clip_reward: float = field(default=10.0, metadata=_help("clip normalised rewards to +-this"))
+    engine_path: str = field(default="auto", metadata=_help(
+        "policy-gradient engine path: 'auto' (cheapest exact), 'fused' or 'full'"))
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first field out of range."""
+        def need(ok: bool, msg: str):
+            if not ok:
+                raise ValueError(msg)
+
+        need(int(self.num_envs) >= 1, f"num_envs must be >= 1; got {self.num_envs}")
+        need(self.vector_mode in rollout.VECTOR_MODES,
+             f"vector_mode must be one of {rollout.VECTOR_MODES}; got {self.vector_mode!r}")
+        need(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}")
+        need(all(int(h) > 0 for h in self.hidden),
+             f"hidden widths must be positive; got {self.hidden}")
+        need(self.activation in ("tanh", "relu"),
+             f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
+        need(self.optimizer in OPTIMIZERS,
+             f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
+        need(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
+        need(self.optimizer_eps > 0, f"optimizer_eps must be > 0; got {self.optimizer_eps}")
+        need(0.0 < self.rmsprop_rho < 1.0, f"rmsprop_rho must be in (0, 1); got {self.rmsprop_rho}")
+        need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0; got {self.max_grad_norm}")
+        need(self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}")
+        need(self.ent_coef >= 0, f"ent_coef must be >= 0; got {self.ent_coef}")
+        need(self.trunk_grad_scale >= 0,
+             f"trunk_grad_scale must be >= 0; got {self.trunk_grad_scale}")
+        need(self.clip_obs > 0 and self.clip_reward > 0, "clip_obs and clip_reward must be > 0")
+        need(self.engine_path in pgrad.engine.PATHS,
+             f"engine_path must be one of {pgrad.engine.PATHS}; got {self.engine_path!r}")
+
+
+def make_optimizer(cfg: CommonConfig) -> keras.optimizers.Optimizer:
+    """The Keras optimizer the config names."""
+    if cfg.optimizer == "rmsprop":
+        return keras.optimizers.RMSprop(cfg.learning_rate, rho=cfg.rmsprop_rho,
+                                        epsilon=cfg.optimizer_eps)
+    if cfg.optimizer == "adam":
+        return keras.optimizers.Adam(cfg.learning_rate, epsilon=cfg.optimizer_eps)
+    return keras.optimizers.SGD(cfg.learning_rate)
+
+
+class StateVariables(tf.Module):
+    """A transform's state (a nest of tensors) held in ``tf.Variable`` s so it checkpoints."""
+
+    def __init__(self, state: Any):
+        super().__init__(name="transform_state")
+        self._structure = state
+        self.leaves = [tf.Variable(x, trainable=False) for x in tf.nest.flatten(state)]
+
+    def read(self) -> Any:
+        return tf.nest.pack_sequence_as(self._structure, [v.read_value() for v in self.leaves])
+
+    def write(self, state: Any) -> None:
+        for v, x in zip(self.leaves, tf.nest.flatten(state)):
+            v.assign(tf.cast(x, v.dtype))
+
+
+def _metric_name(key: str) -> str:
+    """``'clip_per_step(1.0)/clip_fraction' -> 'clip_fraction'`` for the usual report keys."""
+    return key.rsplit("/", 1)[-1] if key.endswith("/clip_fraction") else key
+
+
+class Agent:
+    """Base class; see ``agents/__init__.py`` for the public interface."""
+
+    Config: type = CommonConfig
+    name = "agent"
+    uses_critic = True
+
+    def __init__(self, cfg: CommonConfig, env_id: Any = "CartPole-v1", seed: int = 0,
+                 transform: pgrad.GradientTransform | None = None):
+        if not isinstance(cfg, self.Config):
+            raise TypeError(f"{type(self).__name__} needs a {self.Config.__qualname__}; "
+                            f"got {type(cfg).__name__}.")
+        cfg.validate()
+        self.cfg, self.env_id, self.seed = cfg, env_id, int(seed)
+        self.env_name = rollout.env_name(env_id)
+        envs = rollout.make_vec_env(env_id, cfg.num_envs, cfg.vector_mode)
+        self.observation_space = envs.single_observation_space
+        self.action_space = envs.single_action_space
+        obs_dim = spaces.flat_dim(self.observation_space)  # ValueError for unsupported spaces
+        self.head = pgrad.make_head(self.action_space, cfg.log_std_init)
+        self.obs_norm = ObsNormalizer(obs_dim, cfg.clip_obs) if cfg.normalize_obs else None
+        self.reward_norm = (RewardNormalizer(cfg.num_envs, cfg.gamma, cfg.clip_reward)
+                            if cfg.normalize_reward else None)
+        self.collector = rollout.Collector(envs, self.env_name, self.obs_norm, self.reward_norm)
+        self.net = ActorCritic(obs_dim, self.head, cfg.hidden, cfg.activation, cfg.shared_trunk,
+                               critic=self.uses_critic, trunk_grad_scale=cfg.trunk_grad_scale,
+                               seed=self.seed)
+        self.mirror = NumpyPolicy(self.net)
+        self.optimizer = make_optimizer(cfg)
+        self.transform = transform if transform is not None else self.default_transform()
+        if not isinstance(self.transform, pgrad.GradientTransform):
+            raise TypeError(f"transform must be a pgrad.GradientTransform; got "
+                            f"{type(self.transform).__name__}.")
+        self.transform_state = StateVariables(self.transform.init(self.net.policy_variables))
+        self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
+        self.updates_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        # Sampling randomness is a pure function of (seed, update count): checkpointing the
+        # counter checkpoints the sampler, and a resumed run samples what it would have.
+        self.seed_var = tf.Variable(self.seed, dtype=tf.int64, trainable=False, name="seed")
+        self._act_rng = np.random.default_rng([self.seed, 2**31])
+        self._update_fn = tf.function(self._update, reduce_retracing=True)
+        self.collector.reset(seed=self.seed)
+
+    # -- subclass hooks ------------------------------------------------------------------------
+
+    def default_transform(self) -> pgrad.GradientTransform:
+        raise NotImplementedError
+
+    def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
+        raise NotImplementedError
+
+    def _targets(self, rewards, terminated, truncated, values, next_values):
+        """``[T, B]`` tensors -> ``(advantages, returns)`` ``[T, B]``."""
+        raise NotImplementedError
+
+    # -- acting ----------------------------------------------------------------------------------
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.env_steps_var.numpy())
+
+    def _sync(self) -> None:
+        """Refresh numpy copies from the variables (weights and normaliser statistics)."""
+        self.mirror.sync()
+        for norm in (self.obs_norm, self.reward_norm):
+            if norm is not None:
+                norm.pull()
+
+    def act(self, obs_batch: Any, deterministic: bool = False) -> np.ndarray:
+        """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give)."""
+        self._sync()
+        obs = self.collector.preprocess(obs_batch)
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
+        params, _ = self.mirror.forward(obs)
+        actions = (self.mirror.mode(params) if deterministic
+                   else self.mirror.sample(params, self._act_rng)[0])
+        return self.head.to_env(actions)
+
+    def _policy_fn(self, rng: np.random.Generator):
+        mirror, head, with_value = self.mirror, self.head, self.uses_critic
+
+        def policy_fn(obs):
+            params, values = mirror.forward(obs, with_value)
+            actions, log_probs = mirror.sample(params, rng)
+            return actions, head.to_env(actions), log_probs, values
+
+        return policy_fn
+
+    # -- learning --------------------------------------------------------------------------------
+
+    def step(self) -> dict[str, Any]:
+        """Collects one batch and makes one update. See ``agents/__init__.py``."""
+        self._sync()
+        rng = np.random.default_rng([int(self.seed_var.numpy()), int(self.updates_var.numpy())])
+        before = self.collector.env_steps
+        traj, episodes = self._collect(self._policy_fn(rng))
+        for norm in (self.obs_norm, self.reward_norm):
+            if norm is not None:
+                norm.push()
+        base = self.env_steps
+        self.env_steps_var.assign_add(self.collector.env_steps - before)
+        # Episode end steps are counted from this collector's start; rebase on the total.
+        episodes = [(base + s - before, r, n) for s, r, n in episodes]
+        mask = None if traj.mask is None else tf.constant(traj.mask)
+        out = self._update_fn(
+            tf.constant(traj.observations), tf.constant(traj.actions),
+            tf.constant(traj.rewards), tf.constant(traj.terminated), tf.constant(traj.truncated),
+            tf.constant(traj.next_observations), tf.constant(traj.log_probs), mask,
+        )
+        metrics = {k: float(v) for k, v in out.items()}
+        return {"env_steps": self.env_steps, "episodes": episodes, "metrics": metrics}
+
+    def _update(self, obs, actions, rewards, terminated, truncated, next_obs, log_probs, mask):
+        """One update from a ``[T, B, ...]`` batch (traced once per shape by tf.function)."""
+        cfg, net, head = self.cfg, self.net, self.head
+        T, B = tf.shape(rewards)[0], tf.shape(rewards)[1]
+        flat = lambda x: tf.reshape(x, tf.concat([[T * B], tf.shape(x)[2:]], 0))  # noqa: E731
+        if self.uses_critic:
+            values = tf.reshape(net.value(flat(obs)), [T, B])  # [T, B]
+            next_values = tf.reshape(net.value(flat(next_obs)), [T, B])  # [T, B]
+        else:
+            values = next_values = tf.zeros_like(rewards)
+        advantages, returns = self._targets(rewards, terminated, truncated, values, next_values)
+        pieces = [flat(x) for x in (obs, actions, advantages, returns, values, rewards, log_probs)]
+        if mask is not None:  # whole-episode batches: keep only the steps in the batch
+            keep = flat(mask) > 0
+            pieces = [tf.boolean_mask(x, keep) for x in pieces]
+        obs_f, act_f, adv_f, ret_f, val_f, rew_f, logp_f = pieces  # [N, ...]
+        context = {"advantages": adv_f, "returns": ret_f, "log_probs": logp_f, "values": val_f,
+                   "rewards": rew_f}
+
+        def log_prob_fn(o, a):
+            return head.distribution(net.params(o)).log_prob(a)  # [N]
+
+        policy_vars, all_vars = net.policy_variables, net.variables
+        pg, new_state, info = pgrad.policy_gradients(
+            self.transform, self.transform_state.read(), log_prob_fn, policy_vars,
+            (obs_f, act_f), context, path=cfg.engine_path)
+        # Value and entropy terms: an ordinary tape, added after the chain's aggregation.
+        with tf.GradientTape() as tape:
+            dist = head.distribution(net.params(obs_f))
+            entropy = tf.reduce_mean(dist.entropy())
+            logp_now = dist.log_prob(act_f)  # [N], for the reported surrogate loss only
+            if self.uses_critic:
+                value_loss = tf.reduce_mean(tf.square(ret_f - net.value(obs_f)))
+            else:
+                value_loss = tf.constant(0.0)
+            aux_loss = cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        aux = tape.gradient(aux_loss, all_vars, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        n_pol = len(policy_vars)
+        grads = [g - a for g, a in zip(pg, aux[:n_pol])] + [-a for a in aux[n_pol:]]  # ascent
+        total_norm = pgrad.global_norm(grads)
+        if cfg.max_grad_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm, use_norm=total_norm)
+        applied = pgrad.apply_updates(self.optimizer, grads, all_vars, skip_nonfinite=True)
+        # A skipped (non-finite) update leaves the transform state as it was, too.
+        old = self.transform_state.read()
+        self.transform_state.write(tf.nest.map_structure(
+            lambda n, o: tf.where(applied, tf.cast(n, o.dtype), o), new_state, old))
+        self.updates_var.assign_add(1)
+        metrics = {
+            "policy_loss": -tf.reduce_mean(adv_f * logp_now),
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "pg_grad_norm": info["grad_norm"],
+            "grad_norm": total_norm,
+            "learning_rate": tf.cast(self.optimizer.learning_rate, tf.float32),
+            "nonfinite_skipped": 1.0 - tf.cast(applied, tf.float32),
+            "batch_steps": tf.cast(tf.shape(adv_f)[0], tf.float32),
+            "advantage_mean": tf.reduce_mean(adv_f),
+        }
+        for k, v in info.items():
+            if k not in ("grad_norm",):
+                metrics[_metric_name(k)] = v
+        return {k: tf.cast(v, tf.float32) for k, v in metrics.items()}
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def trackables(self) -> dict[str, Any]:
+        """Everything a ``tf.train.Checkpoint`` needs to resume this agent exactly."""
+        out: dict[str, Any] = dict(self.net.modules())
+        out.update(optimizer=self.optimizer, transform_state=self.transform_state,
+                   env_steps=self.env_steps_var, updates=self.updates_var, seed=self.seed_var)
+        if self.obs_norm is not None:
+            out["obs_normalizer"] = self.obs_norm
+        if self.reward_norm is not None:
+            out["reward_normalizer"] = self.reward_norm
+        return out
+
+    def export_policy(self, path: str) -> None:
+        """Saves a deterministic ``action(observation)`` SavedModel (see pgrad.policy)."""
+        self._sync()
+        export_policy(self.net, self.obs_norm, self.observation_space, path)
+
+    def config_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.cfg)
+
+    def close(self) -> None:
+        self.collector.close()

@@ -1,0 +1,109 @@
+"""Running observation and reward normalisation, like Stable-Baselines3's ``VecNormalize``.
+
+The statistics live in ``tf.Variable`` s (float64) so that ``tf.train.Checkpoint`` saves them and
+an exported policy carries them. Rollouts run in numpy, so each normaliser keeps a numpy working
+copy: :meth:`pull` reads the variables into it (after a restore, before a rollout), :meth:`push`
+writes it back (after a rollout). Between the two, updates cost numpy arithmetic only.
+
+Observation: ``clip((x - mean) / sqrt(var + eps), -clip, clip)`` with ``mean``/``var`` over every
+observation seen (parallel Welford update per batch, as SB3's ``RunningMeanStd``).
+Reward: ``clip(r / sqrt(var_G + eps), -clip, clip)`` where ``var_G`` is the running variance of
+the discounted return ``G <- gamma * G + r`` per env (reset at episode ends) -- SB3's scheme,
+which scales rewards without shifting them (shifting would change the optimal policy).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+
+class _RunningMeanStd:
+    """numpy mean/var/count over batches (parallel algorithm of Chan et al.)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4  # SB3's start: the first batch dominates immediately
+
+    def update(self, x: np.ndarray) -> None:
+        x = np.asarray(x, np.float64)
+        b_mean, b_var, n = x.mean(axis=0), x.var(axis=0), x.shape[0]
+        total = self.count + n
+        delta = b_mean - self.mean
+        self.mean = self.mean + delta * n / total
+        m2 = self.var * self.count + b_var * n + np.square(delta) * self.count * n / total
+        self.var = m2 / total
+        self.count = total
+
+
+class _Stats(tf.Module):
+    """tf.Variables mirroring a ``_RunningMeanStd`` (what checkpoints and exports see)."""
+
+    def __init__(self, shape: tuple[int, ...], name: str):
+        super().__init__(name=name)
+        self.rms = _RunningMeanStd(shape)
+        self.mean = tf.Variable(self.rms.mean, trainable=False, name="mean")
+        self.var = tf.Variable(self.rms.var, trainable=False, name="var")
+        self.count = tf.Variable(self.rms.count, dtype=tf.float64, trainable=False, name="count")
+
+    def pull(self) -> None:
+        self.rms.mean = self.mean.numpy()
+        self.rms.var = self.var.numpy()
+        self.rms.count = float(self.count.numpy())
+
+    def push(self) -> None:
+        self.mean.assign(self.rms.mean)
+        self.var.assign(self.rms.var)
+        self.count.assign(self.rms.count)
+
+
+class ObsNormalizer(_Stats):
+    """Normalises ``[N, dim]`` flat observations with running statistics.
+
+    Args:
+      dim: observation width (after :mod:`pgrad.spaces` flattening).
+      clip: normalised values are clipped to ``[-clip, clip]``.
+      eps: added to the variance.
+    """
+
+    def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__((dim,), name="obs_normalizer")
+        self.clip, self.eps = float(clip), float(eps)
+
+    def __call__(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        """``[N, dim]`` -> ``[N, dim]`` float32; with ``update=True`` the batch enters the stats."""
+        if update:
+            self.rms.update(obs)
+        out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.eps)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def tf_normalize(self, obs: tf.Tensor) -> tf.Tensor:
+        """The same map in TensorFlow, reading the variables (for exported policies)."""
+        mean = tf.cast(self.mean, obs.dtype)
+        std = tf.cast(tf.sqrt(self.var + self.eps), obs.dtype)
+        return tf.clip_by_value((obs - mean) / std, -self.clip, self.clip)
+
+
+class RewardNormalizer(_Stats):
+    """Scales rewards by the running std of the discounted return (no shift).
+
+    Args:
+      num_envs: number of parallel envs (one return accumulator each).
+      gamma: discount of the return whose spread sets the scale.
+      clip: scaled rewards are clipped to ``[-clip, clip]``.
+      eps: added to the variance.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__((), name="reward_normalizer")
+        self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
+        self.returns = np.zeros(num_envs, np.float64)  # per-env running G (not checkpointed)
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """``[B]`` raw rewards and episode-end flags of one vector step -> ``[B]`` float32."""
+        self.returns = self.returns * self.gamma + rewards
+        self.rms.update(self.returns)
+        self.returns[dones] = 0.0
+        out = rewards / np.sqrt(self.rms.var + self.eps)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)

@@ -1,0 +1,238 @@
+"""Rollouts from Gymnasium vector envs into immutable time-major ``Trajectory`` s ``[T, B, ...]``.
+
+Vector envs are built with ``AutoresetMode.SAME_STEP`` (Gymnasium 1.x): when sub-env ``b`` ends
+an episode at step ``t``, the same ``step`` call resets it, returns the *reset* observation and
+puts the episode's final observation in ``info["final_obs"][b]``. So every stored transition is
+real (none of the dummy "reset" steps of the default ``NEXT_STEP`` mode) and
+``next_observations[t, b]`` -- the observation that really followed step ``t`` -- is the next
+row's observation within an episode and the final observation at an episode end. Returns then
+bootstrap from ``V(next_observations)`` at truncations and not at terminations
+(:mod:`pgrad.returns`).
+
+Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
+any reward normalisation).
+
+Acting is a numpy callable (see :class:`pgrad.policy.NumpyPolicy`): one TensorFlow call per env
+step would cost several times the env step itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+
+from pgrad import spaces
+from pgrad.normalize import ObsNormalizer, RewardNormalizer
+
+VECTOR_MODES = ("sync", "async")
+
+#: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
+PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
+
+
+class Trajectory(NamedTuple):
+    """A batch of transitions, time-major. Arrays are read-only.
+
+    Attributes:
+      observations: ``[T, B, obs_dim]`` float32, preprocessed (and normalised) o_t.
+      actions: ``[T, B, *action_shape]`` int32 / float32 as sampled (before clipping to bounds).
+      rewards: ``[T, B]`` float32 r_t (normalised if reward normalisation is on).
+      terminated: ``[T, B]`` float32, 1 where step t ended the episode for real.
+      truncated: ``[T, B]`` float32, 1 where step t was cut (time limit).
+      log_probs: ``[T, B]`` float32 log pi(a_t | o_t) of the acting policy.
+      values: ``[T, B]`` float32 V(o_t) of the acting critic, or None without a critic.
+      next_observations: ``[T, B, obs_dim]`` the observation that followed step t: o_{t+1} within
+        an episode, the episode's final observation where it ended.
+      mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
+        collection masks each env's steps after its last finished episode.
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    log_probs: np.ndarray
+    values: np.ndarray | None
+    next_observations: np.ndarray
+    mask: np.ndarray | None = None
+
+
+def env_name(env_id) -> str:
+    """A readable name for an env id or env factory (for error messages)."""
+    if isinstance(env_id, str):
+        return env_id
+    return getattr(env_id, "__name__", None) or repr(env_id)
+
+
+def make_vec_env(env_id, num_envs: int, mode: str = "sync") -> gym.vector.VectorEnv:
+    """A ``RecordEpisodeStatistics``-wrapped vector env in ``SAME_STEP`` autoreset mode.
+
+    Args:
+      env_id: a registered id (``"CartPole-v1"``) or a callable returning a ``gymnasium.Env``.
+      num_envs: number of sub-envs.
+      mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per env).
+    """
+    if mode not in VECTOR_MODES:
+        raise ValueError(f"vector mode must be one of {VECTOR_MODES}; got {mode!r}.")
+    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    if isinstance(env_id, str):
+        envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
+                            vector_kwargs=same_step)
+    elif callable(env_id):
+        cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+        envs = cls([env_id] * num_envs, **same_step)
+    else:
+        raise TypeError(f"env_id must be a registered id or a callable; got {env_id!r}.")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+def _batch1(x):
+    """One unbatched observation -> a batch of one (dicts/tuples recursively)."""
+    if isinstance(x, dict):
+        return {k: _batch1(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_batch1(v) for v in x)
+    return np.asarray(x)[None]
+
+
+def _frozen(x):
+    if x is not None:
+        x.flags.writeable = False
+    return x
+
+
+class Collector:
+    """Steps a vector env with a numpy policy and records transitions.
+
+    Args:
+      envs: from :func:`make_vec_env` (SAME_STEP autoreset, RecordEpisodeStatistics).
+      name: env name used in error messages.
+      obs_norm / reward_norm: optional running normalisers (updated while collecting).
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, name: str,
+                 obs_norm: ObsNormalizer | None = None,
+                 reward_norm: RewardNormalizer | None = None):
+        mode = envs.metadata.get("autoreset_mode")
+        if mode != gym.vector.AutoresetMode.SAME_STEP:
+            raise ValueError(f"Collector needs AutoresetMode.SAME_STEP vector envs; got {mode}.")
+        self.envs, self.name = envs, name
+        self.num_envs = envs.num_envs
+        self.preprocess = spaces.make_preprocessor(envs.single_observation_space)
+        self.obs_dim = spaces.flat_dim(envs.single_observation_space)
+        self.obs_norm, self.reward_norm = obs_norm, reward_norm
+        self.env_steps = 0  # total sub-env steps taken by this collector
+        self._raw_obs: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None) -> None:
+        """Resets every sub-env (sub-env i gets ``seed + i``)."""
+        obs, _ = self.envs.reset(seed=seed)
+        self._raw_obs = self._check(self.preprocess(obs), None, "reset")
+        if self.obs_norm is not None:
+            self.obs_norm.rms.update(self._raw_obs)
+
+    def _norm(self, flat: np.ndarray) -> np.ndarray:
+        return flat if self.obs_norm is None else self.obs_norm(flat)
+
+    def _check(self, flat: np.ndarray, rewards: np.ndarray | None, where: str) -> np.ndarray:
+        if not np.isfinite(flat).all() or (rewards is not None and not np.isfinite(rewards).all()):
+            what = "observation" if not np.isfinite(flat).all() else "reward"
+            raise ValueError(
+                f"env {self.name!r} returned a non-finite {what} at {where} "
+                f"(after {self.env_steps} env steps); pgrad needs finite observations and rewards."
+            )
+        return flat
+
+    def _step(self, policy_fn: PolicyFn):
+        """One vector step. Returns the transition pieces and finished episodes."""
+        if self._raw_obs is None:
+            self.reset()
+        obs = self._norm(self._raw_obs)
+        actions, env_actions, log_probs, values = policy_fn(obs)
+        raw, rewards, term, trunc, info = self.envs.step(env_actions)
+        where = f"env step {self.env_steps + self.num_envs}"
+        flat = self._check(self.preprocess(raw), rewards, where)
+        self.env_steps += self.num_envs
+        done = term | trunc
+        nxt = flat
+        episodes = []
+        if done.any():
+            nxt = flat.copy()
+            final = info["final_obs"]
+            for i in np.flatnonzero(done):
+                nxt[i] = self._check(self.preprocess(_batch1(final[i]))[0], None, where)
+            ep, mask = info["episode"], info["_episode"]
+            for i in np.flatnonzero(mask):
+                episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
+        if self.obs_norm is not None:
+            self.obs_norm.rms.update(flat)
+        self._raw_obs = flat
+        if self.reward_norm is not None:
+            rewards = self.reward_norm(rewards, done)
+        return (obs, actions, rewards, term, trunc, log_probs, values, self._norm(nxt)), episodes
+
+    def collect(self, policy_fn: PolicyFn, num_steps: int) -> tuple[Trajectory, list]:
+        """``num_steps`` vector steps -> ``(Trajectory [num_steps, B], episodes)``.
+
+        ``episodes`` is a list of ``(env_step, return, length)`` finished during the call.
+        """
+        cols: list[list] = [[] for _ in range(8)]
+        episodes: list = []
+        for _ in range(num_steps):
+            parts, eps = self._step(policy_fn)
+            for c, p in zip(cols, parts):
+                c.append(p)
+            episodes.extend(eps)
+        return self._trajectory(cols, None), episodes
+
+    def collect_episodes(self, policy_fn: PolicyFn, min_steps: int,
+                         max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:
+        """Whole episodes: at least ``min_steps`` steps, every env's batch ending at an episode end.
+
+        All envs step until ``min_steps`` steps are collected; then each env's part of the batch
+        closes at its next episode end. Steps an env takes after its part closed (while others
+        finish) are masked out (``Trajectory.mask``); its next batch starts mid-episode, which
+        keeps reward-to-go returns exact. The first steps of a batch may continue an episode
+        begun in the previous call.
+        """
+        cols: list[list] = [[] for _ in range(8)]
+        masks, episodes = [], []
+        open_ = np.ones(self.num_envs, bool)
+        count = 0
+        while open_.any():
+            if len(masks) >= max_vector_steps:
+                raise ValueError(
+                    f"env {self.name!r}: episodes did not end within {max_vector_steps} vector "
+                    "steps; whole-episode collection needs episodes that end (add a TimeLimit)."
+                )
+            parts, eps = self._step(policy_fn)
+            for c, p in zip(cols, parts):
+                c.append(p)
+            masks.append(open_.astype(np.float32))
+            episodes.extend(eps)
+            count += int(open_.sum())
+            if count >= min_steps:
+                open_ &= ~(parts[3] | parts[4])
+        return self._trajectory(cols, np.stack(masks)), episodes
+
+    def _trajectory(self, cols, mask) -> Trajectory:
+        obs, act, rew, term, trunc, logp, vals, nxt = cols
+        f32 = lambda c: np.asarray(np.stack(c), np.float32)  # noqa: E731
+        return Trajectory(
+            observations=_frozen(np.stack(obs)),
+            actions=_frozen(np.stack(act)),
+            rewards=_frozen(f32(rew)),
+            terminated=_frozen(f32(term)),
+            truncated=_frozen(f32(trunc)),
+            log_probs=_frozen(f32(logp)),
+            values=None if vals[0] is None else _frozen(f32(vals)),
+            next_observations=_frozen(np.stack(nxt)),
+            mask=_frozen(mask),
+        )
+
+    def close(self) -> None:
+        self.envs.close()
