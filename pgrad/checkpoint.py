@@ -1,0 +1,158 @@
+"""Atomic, verified checkpoints: a checkpoint is either complete and checked, or invisible.
+
+Layout under ``checkpoints/``::
+
+    step-000000010000/        one directory per checkpoint, named by env step
+        ckpt.index, ckpt.data-00000-of-00001   tf.train.Checkpoint of the agent's trackables
+        meta.json             trainer counters + sha256 of every file above (written last)
+
+A checkpoint is written into a hidden ``.tmp-*`` directory, flushed to disk, and only then
+renamed to ``step-*`` (a rename is atomic on POSIX file systems). A process killed at any moment
+(SIGKILL, power loss) therefore leaves at worst a stale ``.tmp-*`` directory, which is ignored and
+cleaned up, and the previous checkpoint untouched. On restore the newest checkpoint whose
+checksums match and that TensorFlow reads without error wins; a corrupted one is skipped with a
+warning and the previous one is used. Nothing here unpickles anything: the checkpoint is
+TensorFlow's tensor format and ``meta.json`` is JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+PREFIX = "ckpt"
+META = "meta.json"
+_STEP_DIR = "step-"
+_TMP_DIR = ".tmp-"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some file systems do not allow opening directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class CheckpointStore:
+    """Saves and restores ``tf.train.Checkpoint(**trackables)`` plus a JSON ``meta`` dict.
+
+    Args:
+      directory: the ``checkpoints/`` directory (created on first save).
+      keep: how many complete checkpoints to keep (older ones are deleted after a save).
+    """
+
+    def __init__(self, directory: str | Path, keep: int = 3):
+        self.directory = Path(directory)
+        self.keep = max(1, int(keep))
+
+    def checkpoints(self) -> list[Path]:
+        """Complete (renamed) checkpoint directories, newest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [p for p in self.directory.iterdir() if p.is_dir() and p.name.startswith(_STEP_DIR)]
+        return sorted(found, key=lambda p: p.name, reverse=True)
+
+    def _clean_tmp(self) -> None:
+        if self.directory.is_dir():
+            for p in self.directory.iterdir():
+                if p.name.startswith(_TMP_DIR):
+                    shutil.rmtree(p, ignore_errors=True)
+
+    def save(self, trackables: Mapping[str, Any], meta: dict[str, Any], step: int) -> Path:
+        """Writes a checkpoint for env step ``step`` atomically; returns its directory."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._clean_tmp()
+        final = self.directory / f"{_STEP_DIR}{int(step):012d}"
+        if final.exists():  # nothing has changed since the checkpoint at this very step
+            return final
+        tmp = self.directory / f"{_TMP_DIR}{int(step):012d}-{os.getpid()}"
+        tmp.mkdir()
+        tf.train.Checkpoint(**trackables).write(str(tmp / PREFIX))
+        files = {}
+        for p in sorted(tmp.iterdir()):
+            with open(p, "rb+") as f:
+                os.fsync(f.fileno())
+            files[p.name] = _sha256(p)
+        record = dict(meta, step=int(step), files=files)
+        with open(tmp / META, "w") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        os.rename(tmp, final)  # the commit point
+        _fsync_dir(self.directory)
+        for old in self.checkpoints()[self.keep:]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    @staticmethod
+    def verify(path: Path) -> dict[str, Any]:
+        """Reads ``meta.json`` and checks every file's checksum; raises ``ValueError`` if not ok."""
+        try:
+            meta = json.loads((path / META).read_text())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"unreadable {META}: {err}") from None
+        files = meta.get("files")
+        if not isinstance(files, dict) or not files:
+            raise ValueError(f"{META} lists no files")
+        for name, digest in files.items():
+            p = path / name
+            if not p.is_file():
+                raise ValueError(f"missing file {name}")
+            if _sha256(p) != digest:
+                raise ValueError(f"checksum mismatch in {name}")
+        return meta
+
+    def restore(
+        self, trackables: Mapping[str, Any], warn: Callable[[str], None] | None = None
+    ) -> tuple[dict[str, Any], Path] | None:
+        """Restores the newest good checkpoint into ``trackables``; ``None`` if there is none.
+
+        A checkpoint that fails verification or reading is skipped with a warning (the previous
+        one is tried next).
+
+        Raises:
+          ValueError: checkpoints exist but none of them could be restored.
+        """
+        candidates = self.checkpoints()
+        problems = []
+        for path in candidates:
+            try:
+                meta = self.verify(path)
+                status = tf.train.Checkpoint(**trackables).read(str(path / PREFIX))
+                status.assert_existing_objects_matched()
+            except (ValueError, AssertionError, tf.errors.OpError) as err:
+                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+                problems.append(f"{path.name}: {msg}")
+                text = f"checkpoint {path} is unusable ({msg}); trying the previous one."
+                if warn is None:
+                    warnings.warn(text, stacklevel=2)
+                else:
+                    warn(text)
+                continue
+            return meta, path
+        if candidates:
+            raise ValueError("no checkpoint could be restored: " + "; ".join(problems))
+        return None

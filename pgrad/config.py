@@ -1,0 +1,417 @@
+"""Run configuration: dataclasses <-> YAML and ``--set key=value``, typed and validated.
+
+A run is described by two things:
+
+* :class:`RunSettings` -- what the training script itself needs (agent, env, seed, steps, ...);
+* the agent's ``Config`` dataclass -- every hyperparameter, each documented in its field's
+  ``metadata["help"]``.
+
+A YAML file holds the run settings at the top level and the hyperparameters under
+``hyperparameters:`` (hyperparameters may also be given at the top level, as a shorthand). Files
+are read with ``yaml.safe_load`` only: no tags, no objects, nothing executed. Every value is
+checked against the field's type, and every unknown key gets the nearest known key as a hint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pgrad.errors import UserError, suggest
+
+HYPER_KEY = "hyperparameters"
+
+
+@dataclass
+class RunSettings:
+    """What ``scripts/train.py`` needs besides the agent's hyperparameters."""
+
+    agent: str = field(default="a2c", metadata={"help": "agent name (see agents.names())"})
+    env: str = field(
+        default="CartPole-v1",
+        metadata={"help": "Gymnasium env id, or 'module:EnvId' (the module registers it)"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed for networks, sampling and envs"})
+    total_steps: int = field(default=100_000, metadata={"help": "env steps to train for"})
+    transform: str | None = field(
+        default=None,
+        metadata={"help": "user transform 'module:attr' (module may be a .py path); none: agent's"},
+    )
+    stop_at_return: float | None = field(
+        default=None,
+        metadata={"help": "stop once the mean return of the last 20 training episodes is >= this"},
+    )
+    checkpoint_every: int = field(
+        default=10_000,
+        metadata={"help": "env steps between checkpoints (one is also saved at the end)"},
+    )
+    max_nonfinite_skips: int = field(
+        default=10,
+        metadata={"help": "stop after this many consecutive updates skipped for NaN/Inf gradients"},
+    )
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming the field and its range."""
+        for name in ("total_steps", "checkpoint_every", "max_nonfinite_skips"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}.")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0; got {self.seed}.")
+        if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
+            raise ValueError(f"stop_at_return must be finite; got {self.stop_at_return}.")
+
+
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunSettings))
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed values.
+# ---------------------------------------------------------------------------------------------
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """``{field name: resolved type}`` of a dataclass (string annotations resolved)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable annotation: fall back to the raw ones
+        hints = {}
+    return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls)}
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Checks ``value`` (already parsed from YAML) against type ``tp``; converts where lossless.
+
+    Raises:
+      UserError: naming ``where`` (e.g. ``"--set gamma"``), the expected type and the value.
+    """
+    if tp is Any or tp is None:
+        return value
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, where)
+            except UserError as err:
+                errors.append(err)
+        raise UserError(f"{where}: expected {_type_name(tp)}; got {value!r}.")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        hint = suggest(str(value), map(str, args))
+        raise UserError(f"{where}: must be one of {list(args)}; got {value!r}.{hint}")
+    if origin in (tuple, list) or tp in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{where}: expected a list like [64, 64]; got {value!r}.")
+        if origin is tuple and args and args[-1] is Ellipsis:
+            items = [coerce(v, args[0], where) for v in value]
+        elif origin is tuple and args:
+            if len(args) != len(value):
+                raise UserError(f"{where}: expected {len(args)} values; got {value!r}.")
+            items = [coerce(v, a, where) for v, a in zip(value, args)]
+        else:
+            items = [coerce(v, args[0], where) if args else v for v in value]
+        return tuple(items) if (origin is tuple or tp is tuple) else items
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"{where}: expected true or false; got {value!r}.")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:  # "1e5" or "100_000" -> int (PyYAML reads "1e5" as a string)
+                as_float = float(value)
+                if as_float.is_integer():
+                    return int(as_float)
+            except ValueError:
+                pass
+        raise UserError(f"{where}: expected an integer; got {value!r}.")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:  # PyYAML reads "1e-3" (no dot) as a string
+                return float(value)
+            except ValueError:
+                pass
+        raise UserError(f"{where}: expected a number; got {value!r}.")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise UserError(f"{where}: expected a string; got {value!r}.")
+    return value
+
+
+def parse_set(pair: str) -> tuple[str, Any]:
+    """``"key=value"`` -> ``(key, value parsed as YAML)``; the value is typed later."""
+    if "=" not in pair:
+        raise UserError(f"--set {pair!r}: expected key=value, e.g. --set gamma=0.98.")
+    key, text = pair.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise UserError(f"--set {pair!r}: the key is empty.")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text  # a plain string such as "a:b" that YAML cannot read
+    return key, value
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML files.
+# ---------------------------------------------------------------------------------------------
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Reads a YAML mapping with the safe loader; errors name the file and line.
+
+    Raises:
+      UserError: missing file, malformed YAML (with line and column), or not a mapping.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"config file {str(path)!r} does not exist.") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"cannot read config file {str(path)!r}: {err}.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(err, "problem", None) or "could not parse"
+        raise UserError(f"{where}: malformed YAML: {problem}.") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of key: value; got a {type(data).__name__}.")
+    return data
+
+
+def split_keys(values: dict[str, Any], config_cls: type, source: str) -> tuple[dict, dict]:
+    """Splits a flat mapping into run settings and hyperparameters; unknown keys are errors.
+
+    A ``hyperparameters:`` sub-mapping is merged into the hyperparameters.
+    """
+    fields = field_types(config_cls)
+    run, hyper = {}, {}
+    for key, value in values.items():
+        key = str(key)
+        if key == HYPER_KEY and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                sub = str(sub)
+                if sub not in fields:
+                    raise UserError(
+                        f"{source}: unknown hyperparameter {sub!r} for this agent."
+                        f"{suggest(sub, fields)} Known: {', '.join(fields)}."
+                    )
+                hyper[sub] = sub_value
+        elif key in RUN_KEYS:
+            run[key] = value
+        elif key in fields:
+            hyper[key] = value
+        else:
+            known = list(RUN_KEYS) + list(fields)
+            raise UserError(
+                f"{source}: unknown key {key!r}.{suggest(key, known)} "
+                f"Run settings: {', '.join(RUN_KEYS)}; hyperparameters: {', '.join(fields)}."
+            )
+    return run, hyper
+
+
+def build(cls: type, values: dict[str, Any], source: dict[str, str]) -> Any:
+    """Instantiates dataclass ``cls`` from typed ``values``; ``source[key]`` says where each came
+    from (for error messages). Calls ``validate()`` if the class has one.
+    """
+    types_ = field_types(cls)
+    typed = {k: coerce(v, types_[k], source.get(k, k)) for k, v in values.items()}
+    try:
+        obj = cls(**typed)
+        if hasattr(obj, "validate"):
+            obj.validate()
+    except (ValueError, TypeError) as err:
+        raise UserError(f"invalid setting: {err}") from None
+    return obj
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclass values -> YAML-safe plain values (tuples become lists)."""
+    if isinstance(value, (tuple, list)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    return value
+
+
+def dump_run_config(settings: RunSettings, hyper: Any) -> str:
+    """The fully resolved ``config.yaml`` text: run settings, then every hyperparameter."""
+    data = {k: to_plain(v) for k, v in dataclasses.asdict(settings).items()}
+    data[HYPER_KEY] = {f.name: to_plain(getattr(hyper, f.name)) for f in dataclasses.fields(hyper)}
+    header = (
+        "# pgrad run configuration, fully resolved (every setting, defaults included).\n"
+        "# Reproduce: python scripts/train.py --config config.yaml --out NEW_DIR\n"
+    )
+    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def field_help(cls: type) -> list[tuple[str, str, Any]]:
+    """``(name, help, default)`` for each field of a dataclass (for ``--help`` listings)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = None
+        out.append((f.name, f.metadata.get("help", ""), to_plain(default)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Plug-ins named by the user: envs and transforms.
+# ---------------------------------------------------------------------------------------------
+
+
+def _import_module(name: str, what: str):
+    """Imports a module by dotted name or ``.py`` file path; errors become one line."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    looks_like_path = name.endswith(".py") or os.sep in name or "/" in name
+    try:
+        if looks_like_path:
+            path = Path(name)
+            if not path.is_file():
+                raise UserError(f"{what}: file {name!r} does not exist.")
+            mod_name = "pgrad_user_" + path.stem.replace("-", "_")
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise UserError(f"{what}: cannot import {name!r} as a Python file.")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+            return module
+        if os.getcwd() not in sys.path:  # `--transform my_module:fn` from the working directory
+            sys.path.append(os.getcwd())
+        return importlib.import_module(name)
+    except UserError:
+        raise
+    except ModuleNotFoundError as err:
+        raise UserError(f"{what}: cannot import module {name!r}: {err}.") from None
+    except Exception as err:  # the user's module raised while importing
+        where = ""
+        if isinstance(err, SyntaxError) and err.lineno:
+            where = f" (line {err.lineno})"
+        raise UserError(
+            f"{what}: importing {name!r} failed with {type(err).__name__}{where}: {err}"
+        ) from None
+
+
+def resolve_env(spec: str) -> str:
+    """Checks a Gymnasium env id (``EnvId`` or ``module:EnvId``) and returns the bare id.
+
+    ``module:EnvId`` imports the module first, as ``gymnasium.make`` does, so that it can
+    register its envs.
+
+    Raises:
+      UserError: the module cannot be imported or the id is not registered (with close matches).
+    """
+    import gymnasium as gym
+
+    env_id = spec
+    if ":" in spec:
+        module, env_id = spec.split(":", 1)
+        _import_module(module, f"--env {spec}")
+    if env_id not in gym.registry:
+        hint = suggest(env_id, gym.registry.keys())
+        raise UserError(
+            f"unknown env {env_id!r}.{hint or ' See gymnasium.pprint_registry() for the ids.'}"
+        )
+    return env_id
+
+
+TRANSFORM_KINDS = (
+    "a GradientTransform, a zero-argument function returning one, or a plain function "
+    "fn(grads, **context) -> grads"
+)
+
+
+def load_transform(spec: str):
+    """``module:attr`` -> a ``GradientTransform`` (the module may be a ``.py`` file path).
+
+    ``attr`` may be a ``GradientTransform``, a zero-argument factory of one, or a plain function
+    ``fn(grads, **context) -> grads`` over per-step gradients ``[T, *shape]``, which becomes
+    ``chain(stateless(fn), mean_steps())``.
+
+    Raises:
+      UserError: the spec is malformed, the module cannot be imported, the attribute is missing
+        or is none of the above.
+    """
+    import inspect
+
+    from pgrad.transforms import GradientTransform, chain, mean_steps, stateless
+
+    what = f"--transform {spec}"
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"{what}: expected module:attr or path/to/file.py:attr.")
+    module = _import_module(module_name, what)
+    if not hasattr(module, attr):
+        public = [n for n in dir(module) if not n.startswith("_")]
+        hint = suggest(attr, public)
+        raise UserError(f"{what}: {module_name!r} has no attribute {attr!r}.{hint}")
+    obj = getattr(module, attr)
+    if isinstance(obj, GradientTransform):
+        return obj
+    if not callable(obj):
+        raise UserError(f"{what}: {attr!r} is a {type(obj).__name__}; expected {TRANSFORM_KINDS}.")
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    required = [p for p in params if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not required:  # a factory
+        try:
+            made = obj()
+        except Exception as err:
+            raise UserError(
+                f"{what}: calling {attr}() raised {type(err).__name__}: {err}"
+            ) from None
+        if isinstance(made, GradientTransform):
+            return made
+        raise UserError(
+            f"{what}: {attr}() returned a {type(made).__name__}; expected {TRANSFORM_KINDS}."
+        )
+    if len(required) == 1:  # sees and returns per-step [T, *shape] gradients; then the mean
+        return chain(stateless(obj, name=attr), mean_steps(), name=attr)
+    raise UserError(
+        f"{what}: {attr!r} takes {len(required)} required arguments; expected {TRANSFORM_KINDS}."
+    )

@@ -1,0 +1,340 @@
+"""The training loop: agent steps, logs, checkpoints, progress, signals, the finished run.
+
+``Trainer(agent, settings, out).run()`` repeats ``agent.step()`` (one rollout + one update) until
+``total_steps`` env steps, the ``stop_at_return`` criterion, or a signal. Acting and learning are
+the agent's business; this module only records and protects the run:
+
+* every finished episode goes to ``episodes.csv``, every update to ``updates.csv`` + TensorBoard;
+* a checkpoint every ``checkpoint_every`` env steps and at the end (atomic, see checkpoint.py);
+* an update the agent skipped for NaN/Inf gradients is counted and warned about once; after
+  ``max_nonfinite_skips`` consecutive ones the run stops with :class:`RunError`;
+* a NaN/Inf episode return stops the run naming the env and the step;
+* a failing user transform stops the run naming the transform (the agent's ``TransformError``);
+* SIGINT/SIGTERM finish the current update, write a checkpoint and raise :class:`Interrupted`
+  (exit 130/143); a second signal aborts at once (the previous checkpoint is still intact).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgrad.checkpoint import CheckpointStore
+from pgrad.config import RunSettings
+from pgrad.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, one_line
+from pgrad.runlog import ROLLING, RunLog, plot_learning_curve
+from pgrad.transforms import TransformError
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or interrupted) run reports."""
+
+    out: Path
+    env_steps: int
+    updates: int
+    episodes: int
+    wall_s: float
+    rolling_return: float | None
+    reason: str  # "total_steps" | "stop_at_return" | "interrupted"
+    checkpoint: Path | None
+    policy: Path | None
+
+
+def _skipped(metrics: dict[str, Any]) -> bool:
+    """Whether this update was skipped for non-finite gradients (the agent reports 1/0)."""
+    value = metrics.get("nonfinite_skipped", 0.0)
+    try:
+        return float(np.asarray(value)) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+class _Progress:
+    """A rich progress bar (steps, steps/s, rolling return, ETA), or nothing when quiet."""
+
+    def __init__(self, total: int, start: int, quiet: bool):
+        self.bar = None
+        if quiet:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("steps  {task.fields[rate]:>7} steps/s  return {task.fields[ret]:>8}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = self.bar.add_task("train", total=total, completed=start, rate="-", ret="-")
+        self.bar.start()
+        self._t0, self._s0 = time.monotonic(), start
+
+    def update(self, steps: int, rolling: float | None) -> None:
+        if self.bar is None:
+            return
+        dt = time.monotonic() - self._t0
+        rate = f"{(steps - self._s0) / dt:,.0f}" if dt > 0 else "-"
+        ret = "-" if rolling is None else f"{rolling:.1f}"
+        self.bar.update(self.task, completed=steps, rate=rate, ret=ret)
+
+    def log(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+class Trainer:
+    """Trains ``agent`` into run directory ``out`` (which must already hold ``config.yaml``).
+
+    Args:
+      agent: an agent following the ``agents`` interface (``step``, ``trackables``, ...).
+      settings: the run settings (total steps, checkpoint interval, ...).
+      out: the run directory.
+      resume: restore the newest good checkpoint in ``out/checkpoints`` first.
+      quiet: no progress bar (warnings, errors and the summary are still printed).
+    """
+
+    def __init__(self, agent, settings: RunSettings, out: str | Path, *, resume: bool = False,
+                 quiet: bool = False):
+        self.agent = agent
+        self.settings = settings
+        self.out = Path(out)
+        self.quiet = quiet
+        self.store = CheckpointStore(self.out / "checkpoints")
+        self.updates = 0
+        self.episodes = 0
+        self.wall_offset = 0.0
+        self.recent: deque[float] = deque(maxlen=ROLLING)
+        self.nonfinite_total = 0
+        self.consecutive_skips = 0
+        self._warned_nonfinite = False
+        self._signal: int | None = None
+        self.last_checkpoint: Path | None = None
+        self.resumed_from: int | None = None
+        if resume:
+            self._restore()
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "env_steps": int(self.agent.env_steps),
+            "updates": self.updates,
+            "episodes": self.episodes,
+            "wall_s": self._wall(),
+            "recent_returns": list(self.recent),
+            "nonfinite_total": self.nonfinite_total,
+            "consecutive_skips": self.consecutive_skips,
+            "agent": self.settings.agent,
+            "env": self.settings.env,
+            "seed": self.settings.seed,
+        }
+
+    def _restore(self) -> None:
+        warn = lambda text: print(f"warning: {text}", file=sys.stderr, flush=True)
+        try:
+            found = self.store.restore(self.agent.trackables(), warn=warn)
+        except ValueError as err:
+            raise RunError(f"cannot resume from {self.out}: {one_line(err)}") from err
+        if found is None:
+            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet.")
+        meta, path = found
+        self.updates = int(meta.get("updates", 0))
+        self.episodes = int(meta.get("episodes", 0))
+        self.wall_offset = float(meta.get("wall_s", 0.0))
+        self.recent.extend(float(r) for r in meta.get("recent_returns", []))
+        self.nonfinite_total = int(meta.get("nonfinite_total", 0))
+        self.consecutive_skips = int(meta.get("consecutive_skips", 0))
+        self.last_checkpoint = path
+        self.resumed_from = int(self.agent.env_steps)
+        if self.resumed_from != int(meta.get("env_steps", self.resumed_from)):
+            raise RunError(
+                f"checkpoint {path} records {meta['env_steps']} env steps but the restored agent "
+                f"has {self.resumed_from}; the agent's trackables() do not include its counters."
+            )
+
+    def checkpoint(self) -> Path:
+        """Writes a checkpoint now (atomically) and returns its directory."""
+        self.last_checkpoint = self.store.save(
+            self.agent.trackables(), self._meta(), int(self.agent.env_steps)
+        )
+        return self.last_checkpoint
+
+    def export(self) -> Path:
+        """Exports the policy to ``out/policy`` (written aside, then swapped in)."""
+        final = self.out / "policy"
+        tmp = self.out / f".policy-tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.agent.export_policy(str(tmp))
+        old = self.out / f".policy-old-{os.getpid()}"
+        if final.exists():
+            os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _wall(self) -> float:
+        return self.wall_offset + (time.monotonic() - self._t0 if hasattr(self, "_t0") else 0.0)
+
+    def rolling_return(self) -> float | None:
+        return float(np.mean(self.recent)) if self.recent else None
+
+    def _on_signal(self, signum, frame) -> None:
+        if self._signal is not None:  # second signal: stop waiting for the update to finish
+            raise KeyboardInterrupt
+        self._signal = signum
+
+    def _where(self) -> str:
+        if self.last_checkpoint is None:
+            return "no checkpoint had been written yet"
+        return f"the last good checkpoint {self.last_checkpoint} is intact"
+
+    def _step(self) -> dict[str, Any]:
+        step = int(self.agent.env_steps)
+        try:
+            return self.agent.step()
+        except TransformError as err:
+            raise RunError(
+                f"{one_line(err)} (update {self.updates + 1}, env step {step}; {self._where()})"
+            ) from err
+        except FloatingPointError as err:  # agents report non-finite env output this way
+            raise RunError(f"{one_line(err)} ({self._where()})") from err
+
+    def _record(self, info: dict[str, Any]) -> None:
+        for env_step, ret, length in info.get("episodes", ()):
+            if not math.isfinite(float(ret)):
+                raise RunError(
+                    f"env {self.settings.env!r} produced a non-finite reward: an episode ending at "
+                    f"env step {int(env_step)} has return {float(ret)} ({self._where()})."
+                )
+            self.episodes += 1
+            self.recent.append(float(ret))
+            self.log.episode(int(env_step), self._wall(), float(ret), int(length))
+        metrics = dict(info.get("metrics", {}))
+        self.updates += 1
+        if _skipped(metrics):
+            self.nonfinite_total += 1
+            self.consecutive_skips += 1
+            if not self._warned_nonfinite:
+                self._warned_nonfinite = True
+                self.progress.log(
+                    f"warning: update {self.updates} at env step {info['env_steps']} had NaN/Inf "
+                    "gradients and was skipped (no variable changed). Skips are counted in "
+                    "updates.csv (nonfinite_skipped); this warning is shown once."
+                )
+        else:
+            self.consecutive_skips = 0
+        metrics["nonfinite_total"] = float(self.nonfinite_total)
+        self.log.update(int(info["env_steps"]), metrics)
+        limit = self.settings.max_nonfinite_skips
+        if self.consecutive_skips >= limit:
+            raise RunError(
+                f"{self.consecutive_skips} consecutive updates had NaN/Inf gradients (limit "
+                f"max_nonfinite_skips={limit}); stopped at env step {info['env_steps']}. Lower the "
+                f"learning rate or check your transform and env ({self._where()})."
+            )
+
+    def run(self) -> TrainResult:
+        """Trains until done, stopped or interrupted; returns what happened.
+
+        Raises:
+          RunError: the run had to stop (transform failure, non-finite numbers, NaN from env).
+          Interrupted: SIGINT/SIGTERM (after a checkpoint was written).
+        """
+        s = self.settings
+        self._t0 = time.monotonic()
+        start = int(self.agent.env_steps)
+        self.log = RunLog(self.out, resume_step=self.resumed_from)
+        self.progress = _Progress(s.total_steps, start, self.quiet)
+        old_handlers = {sig: signal.signal(sig, self._on_signal)
+                        for sig in (signal.SIGINT, signal.SIGTERM)}
+        next_ckpt = (start // s.checkpoint_every + 1) * s.checkpoint_every
+        reason = "total_steps"
+        try:
+            while int(self.agent.env_steps) < s.total_steps:
+                if self._signal is not None:
+                    reason = "interrupted"
+                    break
+                info = self._step()
+                self._record(info)
+                steps = int(self.agent.env_steps)
+                rolling = self.rolling_return()
+                self.progress.update(min(steps, s.total_steps), rolling)
+                if steps >= next_ckpt:
+                    self.checkpoint()
+                    next_ckpt = (steps // s.checkpoint_every + 1) * s.checkpoint_every
+                if (s.stop_at_return is not None and rolling is not None
+                        and len(self.recent) >= ROLLING and rolling >= s.stop_at_return):
+                    reason = "stop_at_return"
+                    break
+            if self._signal is not None:
+                reason = "interrupted"
+            self.checkpoint()
+        finally:
+            self.progress.stop()
+            self.log.close()
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+        policy = None
+        if reason != "interrupted":
+            policy = self.export()
+        plot_learning_curve(self.out / "episodes.csv", self.out / "learning_curve.png",
+                            title=f"{s.agent} on {s.env}, seed {s.seed}")
+        result = TrainResult(self.out, int(self.agent.env_steps), self.updates, self.episodes,
+                             self._wall(), self.rolling_return(), reason, self.last_checkpoint,
+                             policy)
+        if reason == "interrupted":
+            code = EXIT_SIGTERM if self._signal == signal.SIGTERM else EXIT_SIGINT
+            name = signal.Signals(self._signal).name
+            raise Interrupted(
+                f"{name}: saved a checkpoint at env step {result.env_steps} in {self.out}/"
+                f"checkpoints; continue with: python scripts/train.py --resume {self.out}",
+                code,
+            )
+        return result
+
+
+def summary(result: TrainResult) -> str:
+    """A few lines for the end of a run: steps, time, rolling return, where things are."""
+    rolling = "-" if result.rolling_return is None else f"{result.rolling_return:.1f}"
+    why = {"total_steps": "reached total_steps", "stop_at_return": "reached --stop-at-return",
+           "interrupted": "interrupted"}[result.reason]
+    lines = [
+        f"done ({why}): {result.env_steps:,} env steps, {result.updates:,} updates, "
+        f"{result.episodes:,} episodes in {result.wall_s:.1f} s",
+        f"mean return of the last {ROLLING} episodes: {rolling}",
+        f"run directory: {result.out}  (config.yaml, episodes.csv, updates.csv, tb/, "
+        "checkpoints/, policy/, learning_curve.png)",
+    ]
+    return "\n".join(lines)

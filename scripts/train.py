@@ -1,0 +1,282 @@
+#!/usr/bin/env python
+"""Train a pgrad agent on a Gymnasium env and write a complete, resumable run directory.
+
+    python scripts/train.py --agent a2c --env CartPole-v1 --total-steps 100000 --seed 0 \\
+        --out runs/a2c-cartpole
+
+Settings are resolved in this order (later wins): defaults < --config FILE < flags < --set.
+Every bad input is reported in one line with exit code 2 before anything is written; --debug
+shows the traceback. See docs/scripts.md and docs/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pgrad  # noqa: F401  (first: silences TensorFlow's start-up noise)
+from pgrad import config as config_lib
+from pgrad.errors import UserError, one_line, run_cli
+
+RUN_FILES = ("config.yaml", "episodes.csv", "updates.csv", "eval.json", "learning_curve.png")
+RUN_DIRS = ("checkpoints", "policy", "tb")
+# Flags that describe the run itself and so cannot change when resuming it.
+FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2 (argparse's code) without the usage block
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def _defaults() -> dict:
+    return {f.name: f.default for f in dataclasses.fields(config_lib.RunSettings)}
+
+
+def _agent_epilog() -> str:
+    """Every agent's hyperparameters with their defaults (for --help; --set NAME=VALUE)."""
+    try:
+        import agents
+    except Exception as err:  # --help must work even if agents fail to import
+        return f"(agents could not be imported: {one_line(err)})"
+    lines = ["hyperparameters (--set NAME=VALUE or in --config FILE):"]
+    for name in agents.names():
+        lines.append(f"  {name}:")
+        for field, text, default in config_lib.field_help(agents.get(name).Config):
+            lines.append(f"    {field} = {default!r}  {text}")
+    return "\n".join(lines)
+
+
+def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
+    d = _defaults()
+    p = _parser = _Parser(
+        prog="train.py",
+        description="Train a policy-gradient agent and write a run directory.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_agent_epilog() if with_epilog else None,
+    )
+    add = p.add_argument
+    add("--agent", help=f"agent to train: a2c or reinforce (default: {d['agent']})")
+    add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
+        f"(default: {d['env']})")
+    add("--total-steps", type=int, metavar="N", help=f"env steps to train for "
+        f"(default: {d['total_steps']}); with --resume, the new total")
+    add("--seed", type=int, help=f"random seed (default: {d['seed']})")
+    add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
+    add("--num-envs", type=int, metavar="N",
+        help="parallel envs (default: the agent's num_envs, 8)")
+    add("--config", metavar="FILE", help="YAML file with run settings and hyperparameters "
+        "(default: none; a run's config.yaml works)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one setting or hyperparameter, typed from its field (repeatable; "
+        "default: none)")
+    add("--transform", metavar="MODULE:ATTR", help="your gradient transform: a GradientTransform, "
+        "a zero-argument factory, or fn(grads, **context) -> grads (then mean over steps); "
+        "MODULE may be a .py path (default: the agent's own chain)")
+    add("--stop-at-return", type=float, metavar="R", help="stop when the mean return of the "
+        "last 20 training episodes reaches R (default: off)")
+    add("--checkpoint-every", type=int, metavar="N",
+        help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
+    add("--max-nonfinite-skips", type=int, metavar="N", help="stop after N consecutive updates "
+        f"skipped for NaN/Inf gradients (default: {d['max_nonfinite_skips']})")
+    add("--resume", metavar="DIR", help="continue the run in DIR from its newest good checkpoint "
+        "(default: off)")
+    add("--overwrite", action="store_true", help="replace the run in --out (default: refuse)")
+    add("--quiet", action="store_true", help="no progress bar; logs and summary only "
+        "(default: off)")
+    add("--debug", action="store_true", help="show tracebacks for errors (default: off)")
+    del _parser
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# Output directory.
+# ---------------------------------------------------------------------------------------------
+
+
+def holds_run(path: Path) -> bool:
+    return path.is_dir() and any((path / n).exists() for n in RUN_FILES[:3] + RUN_DIRS[:1])
+
+
+def check_writable(out: Path) -> None:
+    """Refuses an output directory that cannot be created or written, before any work."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--out {out}: {probe} is not a directory.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {probe} is not writable.")
+
+
+def make_run_dir(out: Path, overwrite: bool) -> None:
+    """Creates ``out`` (after all checks passed); with overwrite, removes the old run's files."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            for name in RUN_FILES:
+                (out / name).unlink(missing_ok=True)
+            for name in RUN_DIRS:
+                shutil.rmtree(out / name, ignore_errors=True)
+        probe = out / ".pgrad-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write there ({err.strerror or err}).") from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving settings.
+# ---------------------------------------------------------------------------------------------
+
+
+def _get_agent(name: str):
+    import agents
+
+    try:
+        return agents.get(name)
+    except (KeyError, ValueError) as err:
+        raise UserError(f"--agent: {one_line(err)}") from None
+
+
+FLAG_KEYS = {  # argparse dest -> run setting
+    "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
+    "transform": "transform", "stop_at_return": "stop_at_return",
+    "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
+}
+
+
+def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict]:
+    """Merges defaults < file < flags < --set into (RunSettings, agent Config, agent class)."""
+    file_values = config_lib.load_yaml(args.config) if args.config else {}
+    set_pairs = [config_lib.parse_set(p) for p in args.set]
+    agent_name = args.agent or dict(set_pairs).get("agent") or file_values.get("agent") or "a2c"
+    agent_cls = _get_agent(str(agent_name))
+    source: dict[str, str] = {}
+    run_values, hyper = {}, {}
+    if args.config:
+        run_f, hyper_f = config_lib.split_keys(file_values, agent_cls.Config, args.config)
+        run_values.update(run_f)
+        hyper.update(hyper_f)
+        source.update({k: f"{args.config}: {k}" for k in [*run_f, *hyper_f]})
+    for dest, key in FLAG_KEYS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            run_values[key] = value
+            source[key] = "--" + dest.replace("_", "-")
+    if args.num_envs is not None:
+        if "num_envs" not in config_lib.field_types(agent_cls.Config):
+            raise UserError(f"--num-envs: agent {agent_name!r} has no num_envs setting.")
+        hyper["num_envs"] = args.num_envs
+        source["num_envs"] = "--num-envs"
+    for key, value in set_pairs:
+        run_s, hyper_s = config_lib.split_keys({key: value}, agent_cls.Config, f"--set {key}")
+        run_values.update(run_s)
+        hyper.update(hyper_s)
+        source[key] = f"--set {key}"
+    run_values["agent"] = str(agent_name)
+    settings = config_lib.build(config_lib.RunSettings, run_values, source)
+    cfg = config_lib.build(agent_cls.Config, hyper, source)
+    return settings, cfg, agent_cls, source
+
+
+def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
+    """Settings of the run in ``--resume DIR``; only the length/stopping flags may change."""
+    out = Path(args.resume)
+    for dest in FIXED_ON_RESUME:
+        value = getattr(args, dest)
+        if value not in (None, [], False) and not (dest == "out" and Path(value) == out):
+            flag = "--" + dest.replace("_", "-")
+            raise UserError(f"{flag} cannot be changed when resuming; the settings are in "
+                            f"{out / 'config.yaml'} (change them in a new run).")
+    if not (out / "config.yaml").is_file():
+        raise UserError(f"--resume {out}: no run there (no config.yaml).")
+    values = config_lib.load_yaml(out / "config.yaml")
+    agent_cls = _get_agent(str(values.get("agent", "a2c")))
+    run_values, hyper = config_lib.split_keys(values, agent_cls.Config, str(out / "config.yaml"))
+    recorded = run_values.get("transform")
+    if recorded and args.transform is None:
+        # Never import code because a run directory names it: the user passes it again.
+        raise UserError(f"this run was trained with --transform {recorded}; pass it again "
+                        "to resume (pgrad never imports code named by a run directory).")
+    source = {}
+    for dest, key in FLAG_KEYS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            run_values[key] = value
+            source[key] = "--" + dest.replace("_", "-")
+    settings = config_lib.build(config_lib.RunSettings, run_values, source)
+    cfg = config_lib.build(agent_cls.Config, hyper, {})
+    return settings, cfg, agent_cls
+
+
+def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
+    import gymnasium as gym
+
+    try:
+        return agent_cls(cfg, env_id=env_id, seed=seed, transform=transform)
+    except (ValueError, TypeError, gym.error.Error, ImportError) as err:
+        raise UserError(f"cannot create {agent_cls.__name__} on {env_id!r}: {one_line(err)}") \
+            from err
+
+
+# ---------------------------------------------------------------------------------------------
+# Main.
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None and any(a in ("-h", "--help") for a in argv):
+        build_parser(with_epilog=True).print_help()
+        return 0
+    args = build_parser().parse_args(argv)
+    from pgrad.trainer import Trainer, summary
+
+    resume = args.resume is not None
+    if resume:
+        settings, cfg, agent_cls = resolve_resume(args)
+        out = Path(args.resume)
+    else:
+        settings, cfg, agent_cls, _ = resolve(args)
+        out = Path(args.out or f"runs/{settings.agent}-{settings.env.split(':')[-1]}"
+                   f"-seed{settings.seed}")
+        if holds_run(out) and not args.overwrite:
+            raise UserError(f"--out {out} already holds a run; use --resume {out} to continue "
+                            "it, --overwrite to replace it, or another --out.")
+        check_writable(out)
+    if args.transform and resume:
+        settings = dataclasses.replace(settings, transform=args.transform)
+    env_id = config_lib.resolve_env(settings.env)
+    transform = config_lib.load_transform(settings.transform) if settings.transform else None
+    agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
+    try:
+        if not resume:
+            make_run_dir(out, args.overwrite)
+            write_text_atomic(out / "config.yaml", config_lib.dump_run_config(settings, cfg))
+        elif settings.total_steps != config_lib.load_yaml(out / "config.yaml").get("total_steps"):
+            write_text_atomic(out / "config.yaml", config_lib.dump_run_config(settings, cfg))
+        trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
+        if resume:
+            print(f"resuming {out} from env step {trainer.resumed_from:,} "
+                  f"(checkpoint {trainer.last_checkpoint.name})", file=sys.stderr)
+        result = trainer.run()
+    finally:
+        agent.close()
+    print(summary(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
