@@ -6,6 +6,7 @@ to apply the result. See README.md.
 
 from pgrad import _quiet  # noqa: F401  (must run before TensorFlow is imported)
 from pgrad.apply import all_finite, apply_updates
+from pgrad.diagnostics import per_step_diagnostics, policy_diagnostics
 from pgrad.distributions import ActionHead, make_head
 from pgrad.engine import plan, policy_gradients
 from pgrad.natural import FisherState, natural_gradient, trust_region
@@ -57,9 +58,11 @@ __all__ = [
     "mean_steps",
     "mlp",
     "natural_gradient",
+    "per_step_diagnostics",
     "per_step_grads",
     "per_step_norms",
     "plan",
+    "policy_diagnostics",
     "policy_gradients",
     "scale",
     "scale_steps",
