@@ -61,10 +61,11 @@ def test_weights_scale_the_terms():
     w = np.array([1.0, 1.0, 2.0, -1.0])
     terms = ROWS * w[:, None]
     mean = terms.mean(0)
+    cosines = terms @ mean / (np.linalg.norm(terms, axis=1) * np.linalg.norm(mean))
     spread = ((terms - mean) ** 2).sum()
     want = {
         "grad_snr": mean @ mean / (spread / 3 / 4),
-        "mean_cosine": np.mean(terms @ mean / (np.linalg.norm(terms, axis=1) * np.linalg.norm(mean))),
+        "mean_cosine": cosines.mean(),
         "step_norm_max": math.sqrt(20.0),
     }
     check(per_step_diagnostics(as_two_variables(ROWS), weights=tf.constant(w)), want)
