@@ -5,10 +5,12 @@ to apply the result. See README.md.
 """
 
 from pgrad import _quiet  # noqa: F401  (must run before TensorFlow is imported)
+from pgrad.adversarial import fgsm, pgd
 from pgrad.apply import all_finite, apply_updates
 from pgrad.diagnostics import per_step_diagnostics, policy_diagnostics
 from pgrad.distributions import ActionHead, make_head
 from pgrad.engine import plan, policy_gradients
+from pgrad.evaluate import evaluate
 from pgrad.natural import FisherState, natural_gradient, trust_region
 from pgrad.networks import mlp
 from pgrad.per_step import per_step_grads, per_step_norms
@@ -50,6 +52,8 @@ __all__ = [
     "clip_by_global_norm",
     "clip_per_step",
     "discounted_returns",
+    "fgsm",
+    "evaluate",
     "gae",
     "global_norm",
     "identity",
@@ -61,6 +65,7 @@ __all__ = [
     "per_step_diagnostics",
     "per_step_grads",
     "per_step_norms",
+    "pgd",
     "plan",
     "policy_diagnostics",
     "policy_gradients",

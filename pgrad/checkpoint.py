@@ -126,12 +126,16 @@ class CheckpointStore:
         return meta
 
     def restore(
-        self, trackables: Mapping[str, Any], warn: Callable[[str], None] | None = None
+        self,
+        trackables: Mapping[str, Any],
+        warn: Callable[[str], None] | None = None,
+        partial: bool = False,
     ) -> tuple[dict[str, Any], Path] | None:
         """Restores the newest good checkpoint into ``trackables``; ``None`` if there is none.
 
         A checkpoint that fails verification or reading is skipped with a warning (the previous
-        one is tried next).
+        one is tried next). With ``partial=True`` only ``trackables`` are restored and the
+        checkpoint may hold more (e.g. evaluation needs the networks, not the optimizer).
 
         Raises:
           ValueError: checkpoints exist but none of them could be restored.
@@ -143,6 +147,8 @@ class CheckpointStore:
                 meta = self.verify(path)
                 status = tf.train.Checkpoint(**trackables).read(str(path / PREFIX))
                 status.assert_existing_objects_matched()
+                if partial:
+                    status.expect_partial()
             except (ValueError, AssertionError, tf.errors.OpError) as err:
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
                 problems.append(f"{path.name}: {msg}")
