@@ -14,6 +14,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from pgrad.taps import per_step_variable
+
 tfd = tfp.distributions
 
 SUPPORTED = "Discrete, Box, MultiDiscrete, MultiBinary"
@@ -78,7 +80,8 @@ class GaussianHead(ActionHead):
 
     def distribution(self, params):
         # Broadcast explicitly: the per-step gradient of log_std is the gradient of this tensor.
-        log_std = tf.broadcast_to(tf.convert_to_tensor(self.log_std), tf.shape(params))  # [N, A]
+        # (a pgrad.taps per-step copy: per-step gradients of log_std come from the batched pass)
+        log_std = per_step_variable(self.log_std, tf.shape(params)[0])  # [N, A]
         return tfd.Independent(tfd.Normal(params, tf.exp(log_std)), reinterpreted_batch_ndims=1)
 
     def to_env(self, actions):

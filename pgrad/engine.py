@@ -5,8 +5,11 @@ post part. Paths:
 
 * ``"fused"`` -- every per-step transform (and the aggregation) only multiplies step ``t``'s
   gradient by a scalar ``c_t``. Then ``sum_t c_t * grad log pi_t = grad sum_t stop(c_t) log pi_t``:
-  one backward pass, no ``[T, params]`` tensor. Transforms that need per-step norms get them from
-  :func:`pgrad.per_step.per_step_norms` (chunked, never the whole jacobian at once).
+  one backward pass, no ``[T, params]`` tensor. Transforms that need per-step norms (clipping)
+  get them from :func:`pgrad.per_step.norms_and_capture`: Dense layers' norms from the taps of
+  one batched pass (:mod:`pgrad.taps`), other variables chunked. When every variable is tapped,
+  the reweighted sum comes from the same pass (``x^T (c * delta)`` per layer); otherwise a
+  second, surrogate backward pass forms it.
 * ``"full"`` -- some per-step transform needs the per-step vectors (a user's function, natural
   gradient): materialise them with :func:`pgrad.per_step_grads` and run ``chain.update``.
 
@@ -94,6 +97,7 @@ def policy_gradients(
     chunk_size: int | None = None,
     norms_fn: Callable[..., tf.Tensor] | None = None,
     per_step_fn: Callable[..., list[tf.Tensor]] | None = None,
+    use_taps: bool = True,
 ) -> tuple[list[tf.Tensor], Any, dict[str, tf.Tensor]]:
     """Aggregated, transformed policy gradients (ascent direction) for one batch.
 
@@ -108,6 +112,8 @@ def policy_gradients(
       chunk_size: rows per block when per-step gradients or norms are computed.
       norms_fn, per_step_fn: replacements for :func:`per_step_norms` / :func:`per_step_grads`
         with the same signature (e.g. a model-aware fast path).
+      use_taps: let per-step gradients and norms of Dense layers come from one batched pass
+        (:mod:`pgrad.taps`); ``False`` uses the generic vectorised path for every variable.
 
     Returns:
       ``(grads, new_state, info)``: one ``[*var.shape]`` gradient per variable, the new state,
@@ -131,15 +137,20 @@ def policy_gradients(
 
     if chosen == "full":
         grads_fn = per_step_fn or per_step_lib.per_step_grads
-        per_step = grads_fn(log_prob_fn, variables, *inputs, chunk_size=chunk_size)
+        kwargs = {} if per_step_fn else {"use_taps": use_taps}
+        per_step = grads_fn(log_prob_fn, variables, *inputs, chunk_size=chunk_size, **kwargs)
         grads, new_states = run_updates(leaves, per_step, states, ctx)
     else:
         split = next(i for i, t in enumerate(leaves) if t.aggregates) + 1
         pre, post = leaves[:split], leaves[split:]
-        norms = None
+        norms, cap = None, None
         if needs_norms(chain):
-            fn = norms_fn or per_step_lib.per_step_norms
-            norms = fn(log_prob_fn, variables, *inputs, chunk_size=chunk_size)
+            if norms_fn is not None:
+                norms = norms_fn(log_prob_fn, variables, *inputs, chunk_size=chunk_size)
+            else:
+                norms, cap = per_step_lib.norms_and_capture(
+                    log_prob_fn, variables, *inputs, chunk_size=chunk_size, use_taps=use_taps
+                )
             info["step_norm_mean"] = tf.reduce_mean(norms)
         coeff = tf.constant(1.0)
         new_pre = []
@@ -150,16 +161,24 @@ def policy_gradients(
             except TransformError:
                 raise
             except Exception as err:
-                raise TransformError(f"transform {t.name!r} raised {type(err).__name__}: {err}") from err
+                raise TransformError(
+                    f"transform {t.name!r} raised {type(err).__name__}: {err}"
+                ) from err
             coeff = coeff * tf.cast(scale, tf.float32)  # [T] or []
             new_pre.append(s)
-        with tf.GradientTape() as tape:
-            log_probs = _check_log_probs(log_prob_fn(*inputs), num_steps)
-            coeff = tf.broadcast_to(tf.cast(coeff, log_probs.dtype), tf.shape(log_probs))
-            surrogate = tf.reduce_sum(tf.stop_gradient(coeff) * log_probs)
-        grads = tape.gradient(
-            surrogate, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
-        )
+        if cap is not None and cap.all_covered and cap.rows_ok is True:
+            # Every variable's per-step gradients are Dense/per-step-copy taps: the reweighted
+            # sum is x^T (c * delta) per layer, from the pass that gave the norms.
+            coeff = tf.broadcast_to(tf.cast(coeff, tf.float32), tf.reshape(num_steps, [1]))
+            grads = cap.weighted_sum(tf.stop_gradient(coeff))
+        else:
+            with tf.GradientTape() as tape:
+                log_probs = _check_log_probs(log_prob_fn(*inputs), num_steps)
+                coeff = tf.broadcast_to(tf.cast(coeff, log_probs.dtype), tf.shape(log_probs))
+                surrogate = tf.reduce_sum(tf.stop_gradient(coeff) * log_probs)
+            grads = tape.gradient(
+                surrogate, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
+            )
         grads = [tf.convert_to_tensor(g) for g in grads]
         agg = pre[-1]
         grads = check_outputs(agg, "", [tf.expand_dims(g, 0) for g in grads], grads)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from pgrad import taps
+
 #: Default byte budget for one chunk of materialised per-step gradients.
 DEFAULT_MAX_BYTES = 256 * 2**20
 
@@ -133,21 +135,61 @@ def map_chunks(
     return [a.concat() for a in arrays]
 
 
+def _generic_grads(fn, variables, args, num_rows, chunk_size, max_bytes) -> list[tf.Tensor]:
+    """Per-example gradients vectorised with ``tf.vectorized_map``, in chunks."""
+    chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
+    one = _example_grads(fn, variables, "per_step_grads")
+    specs = [tf.TensorSpec([None, *v.shape], v.dtype) for v in variables]
+    return map_chunks(lambda rows: _vectorized(one, rows, variables), args, num_rows, chunk, specs)
+
+
+def _generic_norms_sq(fn, variables, args, num_rows, chunk_size, max_bytes) -> tf.Tensor:
+    """``[T]`` squared per-step norms over ``variables``, one chunk of rows alive at a time."""
+    chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
+    one = _example_grads(fn, variables, "per_step_norms")
+    dtype = variables[0].dtype if variables else tf.float32
+
+    def block(rows):
+        return [step_norms_squared(_vectorized(one, rows, variables))]
+
+    return map_chunks(block, args, num_rows, chunk, [tf.TensorSpec([None], dtype)])[0]
+
+
+def _guarded(cap: taps.Capture, fast: Callable, slow: Callable):
+    """``fast()`` when every tap had T rows; with dynamic shapes, decided at run time."""
+    if cap.rows_ok is True:
+        return fast()
+    return tf.cond(cap.rows_ok, fast, slow)
+
+
+def _prepare(variables, args):
+    variables = list(variables)
+    args = tf.nest.map_structure(tf.convert_to_tensor, args)
+    return variables, args, _num_steps(args)
+
+
 def per_step_grads(
     fn: Callable[..., tf.Tensor],
     variables: Sequence[tf.Variable],
     *args,
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    use_taps: bool = True,
 ) -> list[tf.Tensor]:
     """Per-step gradients of a per-step objective.
+
+    Variables of ``keras.layers.Dense`` layers (and per-step copies made with
+    :func:`pgrad.taps.per_step_variable`) get their rows from one batched backward pass
+    (:mod:`pgrad.taps`); every other variable from vectorised per-example gradients. Both are
+    exact.
 
     Args:
       fn: ``fn(*args) -> [T]``; row ``t`` depends only on row ``t`` of each arg.
       variables: the variables to differentiate (Keras or ``tf.Variable``).
       *args: per-step inputs, each ``[T, ...]`` (nests allowed).
-      chunk_size: steps per vectorised block; default from ``max_bytes``.
+      chunk_size: steps per vectorised block (generic path); default from ``max_bytes``.
       max_bytes: memory budget for one block of ``[chunk, params]`` gradients.
+      use_taps: use the Dense-layer taps where they apply (``False``: generic path only).
 
     Returns:
       One ``[T, *variable.shape]`` tensor per variable; row ``t`` is ``d fn(*args)[t] / d var``.
@@ -155,13 +197,26 @@ def per_step_grads(
     Raises:
       ValueError: if ``fn`` does not return one value per step.
     """
-    variables = list(variables)
-    args = tf.nest.map_structure(tf.convert_to_tensor, args)
-    num_rows = _num_steps(args)
-    chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
-    one = _example_grads(fn, variables, "per_step_grads")
-    specs = [tf.TensorSpec([None, *v.shape], v.dtype) for v in variables]
-    return map_chunks(lambda rows: _vectorized(one, rows, variables), args, num_rows, chunk, specs)
+    variables, args, num_rows = _prepare(variables, args)
+
+    def generic(vs):
+        return _generic_grads(fn, vs, args, num_rows, chunk_size, max_bytes)
+
+    if not (use_taps and variables and taps.enabled()):
+        return generic(variables)
+    _, cap = taps.capture(fn, variables, args, num_rows, "per_step_grads")
+    if not cap.any_covered:
+        return generic(variables)
+
+    def fast():
+        rows = cap.per_step_grads(num_rows)
+        missing = [i for i, r in enumerate(rows) if r is None]
+        if missing:
+            for i, g in zip(missing, generic([variables[i] for i in missing])):
+                rows[i] = g
+        return rows
+
+    return _guarded(cap, fast, lambda: generic(variables))
 
 
 def step_norms_squared(grads: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -180,16 +235,45 @@ def per_step_norms(
     *args,
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    use_taps: bool = True,
 ) -> tf.Tensor:
-    """``[T]`` global norm of each step's gradient, never holding more than one chunk of rows."""
-    variables = list(variables)
-    args = tf.nest.map_structure(tf.convert_to_tensor, args)
-    num_rows = _num_steps(args)
-    chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
-    one = _example_grads(fn, variables, "per_step_norms")
-    dtype = variables[0].dtype if variables else tf.float32
+    """``[T]`` global norm of each step's gradient, never materialising all rows at once.
 
-    def block(rows):
-        return [tf.sqrt(step_norms_squared(_vectorized(one, rows, variables)))]
+    Dense-layer variables contribute ``|x_t|^2 |delta_t|^2`` from one batched pass (no
+    ``[T, params]`` tensor at all); other variables go through the chunked generic path.
+    Arguments as in :func:`per_step_grads`.
+    """
+    return norms_and_capture(
+        fn, variables, *args, chunk_size=chunk_size, max_bytes=max_bytes, use_taps=use_taps
+    )[0]
 
-    return map_chunks(block, args, num_rows, chunk, [tf.TensorSpec([None], dtype)])[0]
+
+def norms_and_capture(
+    fn: Callable[..., tf.Tensor],
+    variables: Sequence[tf.Variable],
+    *args,
+    chunk_size: int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    use_taps: bool = True,
+) -> tuple[tf.Tensor, taps.Capture | None]:
+    """:func:`per_step_norms` plus the :class:`pgrad.taps.Capture` it used (or ``None``).
+
+    The engine reuses the capture to form the reweighted gradient without a second pass.
+    """
+    variables, args, num_rows = _prepare(variables, args)
+
+    def generic(vs):
+        return _generic_norms_sq(fn, vs, args, num_rows, chunk_size, max_bytes)
+
+    if not (use_taps and variables and taps.enabled()):
+        return tf.sqrt(generic(variables)), None
+    _, cap = taps.capture(fn, variables, args, num_rows, "per_step_norms")
+    if not cap.any_covered:
+        return tf.sqrt(generic(variables)), None
+
+    def fast():
+        total = cap.norms_squared(num_rows)
+        missing = [v for v, ok in zip(variables, cap.covered) if not ok]
+        return total + generic(missing) if missing else total
+
+    return tf.sqrt(_guarded(cap, fast, lambda: generic(variables))), cap
