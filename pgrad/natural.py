@@ -181,12 +181,7 @@ def natural_gradient(
       An aggregating ``GradientTransform``; its ``FisherState`` reports ``kl`` (of the returned
       update) and ``scale`` (applied for ``max_kl``) as metrics.
     """
-    parts = [str(damping)]
-    if weights_key is not None:
-        parts.append(f"weights_key={weights_key!r}")
-    if max_kl is not None:
-        parts.append(f"max_kl={max_kl}")
-    name = f"natural_gradient({', '.join(parts)})"
+    name = f"natural_gradient({damping})"  # no commas or quotes: it names metric columns
     return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name)
 
 
@@ -217,10 +212,5 @@ def trust_region(
     Returns:
       An aggregating ``GradientTransform`` with a ``FisherState`` (metrics ``kl`` and ``scale``).
     """
-    parts = [str(max_kl)]
-    if weights_key is not None:
-        parts.append(f"weights_key={weights_key!r}")
-    if damping is not None:
-        parts.append(f"damping={damping}")
-    name = f"trust_region({', '.join(parts)})"
+    name = f"trust_region({max_kl})"  # no commas or quotes: it names metric columns
     return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name)

@@ -140,7 +140,7 @@ def test_through_the_engine_fisher_from_unweighted_log_prob_grads(kind):
     assert rows.shape[0] < rows.shape[1]  # the T x T route
     np.testing.assert_allclose(flat([g[None] for g in grads])[0], want, rtol=2e-3, atol=2e-4)
     assert float(info["path_fused"]) == 0.0
-    name = "natural_gradient(0.001, weights_key='advantages')"
+    name = "natural_gradient(0.001)"
     np.testing.assert_allclose(info[f"{name}/kl"], dense_kl(rows, want), rtol=2e-3)
 
 
