@@ -84,7 +84,9 @@ def normalize_spec(spec: Any) -> list[list]:
         try:
             json.dumps(kwargs)
         except TypeError as err:
-            raise ValueError(f"transform {name!r}: arguments must be JSON values ({err}).") from None
+            raise ValueError(
+                f"transform {name!r}: arguments must be JSON values ({err})."
+            ) from None
         out.append([name, kwargs])
     return out
 
