@@ -11,10 +11,21 @@ from pgrad.diagnostics import per_step_diagnostics, policy_diagnostics
 from pgrad.distributions import ActionHead, make_head
 from pgrad.engine import plan, policy_gradients
 from pgrad.evaluate import evaluate
+from pgrad.gradcheck import GradCheck, check_gradients
+from pgrad.keras_model import PerSampleModel, TransformState
 from pgrad.natural import FisherState, natural_gradient, trust_region
 from pgrad.networks import mlp
+from pgrad.ops import (
+    ClipGradient,
+    ReverseGradient,
+    ScaleGradient,
+    clip_gradient,
+    reverse_gradient,
+    scale_gradient,
+)
 from pgrad.per_step import per_step_grads, per_step_norms
 from pgrad.returns import discounted_returns, gae, lambda_returns
+from pgrad.transform_specs import register_transform, registered_transforms, transform_from_spec
 from pgrad.transforms import (
     ClipState,
     EmptyState,
@@ -39,6 +50,19 @@ from pgrad.transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ClipGradient",
+    "GradCheck",
+    "PerSampleModel",
+    "ReverseGradient",
+    "ScaleGradient",
+    "TransformState",
+    "check_gradients",
+    "clip_gradient",
+    "register_transform",
+    "registered_transforms",
+    "reverse_gradient",
+    "scale_gradient",
+    "transform_from_spec",
     "ActionHead",
     "ClipState",
     "EmptyState",

@@ -84,6 +84,9 @@ class PerSampleModel(keras.Model):
         Must aggregate the sample axis (``mean_steps``/``sum_steps``/``natural_gradient``...).
       path: engine path, ``"auto"`` (cheapest exact) or force ``"fused"`` / ``"full"``.
       chunk_size: samples per block when per-sample gradients or norms are materialised.
+      use_taps: take per-sample gradients and norms of ``Dense`` layers from one batched pass
+        (``pgrad.taps``); set ``False`` for a model that feeds a Dense layer ``B`` rows that are
+        not the samples.
 
     Attributes:
       transform: the ``GradientTransform`` in use.
@@ -110,7 +113,7 @@ class PerSampleModel(keras.Model):
         return super().__new__(cls, *args, **kwargs)
 
     def __init__(self, *args, transform=None, path: str = "auto", chunk_size: int | None = None,
-                 **kwargs):
+                 use_taps: bool = True, **kwargs):
         if isinstance(self, Functional):
             # keras.Model.__init__ minus the class surgery.
             _keras_model.Trainer.__init__(self)
@@ -121,6 +124,7 @@ class PerSampleModel(keras.Model):
             raise ValueError(f"path must be one of {PATHS}; got {path!r}.")
         self._pgrad_path = path
         self._pgrad_chunk_size = chunk_size
+        self._pgrad_use_taps = bool(use_taps)
         self.set_transform(transform)
 
     # -- transform and its state ---------------------------------------------------------------
@@ -214,6 +218,7 @@ class PerSampleModel(keras.Model):
         grads, new_state, info = policy_gradients(
             self.transform, state.read(), objective, variables, (x, y, weights), context,
             path=self._pgrad_path, chunk_size=self._pgrad_chunk_size,
+            use_taps=self._pgrad_use_taps,
         )
         state.write(new_state)
         apply_updates(self.optimizer, grads, variables)
@@ -238,7 +243,7 @@ class PerSampleModel(keras.Model):
             )
         config = super().get_config()
         config.update(transform=self._pgrad_spec, path=self._pgrad_path,
-                      chunk_size=self._pgrad_chunk_size)
+                      chunk_size=self._pgrad_chunk_size, use_taps=self._pgrad_use_taps)
         return config
 
     def save_own_variables(self, store):

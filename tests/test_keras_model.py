@@ -210,3 +210,31 @@ def test_natural_gradient_spec_trains():
     history = fit(model, keras.optimizers.SGD(0.05), MSE(reduction=None), epochs=3)
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert transform_from_spec(model.transform_spec).name == "chain"
+
+
+def test_per_sample_clipping_in_fit_never_forms_per_sample_gradients(monkeypatch):
+    """Dense-only model: norms and the clipped sum come from the taps of one batched pass.
+
+    Run eagerly so every shape is static and only the branch that runs is built (in a traced
+    fit() the generic branch exists in the graph behind a tf.cond but does not run).
+    """
+    import pgrad.per_step as per_step
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("per-sample gradient vectors were materialised")
+
+    spec = [("clip_per_step", {"max_norm": 0.05}), "mean_steps"]
+    reference = functional(PerSampleModel, transform=spec, use_taps=False)
+    reference.compile(optimizer=keras.optimizers.SGD(0.5), loss=MSE(reduction=None),
+                      run_eagerly=True)
+    reference.fit(X, Y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    monkeypatch.setattr(per_step, "_vectorized", forbidden)
+    model = functional(PerSampleModel, transform=spec)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=MSE(reduction=None),
+                  run_eagerly=True)
+    model.fit(X, Y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert max_diff(model, reference) < 1e-6
+    generic = functional(PerSampleModel, transform=spec, use_taps=False)
+    generic.compile(optimizer="sgd", loss=MSE(reduction=None), run_eagerly=True)
+    with pytest.raises(AssertionError, match="materialised"):  # the patch is live
+        generic.fit(X, Y, batch_size=16, epochs=1, verbose=0)
