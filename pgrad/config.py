@@ -225,10 +225,8 @@ def split_keys(values: dict[str, Any], config_cls: type, source: str) -> tuple[d
             for sub, sub_value in value.items():
                 sub = str(sub)
                 if sub not in fields:
-                    raise UserError(
-                        f"{source}: unknown hyperparameter {sub!r} for this agent."
-                        f"{suggest(sub, fields)} Known: {', '.join(fields)}."
-                    )
+                    hint = suggest(sub, fields) or f" Known: {', '.join(fields)}."
+                    raise UserError(f"{source}: unknown hyperparameter {sub!r}.{hint}")
                 hyper[sub] = sub_value
         elif key in RUN_KEYS:
             run[key] = value
@@ -236,10 +234,10 @@ def split_keys(values: dict[str, Any], config_cls: type, source: str) -> tuple[d
             hyper[key] = value
         else:
             known = list(RUN_KEYS) + list(fields)
-            raise UserError(
-                f"{source}: unknown key {key!r}.{suggest(key, known)} "
-                f"Run settings: {', '.join(RUN_KEYS)}; hyperparameters: {', '.join(fields)}."
+            hint = suggest(key, known) or (
+                f" Run settings: {', '.join(RUN_KEYS)}; hyperparameters: {', '.join(fields)}."
             )
+            raise UserError(f"{source}: unknown key {key!r}.{hint}")
     return run, hyper
 
 
@@ -254,7 +252,10 @@ def build(cls: type, values: dict[str, Any], source: dict[str, str]) -> Any:
         if hasattr(obj, "validate"):
             obj.validate()
     except (ValueError, TypeError) as err:
-        raise UserError(f"invalid setting: {err}") from None
+        text = str(err)
+        # Name where the offending value came from (a flag, --set, or a file) when we know it.
+        origin = next((source[k] for k in values if k in source and text.startswith(k)), None)
+        raise UserError(f"invalid setting{f' ({origin})' if origin else ''}: {text}") from None
     return obj
 
 

@@ -61,11 +61,16 @@ def _skipped(metrics: dict[str, Any]) -> bool:
 
 
 class _Progress:
-    """A rich progress bar (steps, steps/s, rolling return, ETA), or nothing when quiet."""
+    """A rich progress bar (steps, steps/s, rolling return, ETA) on a terminal; one log line per
+    10% of the run when stderr is not a terminal (CI logs); nothing when quiet."""
 
     def __init__(self, total: int, start: int, quiet: bool):
         self.bar = None
-        if quiet:
+        self.lines = not quiet and not sys.stderr.isatty()
+        self.total = total
+        self._t0, self._s0 = time.monotonic(), start
+        self._next_line = start + max(1, total // 10)
+        if quiet or self.lines:
             return
         from rich.console import Console
         from rich.progress import (
@@ -90,15 +95,20 @@ class _Progress:
         )
         self.task = self.bar.add_task("train", total=total, completed=start, rate="-", ret="-")
         self.bar.start()
-        self._t0, self._s0 = time.monotonic(), start
 
     def update(self, steps: int, rolling: float | None) -> None:
-        if self.bar is None:
+        if self.bar is None and not self.lines:
             return
         dt = time.monotonic() - self._t0
         rate = f"{(steps - self._s0) / dt:,.0f}" if dt > 0 else "-"
         ret = "-" if rolling is None else f"{rolling:.1f}"
-        self.bar.update(self.task, completed=steps, rate=rate, ret=ret)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=steps, rate=rate, ret=ret)
+        elif steps >= self._next_line:
+            self._next_line = steps + max(1, self.total // 10)
+            eta = (self.total - steps) * dt / max(1, steps - self._s0)
+            print(f"step {steps:,}/{self.total:,}  {rate} steps/s  return {ret}  eta {eta:.0f} s",
+                  file=sys.stderr, flush=True)
 
     def log(self, text: str) -> None:
         if self.bar is not None:
