@@ -45,8 +45,9 @@ class CommonConfig:
         "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
     optimizer: str = field(default="rmsprop", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
     learning_rate: float = field(default=7e-4, metadata=_help("optimizer learning rate"))
-    optimizer_eps: float = field(default=1e-5, metadata=_help(
-        "epsilon of RMSprop/Adam (Keras adds it inside the square root for RMSprop)"))
+    optimizer_eps: float = field(default=1e-10, metadata=_help(
+        "epsilon of RMSprop/Adam; Keras adds it inside RMSprop's square root, so 1e-10 here is "
+        "about PyTorch's (SB3's) 1e-5 outside it"))
     rmsprop_rho: float = field(default=0.99, metadata=_help("RMSprop decay of the squared mean"))
     max_grad_norm: float = field(default=0.5, metadata=_help(
         "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
@@ -164,6 +165,8 @@ class Agent:
         self.seed_var = tf.Variable(self.seed, dtype=tf.int64, trainable=False, name="seed")
         self._act_rng = np.random.default_rng([self.seed, 2**31])
         self._update_fn = tf.function(self._update, reduce_retracing=True)
+        self._metric_keys: list[str] = []
+        self._synced_updates = -1  # update count the numpy copies were taken at
         self.collector.reset(seed=self.seed)
 
     # -- subclass hooks ------------------------------------------------------------------------
@@ -184,12 +187,21 @@ class Agent:
     def env_steps(self) -> int:
         return int(self.env_steps_var.numpy())
 
-    def _sync(self) -> None:
-        """Refresh numpy copies from the variables (weights and normaliser statistics)."""
-        self.mirror.sync()
-        for norm in (self.obs_norm, self.reward_norm):
-            if norm is not None:
-                norm.pull()
+    def _sync(self) -> int:
+        """Refreshes the numpy copies if the variables changed outside ``step`` (a restore).
+
+        Returns the update count. ``step`` keeps the copies current itself (the update returns
+        the new weights), so the usual cost is one variable read.
+        """
+        updates = int(self.updates_var.numpy())
+        if updates != self._synced_updates:
+            self.mirror.sync()
+            for norm in (self.obs_norm, self.reward_norm):
+                if norm is not None:
+                    norm.pull()
+            self.seed = int(self.seed_var.numpy())
+            self._synced_updates = updates
+        return updates
 
     def act(self, obs_batch: Any, deterministic: bool = False) -> np.ndarray:
         """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give)."""
@@ -203,12 +215,14 @@ class Agent:
         return self.head.to_env(actions)
 
     def _policy_fn(self, rng: np.random.Generator):
-        mirror, head, with_value = self.mirror, self.head, self.uses_critic
+        mirror, head = self.mirror, self.head
 
+        # No critic here: the update recomputes V on the same weights, so storing it would
+        # only add a forward pass per env step.
         def policy_fn(obs):
-            params, values = mirror.forward(obs, with_value)
+            params, _ = mirror.forward(obs)
             actions, log_probs = mirror.sample(params, rng)
-            return actions, head.to_env(actions), log_probs, values
+            return actions, head.to_env(actions), log_probs, None
 
         return policy_fn
 
@@ -216,65 +230,93 @@ class Agent:
 
     def step(self) -> dict[str, Any]:
         """Collects one batch and makes one update. See ``agents/__init__.py``."""
-        self._sync()
-        rng = np.random.default_rng([int(self.seed_var.numpy()), int(self.updates_var.numpy())])
+        updates = self._sync()
+        rng = np.random.default_rng([self.seed, updates])
         before = self.collector.env_steps
         traj, episodes = self._collect(self._policy_fn(rng))
-        for norm in (self.obs_norm, self.reward_norm):
-            if norm is not None:
-                norm.push()
-        base = self.env_steps
-        self.env_steps_var.assign_add(self.collector.env_steps - before)
+        taken = self.collector.env_steps - before
+        base = int(self.env_steps_var.numpy())
         # Episode end steps are counted from this collector's start; rebase on the total.
         episodes = [(base + s - before, r, n) for s, r, n in episodes]
         mask = None if traj.mask is None else tf.constant(traj.mask)
-        out = self._update_fn(
+        norm_stats = tuple((n.rms.mean, n.rms.var, n.rms.count)
+                           for n in (self.obs_norm, self.reward_norm) if n is not None)
+        values, flat = self._update_fn(
             tf.constant(traj.observations), tf.constant(traj.actions),
             tf.constant(traj.rewards), tf.constant(traj.terminated), tf.constant(traj.truncated),
             tf.constant(traj.next_observations), tf.constant(traj.log_probs), mask,
+            tf.constant(taken, tf.int64), norm_stats,
         )
-        metrics = {k: float(v) for k, v in out.items()}
-        return {"env_steps": self.env_steps, "episodes": episodes, "metrics": metrics}
+        self.mirror.load_flat(flat.numpy())
+        self._synced_updates = updates + 1
+        metrics = dict(zip(self._metric_keys, values.numpy().tolist()))
+        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
 
-    def _update(self, obs, actions, rewards, terminated, truncated, next_obs, log_probs, mask):
-        """One update from a ``[T, B, ...]`` batch (traced once per shape by tf.function)."""
+    def _update(self, obs, actions, rewards, terminated, truncated, next_obs, log_probs, mask,
+                env_steps_taken, norm_stats):
+        """One update from a ``[T, B, ...]`` batch (traced once per shape by tf.function).
+
+        Also stores the counters and normaliser statistics (assignments in the same graph cost
+        nothing extra; eager assignments cost a TensorFlow call each). Returns
+        ``([K] metric values named by self._metric_keys, [P] flat policy weights)``.
+        """
         cfg, net, head = self.cfg, self.net, self.head
+        self.env_steps_var.assign_add(env_steps_taken)
+        norms = [n for n in (self.obs_norm, self.reward_norm) if n is not None]
+        for n, (mean, var, count) in zip(norms, norm_stats):
+            n.mean.assign(mean)
+            n.var.assign(var)
+            n.count.assign(count)
         T, B = tf.shape(rewards)[0], tf.shape(rewards)[1]
         flat = lambda x: tf.reshape(x, tf.concat([[T * B], tf.shape(x)[2:]], 0))  # noqa: E731
-        if self.uses_critic:
-            values = tf.reshape(net.value(flat(obs)), [T, B])  # [T, B]
-            next_values = tf.reshape(net.value(flat(next_obs)), [T, B])  # [T, B]
-        else:
-            values = next_values = tf.zeros_like(rewards)
-        advantages, returns = self._targets(rewards, terminated, truncated, values, next_values)
-        pieces = [flat(x) for x in (obs, actions, advantages, returns, values, rewards, log_probs)]
-        if mask is not None:  # whole-episode batches: keep only the steps in the batch
-            keep = flat(mask) > 0
-            pieces = [tf.boolean_mask(x, keep) for x in pieces]
-        obs_f, act_f, adv_f, ret_f, val_f, rew_f, logp_f = pieces  # [N, ...]
+        policy_vars = net.policy_variables
+        # Value and entropy terms: an ordinary tape, added after the chain's aggregation. (In a
+        # tf.function a tape only shapes the traced graph: ops run only for what is asked.)
+        with tf.GradientTape() as tape:
+            if self.uses_critic:  # one critic pass over o_t and the o_{t+1} that followed
+                both = net.value(tf.concat([flat(obs), flat(next_obs)], 0))  # [2TB]
+                values_g = tf.reshape(both[: T * B], [T, B])  # [T, B], carries the gradient
+                values = tf.stop_gradient(values_g)
+                next_values = tf.stop_gradient(tf.reshape(both[T * B:], [T, B]))
+            else:
+                values_g = values = next_values = tf.zeros_like(rewards)
+            advantages, returns = self._targets(rewards, terminated, truncated, values,
+                                                next_values)
+            advantages, returns = tf.stop_gradient(advantages), tf.stop_gradient(returns)
+            pieces = [flat(x) for x in (obs, actions, advantages, returns, values_g, rewards,
+                                        log_probs)]
+            if mask is not None:  # whole-episode batches: keep only the steps in the batch
+                keep = flat(mask) > 0
+                pieces = [tf.boolean_mask(x, keep) for x in pieces]
+            obs_f, act_f, adv_f, ret_f, val_g, rew_f, logp_f = pieces  # [N, ...]
+            dist = head.distribution(net.params(obs_f))
+            entropy = tf.reduce_mean(dist.entropy())
+            logp_now = dist.log_prob(act_f)  # [N], for the reported surrogate loss only
+            value_loss = tf.reduce_mean(tf.square(ret_f - val_g))
+            aux_loss = cfg.vf_coef * value_loss
+            if cfg.ent_coef > 0:
+                aux_loss -= cfg.ent_coef * entropy
+        # Only differentiate what the auxiliary loss reaches: with separate networks and no
+        # entropy bonus that is the critic alone.
+        aux_policy = cfg.ent_coef > 0 or net.trunk is not None
+        aux_vars = (net.variables if aux_policy else net.value_only_variables)
+        aux = tape.gradient(aux_loss, aux_vars, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        val_f = tf.stop_gradient(val_g)
         context = {"advantages": adv_f, "returns": ret_f, "log_probs": logp_f, "values": val_f,
                    "rewards": rew_f}
 
         def log_prob_fn(o, a):
             return head.distribution(net.params(o)).log_prob(a)  # [N]
 
-        policy_vars, all_vars = net.policy_variables, net.variables
         pg, new_state, info = pgrad.policy_gradients(
             self.transform, self.transform_state.read(), log_prob_fn, policy_vars,
             (obs_f, act_f), context, path=cfg.engine_path)
-        # Value and entropy terms: an ordinary tape, added after the chain's aggregation.
-        with tf.GradientTape() as tape:
-            dist = head.distribution(net.params(obs_f))
-            entropy = tf.reduce_mean(dist.entropy())
-            logp_now = dist.log_prob(act_f)  # [N], for the reported surrogate loss only
-            if self.uses_critic:
-                value_loss = tf.reduce_mean(tf.square(ret_f - net.value(obs_f)))
-            else:
-                value_loss = tf.constant(0.0)
-            aux_loss = cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-        aux = tape.gradient(aux_loss, all_vars, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         n_pol = len(policy_vars)
-        grads = [g - a for g, a in zip(pg, aux[:n_pol])] + [-a for a in aux[n_pol:]]  # ascent
+        if aux_policy:
+            grads = [g - a for g, a in zip(pg, aux[:n_pol])] + [-a for a in aux[n_pol:]]
+        else:
+            grads = list(pg) + [-a for a in aux]  # ascent direction, aligned with net.variables
+        all_vars = net.variables
         total_norm = pgrad.global_norm(grads)
         if cfg.max_grad_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm, use_norm=total_norm)
@@ -298,7 +340,9 @@ class Agent:
         for k, v in info.items():
             if k not in ("grad_norm",):
                 metrics[_metric_name(k)] = v
-        return {k: tf.cast(v, tf.float32) for k, v in metrics.items()}
+        self._metric_keys = list(metrics)  # trace-time: the order of the stacked values
+        values = tf.stack([tf.cast(tf.reshape(v, []), tf.float32) for v in metrics.values()])
+        return values, self.mirror.flat_weights()
 
     # -- persistence -----------------------------------------------------------------------------
 
@@ -315,7 +359,6 @@ class Agent:
 
     def export_policy(self, path: str) -> None:
         """Saves a deterministic ``action(observation)`` SavedModel (see pgrad.policy)."""
-        self._sync()
         export_policy(self.net, self.obs_norm, self.observation_space, path)
 
     def config_dict(self) -> dict[str, Any]:

@@ -161,23 +161,43 @@ class NumpyPolicy:
     """Exact numpy mirror of :class:`ActorCritic`'s forward pass plus numpy sampling.
 
     Sampling uses a caller-supplied ``np.random.Generator`` so the agent decides how it is
-    seeded (and therefore checkpointed).
+    seeded (and therefore checkpointed). Two ways to refresh the weights: :meth:`sync` reads each
+    variable (one TensorFlow call per variable), :meth:`load_flat` takes the output of
+    :meth:`flat_weights` computed inside a ``tf.function`` the caller runs anyway (no extra call).
     """
 
     def __init__(self, net: ActorCritic):
         self.net, self.head = net, net.head
         self._spec = {k: _layers(getattr(net, k)) for k in ("trunk", "actor", "critic")}
+        self._vars = [v for k in self._spec for w, b, _ in self._spec[k] for v in (w, b)]
+        if isinstance(self.head, dist_lib.GaussianHead):
+            self._vars.append(self.head.log_std)
+        self._shapes = [tuple(v.shape) for v in self._vars]
         self._weights: dict[str, list] = {}
         self.log_std = None
         self.sync()
 
+    def flat_weights(self) -> tf.Tensor:
+        """``[P]`` every mirrored variable, flattened and concatenated (call in a graph)."""
+        return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in self._vars], 0)
+
     def sync(self) -> None:
-        """Copies the current Keras weights (call after every update and after a restore)."""
+        """Copies the current Keras weights (after a restore, or any outside change)."""
+        self._load([v.numpy() for v in self._vars])
+
+    def load_flat(self, flat: np.ndarray) -> None:
+        """Loads weights from a :meth:`flat_weights` vector."""
+        sizes = [int(np.prod(s)) for s in self._shapes]
+        parts = np.split(np.asarray(flat, np.float32), np.cumsum(sizes)[:-1])
+        self._load([p.reshape(s) for p, s in zip(parts, self._shapes)])
+
+    def _load(self, arrays: list[np.ndarray]) -> None:
+        it = iter(arrays)
         for key, layers in self._spec.items():
-            self._weights[key] = [(w.numpy(), b.numpy(), _np_activation(a) if a else None)
-                                  for w, b, a in layers]
+            self._weights[key] = [(next(it), next(it), _np_activation(a) if a else None)
+                                  for _, _, a in layers]
         if isinstance(self.head, dist_lib.GaussianHead):
-            self.log_std = self.head.log_std.numpy()
+            self.log_std = next(it)
 
     def _run(self, key: str, x: np.ndarray) -> np.ndarray:
         for w, b, act in self._weights[key]:
@@ -198,22 +218,17 @@ class NumpyPolicy:
         h = self.head
         n = params.shape[0]
         if isinstance(h, dist_lib.CategoricalHead):
-            logp = _log_softmax(params)
-            a = _categorical(np.exp(logp), rng.random(n))
-            return a.astype(np.int32), logp[np.arange(n), a].astype(np.float32)
+            a, lp = _categorical(params, rng.random(n))
+            return a, lp.astype(np.float32)
         if isinstance(h, dist_lib.GaussianHead):
             std = np.exp(self.log_std)
             a = (params + std * rng.standard_normal(params.shape)).astype(np.float32)
             return a, _gauss_log_prob(a, params, self.log_std)
         if isinstance(h, dist_lib.MultiCategoricalHead):
-            acts, lps = [], np.zeros(n)
-            for d, block in enumerate(_split(params, h.nvec)):
-                logp = _log_softmax(block)
-                a = _categorical(np.exp(logp), rng.random(n))
-                acts.append(a)
-                lps += logp[np.arange(n), a]
-                del d
-            return np.stack(acts, 1).astype(np.int32), lps.astype(np.float32)
+            u = rng.random((n, len(h.nvec)))
+            draws = [_categorical(b, u[:, d]) for d, b in enumerate(_split(params, h.nvec))]
+            lps = np.sum([lp for _, lp in draws], axis=0)
+            return np.stack([a for a, _ in draws], 1), lps.astype(np.float32)
         if isinstance(h, dist_lib.BernoulliHead):
             a = (rng.random(params.shape) < _sigmoid(params)).astype(np.int32)
             return a, _bernoulli_log_prob(a, params)
@@ -237,16 +252,18 @@ def _split(params: np.ndarray, nvec) -> list[np.ndarray]:
     return np.split(params, np.cumsum(nvec)[:-1], axis=1)
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(1, keepdims=True)
-    return x - np.log(np.exp(x).sum(1, keepdims=True))
+def _categorical(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse-CDF sampling from ``[N, K]`` logits with one uniform per row.
 
-
-def _categorical(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF sampling, one uniform per row."""
-    cdf = np.cumsum(probs, 1)
-    return np.minimum((u[:, None] * cdf[:, -1:] > cdf).sum(1), probs.shape[1] - 1)
+    Returns ``([N]`` int32 actions, ``[N]`` float64 log-probabilities).
+    """
+    z = logits - logits.max(1, keepdims=True)
+    e = np.exp(z, dtype=np.float64)
+    cdf = np.cumsum(e, 1)
+    total = cdf[:, -1]
+    a = np.minimum((u[:, None] * total[:, None] > cdf).sum(1), logits.shape[1] - 1)
+    rows = np.arange(logits.shape[0])
+    return a.astype(np.int32), z[rows, a] - np.log(total)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

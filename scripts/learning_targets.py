@@ -1,0 +1,122 @@
+"""Reproduces the learning-targets table in docs/agents.md.
+
+Each row trains one agent on one env for several seeds, one run at a time, and reports the env
+steps and wall seconds to reach the target (mean return of the last 20 training episodes), or
+what it reached within the budget; optionally a deterministic evaluation of the final policy.
+
+    python scripts/learning_targets.py                      # every row (hours)
+    python scripts/learning_targets.py --rows a2c-cartpole  # one row
+    python scripts/learning_targets.py --rows a2c-cartpole --seeds 0 1 2 --set n_steps=8
+
+Prints one JSON object per run and a markdown table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import agents  # noqa: E402
+import pgrad  # noqa: E402,F401  (silences TensorFlow first)
+
+#: name -> (agent, env, max env steps, target last-20 training mean, overrides, eval episodes)
+ROWS: dict[str, tuple[str, str, int, float, dict, int]] = {
+    "a2c-cartpole": ("a2c", "CartPole-v1", 150_000, 475.0, {}, 0),
+    "reinforce-cartpole": ("reinforce", "CartPole-v1", 300_000, 475.0, {}, 0),
+    "a2c-acrobot": ("a2c", "Acrobot-v1", 500_000, -100.0, {"normalize_obs": True}, 10),
+    "a2c-lunarlander": ("a2c", "LunarLander-v3", 300_000, 100.0,
+                        {"n_steps": 8, "gamma": 0.995, "learning_rate": 8.3e-4,
+                         "ent_coef": 1e-5, "normalize_obs": True}, 10),
+    "a2c-pendulum": ("a2c", "Pendulum-v1", 300_000, -200.0,
+                     {"normalize_obs": True, "normalize_reward": True, "gae_lambda": 0.9,
+                      "n_steps": 8, "log_std_init": -1.0}, 10),
+    "a2c-invertedpendulum": ("a2c", "InvertedPendulum-v5", 300_000, 1000.0,
+                             {"normalize_obs": True}, 10),
+}
+
+
+def evaluate(agent, env_id: str, episodes: int, seed: int) -> float:
+    """Mean undiscounted return of the deterministic policy over ``episodes`` episodes."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=10_000 + seed * 100 + i)
+        total, done = 0.0, False
+        while not done:
+            action = agent.act(np.asarray(obs)[None], deterministic=True)[0]
+            obs, r, term, trunc, _ = env.step(action)
+            total += float(r)
+            done = term or trunc
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+def run(row: str, seed: int, overrides: dict) -> dict:
+    agent_name, env_id, budget, target, base, eval_eps = ROWS[row]
+    cls = agents.get(agent_name)
+    cfg = cls.Config(**{**base, **overrides})
+    agent = cls(cfg, env_id=env_id, seed=seed)
+    returns: list[float] = []
+    solved_at, solved_wall = None, None
+    start = time.perf_counter()
+    while agent.env_steps < budget:
+        info = agent.step()
+        for step, ret, _ in info["episodes"]:
+            returns.append(ret)
+            if solved_at is None and len(returns) >= 20 and np.mean(returns[-20:]) >= target:
+                solved_at, solved_wall = step, time.perf_counter() - start
+        if solved_at is not None and eval_eps == 0:
+            break
+    wall = time.perf_counter() - start
+    out = {
+        "row": row, "seed": seed, "solved": solved_at is not None, "steps_to_target": solved_at,
+        "wall_to_target_s": None if solved_wall is None else round(solved_wall, 1),
+        "env_steps": agent.env_steps, "wall_s": round(wall, 1),
+        "last20_mean": round(float(np.mean(returns[-20:])), 1) if returns else None,
+        "overrides": overrides,
+    }
+    if eval_eps:
+        out["eval_mean"] = round(evaluate(agent, env_id, eval_eps, seed), 1)
+    agent.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override (value parsed as JSON, else a string)")
+    args = parser.parse_args()
+    overrides = {}
+    for pair in args.set:
+        key, value = pair.split("=", 1)
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    results = []
+    for row in args.rows:
+        for seed in args.seeds:
+            res = run(row, seed, overrides)
+            print(json.dumps(res), flush=True)
+            results.append(res)
+    print("\n| row | seed | target reached at (steps) | wall to target (s) | last-20 mean | eval |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['row']} | {r['seed']} | {r['steps_to_target'] or 'not reached'} | "
+              f"{r['wall_to_target_s'] or '-'} | {r['last20_mean']} | {r.get('eval_mean', '-')} |")
+
+
+if __name__ == "__main__":
+    main()
