@@ -21,6 +21,12 @@ if not _VERBOSE:
     warnings.filterwarnings("ignore", module=r"tensorflow_probability.*")
     warnings.filterwarnings("ignore", module=r"tf_keras.*")
 
+# TensorFlow's pooled (BFC) CPU allocator. With the default malloc-based one, every large tensor
+# (per-step gradients are [T, params]: ~38 MB for a 64-64 MLP at T=2048) is a fresh mmap whose
+# page faults cost more than computing it; measured in docs/performance.md. Has effect only if
+# TensorFlow is imported after pgrad.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
 
 def _import_tensorflow_quietly():
     if _VERBOSE or "tensorflow" in sys.modules:
