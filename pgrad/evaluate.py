@@ -99,6 +99,7 @@ def evaluate(
     video_dir: str | os.PathLike | None = None,
     env_id: str | None = None,
     write: bool = True,
+    source: str = "auto",
 ) -> dict[str, Any]:
     """Runs ``episodes`` episodes of a trained run's policy and summarises them.
 
@@ -111,6 +112,8 @@ def evaluate(
       video_dir: record every episode as mp4 here (Gymnasium's RecordVideo; needs moviepy).
       env_id: evaluate on another env with the same spaces (default: the run's env).
       write: write ``run_dir/eval.json``.
+      source: ``"auto"`` (the exported policy for deterministic actions if present, else the
+        checkpoint), ``"policy"`` or ``"checkpoint"``.
 
     Returns:
       ``{"return_mean", "return_std", "length_mean", "length_std", "returns", "lengths", ...}``.
@@ -124,6 +127,10 @@ def evaluate(
 
     run_dir = Path(run_dir)
     values = _run_settings(run_dir)
+    if source not in ("auto", "policy", "checkpoint"):
+        raise UserError(f"source must be 'auto', 'policy' or 'checkpoint'; got {source!r}.")
+    if source == "policy" and not deterministic:
+        raise UserError("the exported policy is deterministic; use deterministic=True with it.")
     if int(episodes) < 1:
         raise UserError(f"episodes must be >= 1; got {episodes}.")
     env_spec = env_id or str(values.get("env", ""))
@@ -145,11 +152,14 @@ def evaluate(
     agent = None
     try:
         policy_dir = run_dir / "policy"
-        if deterministic and (policy_dir / "saved_model.pb").is_file():
-            policy, source = _saved_model_policy(policy_dir, env.observation_space), "policy"
+        exported = (policy_dir / "saved_model.pb").is_file()
+        if source == "policy" and not exported:
+            raise UserError(f"{run_dir} has no exported policy/ (the run did not finish).")
+        if deterministic and exported and source != "checkpoint":
+            policy, used = _saved_model_policy(policy_dir, env.observation_space), "policy"
         else:
             policy, agent = _checkpoint_policy(run_dir, values, bare_id, deterministic)
-            source = "checkpoint"
+            used = "checkpoint"
         if video_dir is not None:
             env = gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda i: True,
                                            name_prefix="eval", disable_logger=True)
@@ -177,7 +187,7 @@ def evaluate(
         "episodes": int(episodes),
         "deterministic": bool(deterministic),
         "seed": seed,
-        "source": source,
+        "source": used,
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),
         "length_mean": float(np.mean(lengths)),

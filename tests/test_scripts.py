@@ -1,0 +1,235 @@
+"""scripts/train.py and scripts/evaluate.py run as a user runs them (subprocess, tiny budgets)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+EXAMPLE = ROOT / "examples" / "custom_transform.py"
+STEPS = 2000
+
+
+def run(script: str, *args, cwd=None, timeout=240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([PY, str(ROOT / "scripts" / script), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One short A2C run on CartPole with the README's custom transform given as a file path."""
+    out = tmp_path_factory.mktemp("runs") / "a2c-cartpole"
+    proc = run("train.py", "--agent", "a2c", "--env", "CartPole-v1", "--total-steps", STEPS,
+               "--seed", 0, "--out", out, "--checkpoint-every", 1000, "--set", "n_steps=8",
+               "--transform", f"{EXAMPLE}:log_advantage")
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_run_directory_holds_every_artifact(trained):
+    out, proc = trained
+    assert "done (reached total_steps): 2,048 env steps, 32 updates" in proc.stdout
+    assert str(out) in proc.stdout
+
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    import agents
+    from pgrad.config import field_help
+
+    fields = {f for f, _, _ in field_help(agents.get("a2c").Config)}
+    assert cfg["agent"] == "a2c" and cfg["env"] == "CartPole-v1" and cfg["seed"] == 0
+    assert cfg["total_steps"] == STEPS and cfg["transform"] == f"{EXAMPLE}:log_advantage"
+    assert set(cfg["hyperparameters"]) == fields and cfg["hyperparameters"]["n_steps"] == 8
+
+    header, rows = read_csv(out / "episodes.csv")
+    assert header == ["step", "wall_s", "return", "length"] and len(rows) > 10
+    steps = [int(r["step"]) for r in rows]
+    assert steps == sorted(steps) and 0 < steps[-1] <= 2048
+    assert all(float(r["return"]) == int(r["length"]) for r in rows)  # CartPole: +1 per step
+    assert all(float(r["wall_s"]) >= 0 for r in rows)
+
+    header, rows = read_csv(out / "updates.csv")
+    for col in ("step", "policy_loss", "value_loss", "entropy", "grad_norm", "pg_grad_norm",
+                "learning_rate", "nonfinite_skipped"):
+        assert col in header
+    assert len(rows) == 32  # 64 steps (n_steps x num_envs) per update, until >= 2000 steps
+    assert all(np.isfinite(float(r["policy_loss"])) for r in rows)
+    assert {r["nonfinite_skipped"] for r in rows} == {"0.0"}
+
+    events = list((out / "tb").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 1000
+
+    png = (out / "learning_curve.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert ckpts == ["step-000000001024", "step-000000002048"]  # every 1000 steps, and the end
+    assert (out / "policy" / "saved_model.pb").is_file()
+
+
+def test_tensorboard_has_scalars(trained):
+    out, _ = trained
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out / "tb"))
+    acc.Reload()
+    tags = acc.Tags()["tensors"] + acc.Tags()["scalars"]
+    assert "episode/return" in tags and "update/policy_loss" in tags
+
+
+def test_checkpoint_restores_into_a_fresh_agent(trained):
+    import tensorflow as tf
+
+    import agents
+    from pgrad.checkpoint import CheckpointStore
+    from pgrad.config import load_transform
+
+    out, _ = trained
+    a2c = agents.get("a2c")
+    agent = a2c(a2c.Config(n_steps=8), env_id="CartPole-v1", seed=123,
+                transform=load_transform(f"{EXAMPLE}:log_advantage"))
+    try:
+        meta, path = CheckpointStore(out / "checkpoints").restore(agent.trackables())
+        assert path.name == "step-000000002048" and agent.env_steps == meta["env_steps"] == 2048
+        reader = tf.train.load_checkpoint(str(path / "ckpt"))
+        # Keras weights are stored once, under the optimizer's path (the first one TF finds);
+        # the agent's networks now hold exactly those values (the seed-123 init is gone).
+        for i, v in enumerate(agent.net.variables):
+            key = f"optimizer/_trainable_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
+            np.testing.assert_array_equal(v.numpy(), reader.get_tensor(key))
+        assert int(agent.updates_var.numpy()) == meta["updates"] == 32
+    finally:
+        agent.close()
+
+
+def test_saved_model_loads_without_pgrad(trained):
+    out, _ = trained
+    code = textwrap.dedent(f"""
+        import os, sys
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        import numpy as np, tensorflow as tf
+        policy = tf.saved_model.load({str(out / "policy")!r})
+        obs = np.random.default_rng(0).uniform(-0.05, 0.05, size=(5, 4)).astype(np.float32)
+        a = policy.action(tf.constant(obs)).numpy()
+        assert a.shape == (5,), a.shape
+        assert set(a.tolist()) <= {{0, 1}}, a
+        assert not any(m == "pgrad" or m.startswith(("pgrad.", "agents")) for m in sys.modules)
+        print("ok", a.tolist())
+    """)
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok")
+
+
+def test_evaluate_prints_and_writes_eval_json(trained):
+    out, _ = trained
+    proc = run("evaluate.py", out, "--episodes", 3, "--deterministic", "--seed", 7)
+    assert proc.returncode == 0, proc.stderr
+    assert "return" in proc.stdout and "±" in proc.stdout and "eval.json" in proc.stdout
+    result = json.loads((out / "eval.json").read_text())
+    assert result["episodes"] == 3 and len(result["returns"]) == 3
+    assert result["source"] == "policy" and result["deterministic"] is True
+    assert result["return_mean"] == pytest.approx(np.mean(result["returns"]))
+    assert result["length_std"] == pytest.approx(np.std(result["lengths"]))
+
+
+def test_library_evaluate_uses_the_checkpoint_for_sampled_actions(trained, tmp_path):
+    import pgrad
+
+    out, _ = trained
+    first = pgrad.evaluate(out, episodes=2, seed=3, write=False)
+    again = pgrad.evaluate(out, episodes=2, seed=3, write=False)
+    assert first["source"] == "checkpoint" and first["returns"] == again["returns"]
+    # Greedy actions from the checkpoint and from the exported SavedModel are the same policy.
+    from_policy = pgrad.evaluate(out, episodes=3, deterministic=True, seed=5, write=False)
+    from_ckpt = pgrad.evaluate(out, episodes=3, deterministic=True, seed=5, write=False,
+                               source="checkpoint")
+    assert from_policy["source"] == "policy" and from_ckpt["source"] == "checkpoint"
+    assert from_policy["returns"] == from_ckpt["returns"]
+    video = tmp_path / "video"
+    pgrad.evaluate(out, episodes=1, deterministic=True, video_dir=video, write=False)
+    mp4 = list(video.glob("*.mp4"))
+    assert len(mp4) == 1 and mp4[0].stat().st_size > 0
+
+
+def test_resume_continues_from_the_saved_step_count(trained, tmp_path):
+    src, _ = trained
+    out = tmp_path / "resumed"
+    shutil.copytree(src, out)
+    proc = run("train.py", "--resume", out, "--total-steps", 3000, "--quiet",
+               "--transform", f"{EXAMPLE}:log_advantage")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming" in proc.stderr and "from env step 2,048" in proc.stderr
+    assert "done (reached total_steps): 3,008 env steps, 47 updates" in proc.stdout
+    _, rows = read_csv(out / "updates.csv")
+    steps = [int(r["step"]) for r in rows]
+    assert steps == [64 * (i + 1) for i in range(47)]  # continues 2048 -> 2112, no gap/repeat
+    assert yaml.safe_load((out / "config.yaml").read_text())["total_steps"] == 3000
+    assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-000000003008"
+
+
+def test_help_documents_every_option_with_its_default():
+    proc = run("train.py", "--help")
+    assert proc.returncode == 0
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import train
+    finally:
+        sys.path.pop(0)
+    for action in train.build_parser()._actions:
+        if action.dest == "help":
+            continue
+        assert "default" in (action.help or ""), action.dest
+        assert action.option_strings[0] in proc.stdout
+    assert "hyperparameters" in proc.stdout and "gae_lambda" in proc.stdout
+    proc = run("evaluate.py", "--help")
+    assert proc.returncode == 0 and "--deterministic" in proc.stdout
+
+
+def test_custom_transform_example_forms_agree():
+    """The example's plain function equals its built-in chain (and a per-step numpy loop)."""
+    import importlib.util
+
+    import tensorflow as tf
+
+    import pgrad
+
+    spec = importlib.util.spec_from_file_location("example_ct", EXAMPLE)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    rng = np.random.default_rng(0)
+    grads = [tf.constant(rng.normal(size=(6, 3, 2)), tf.float32),
+             tf.constant(rng.normal(size=(6, 2)), tf.float32)]
+    adv = tf.constant(rng.normal(size=6) * 3, tf.float32)
+    slow = pgrad.chain(pgrad.stateless(ex.log_advantage), pgrad.mean_steps())
+    fast = ex.fast()
+    variables = [tf.Variable(tf.zeros(g.shape[1:])) for g in grads]
+    a, _ = slow.update(grads, slow.init(variables), advantages=adv)
+    b, _ = fast.update(grads, fast.init(variables), advantages=adv)
+    ref = [np.zeros(g.shape[1:]) for g in grads]
+    for t in range(6):
+        norm = np.sqrt(sum(np.sum(g.numpy()[t] ** 2) for g in grads))
+        w = np.sign(adv[t]) * np.log1p(abs(adv[t])) * min(1.0, ex.MAX_NORM / norm)
+        for r, g in zip(ref, grads):
+            r += w * g.numpy()[t] / 6
+    for x, y, r in zip(a, b, ref):
+        np.testing.assert_allclose(x.numpy(), r, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(y.numpy(), r, rtol=1e-5, atol=1e-6)
