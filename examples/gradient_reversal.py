@@ -102,10 +102,10 @@ def domain_accuracy(model: Dann, xs, xt) -> float:
 
 def main(quick: bool = False) -> None:
     rng = np.random.default_rng(0)
-    n = 1000 if quick else 3000
+    n = 500 if quick else 3000
     source, target = make_domain(n, 0.0, rng), make_domain(n, 2.0, rng)
     test_source, test_target = make_domain(2000, 0.0, rng), make_domain(2000, 2.0, rng)
-    steps = 300 if quick else 1500
+    steps = 100 if quick else 1500
     print(f"{n} labelled source and {n} unlabelled target samples, {steps} steps of batch 128+128")
     print(f"{'':24s} {'source acc':>10s} {'target acc':>10s} {'domain head acc':>16s}")
     for name, factor in (("baseline (factor 0)", 0.0), ("gradient reversal", 1.0)):

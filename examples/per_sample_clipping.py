@@ -63,8 +63,8 @@ def train(model, loss, data, epochs: int, **adam_kwargs):
 
 
 def main(quick: bool = False) -> None:
-    epochs = 3 if quick else 10
-    data = make_data(600 if quick else 2000, 1000)
+    epochs = 2 if quick else 10
+    data = make_data(256 if quick else 2000, 1000)
     print(f"{len(data[0])} training samples, {int(data[4].sum())} with corrupted targets (+30); "
           f"{epochs} epochs, batch 64, Adam(3e-3)")
 

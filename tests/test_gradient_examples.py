@@ -1,0 +1,71 @@
+"""The gradient-tools examples run as a user runs them (subprocess, small sizes).
+
+The three scripts start together (one fixture) so their TensorFlow start-ups overlap.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {
+    "relu": ["custom_relu_gradcheck.py"],
+    "clipping": ["per_sample_clipping.py", "--quick"],
+    "reversal": ["gradient_reversal.py", "--quick"],
+}
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / script), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        )
+        for name, (script, *args) in SCRIPTS.items()
+    }
+    results = {}
+    for name, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        results[name] = (proc.returncode, out, err)
+    return results
+
+
+def output(outputs, name: str) -> str:
+    code, out, err = outputs[name]
+    assert code == 0, err[-3000:]
+    return out
+
+
+def test_custom_relu_gradcheck(outputs):
+    out = output(outputs, "relu")
+    lines = out.splitlines()
+    assert any("at 8 random points   PASS" in line for line in lines)
+    assert any("at x = 0 (the kink)  FAIL" in line for line in lines)
+    assert any("leaky_relu_bug" in line and "FAIL" in line for line in lines)
+    assert any("stable_softplus_bug" in line and "FAIL" in line for line in lines)
+    assert any("inputs (w, b, x)     PASS" in line for line in lines)
+    assert out.count("vs reference: PASS") == 3 and "AGREES" not in out
+
+
+def test_per_sample_clipping_quick(outputs):
+    out = output(outputs, "clipping")
+    assert "PerSampleModel, clip_per_step(1.0)" in out and "clean test MSE" in out
+    assert "same predictions: True" in out
+
+
+def test_gradient_reversal_quick(outputs):
+    out = output(outputs, "reversal")
+    rows = {line[:24].strip(): line[24:].split() for line in out.splitlines()
+            if line.startswith(("baseline", "gradient reversal"))}
+    assert set(rows) == {"baseline (factor 0)", "gradient reversal"}
+    for values in rows.values():
+        assert len(values) == 3 and all(0.0 <= float(v) <= 1.0 for v in values)
