@@ -1,4 +1,4 @@
-"""Agents: registry, configs, action spaces, custom/stateful chains, checkpoints, export, seeding."""
+"""Agents: registry, configs, action spaces, custom and stateful chains, checkpoints, export."""
 
 from __future__ import annotations
 
