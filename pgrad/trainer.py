@@ -60,6 +60,25 @@ def _skipped(metrics: dict[str, Any]) -> bool:
         return False
 
 
+def _transform_error(err: BaseException) -> str | None:
+    """The message of a ``TransformError`` behind ``err``, if there is one.
+
+    Inside the agent's ``tf.function`` the error is re-raised by autograph as a ``StagingError``
+    whose text ends with ``TransformError: <message>``; eagerly it is the error itself.
+    """
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, TransformError):
+            return one_line(err)
+        text = str(err)
+        marker = "TransformError: "
+        if marker in text:
+            return one_line(text[text.rindex(marker) + len(marker):])
+        err = err.__cause__ or err.__context__
+    return None
+
+
 class _Progress:
     """A rich progress bar (steps, steps/s, rolling return, ETA) on a terminal; one log line per
     10% of the run when stderr is not a terminal (CI logs); nothing when quiet."""
@@ -234,12 +253,15 @@ class Trainer:
         step = int(self.agent.env_steps)
         try:
             return self.agent.step()
-        except TransformError as err:
-            raise RunError(
-                f"{one_line(err)} (update {self.updates + 1}, env step {step}; {self._where()})"
-            ) from err
-        except FloatingPointError as err:  # agents report non-finite env output this way
-            raise RunError(f"{one_line(err)} ({self._where()})") from err
+        except Exception as err:
+            found = _transform_error(err)
+            if found is not None:
+                raise RunError(
+                    f"{found} (update {self.updates + 1}, env step {step}; {self._where()})"
+                ) from err
+            if isinstance(err, (ValueError, FloatingPointError)):  # e.g. NaN from the env
+                raise RunError(f"{one_line(err)} ({self._where()})") from err
+            raise
 
     def _record(self, info: dict[str, Any]) -> None:
         for env_step, ret, length in info.get("episodes", ()):
