@@ -240,3 +240,16 @@ def test_numpy_categorical_sampling_frequencies():
     logits = np.tile(np.log([[0.2, 0.5, 0.3]]), (20000, 1))
     a, _ = mirror.sample(logits, np.random.default_rng(0))
     np.testing.assert_allclose(np.bincount(a, minlength=3) / 20000, [0.2, 0.5, 0.3], atol=0.015)
+
+
+def test_async_vector_env_gives_the_same_trajectory():
+    sync, asyn = (rollout.Collector(rollout.make_vec_env(counter(limit=3), 2, mode), "counter")
+                  for mode in ("sync", "async"))
+    for col in (sync, asyn):
+        col.reset(seed=0)
+    a, b = sync.collect(zero_policy, 5)[0], asyn.collect(zero_policy, 5)[0]
+    for x, y in zip(a, b):
+        if x is not None:
+            np.testing.assert_array_equal(x, y)
+    sync.close()
+    asyn.close()
