@@ -19,6 +19,8 @@ train: $(STAMP)
 	$(PY) scripts/train.py --agent a2c --env CartPole-v1 --total-steps 150000 --seed 0 \
 		--stop-at-return 475 --out $(RUN) --overwrite
 	$(PY) scripts/evaluate.py $(RUN) --episodes 20 --deterministic
+	@echo "The run is in $(RUN)/ (learning_curve.png, episodes.csv, eval.json, policy/); \
+	TensorBoard: $(VENV)/bin/tensorboard --logdir runs"
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -170,7 +170,7 @@ def plot_learning_curve(episodes_csv: str | Path, png: str | Path, title: str = 
         if steps.size:
             ax.scatter(steps, returns, s=4, alpha=0.35, label="episode return")
             ax.plot(steps, rolling_mean(returns), lw=2, label=f"mean of last {ROLLING}")
-            ax.legend(loc="lower right")
+            ax.legend(loc="best")
         else:
             ax.text(0.5, 0.5, "no finished episodes", ha="center", va="center",
                     transform=ax.transAxes)
