@@ -201,9 +201,9 @@ class PerSampleModel(keras.Model):
                 "PerSampleModel: per-output loss metrics (several compiled losses) would be "
                 "updated inside the per-sample gradient computation; use a single loss."
             )
+        y_pred = self(x, training=True)  # first: builds a subclassed model not yet built
         variables = self.trainable_variables
         state = self._ensure_state()
-        y_pred = self(x, training=True)
         losses = tf.stop_gradient(self.compute_loss(x, y, y_pred, sample_weight))  # [B]
         if sample_weight is None:
             weights = tf.ones_like(losses)  # [B]

@@ -238,3 +238,11 @@ def test_per_sample_clipping_in_fit_never_forms_per_sample_gradients(monkeypatch
     generic.compile(optimizer="sgd", loss=MSE(reduction=None), run_eagerly=True)
     with pytest.raises(AssertionError, match="materialised"):  # the patch is live
         generic.fit(X, Y, batch_size=16, epochs=1, verbose=0)
+
+
+def test_unbuilt_subclassed_model_builds_its_state_in_fit():
+    keras.utils.set_random_seed(1)
+    model = Subclassed(transform=STATEFUL)
+    assert model.transform_state is None  # no variables yet
+    fit(model, keras.optimizers.SGD(0.01), MSE(reduction=None), epochs=1)
+    assert float(model.transform_state.read()[0].count) == len(X)
