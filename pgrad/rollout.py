@@ -131,16 +131,18 @@ class Collector:
     def reset(self, seed: int | None = None) -> None:
         """Resets every sub-env (sub-env i gets ``seed + i``)."""
         obs, _ = self.envs.reset(seed=seed)
-        self._raw_obs = self._check(self.preprocess(obs), None, "reset")
+        self._raw_obs = self._check(self.preprocess(obs), None, None)
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self._raw_obs)
 
     def _norm(self, flat: np.ndarray) -> np.ndarray:
         return flat if self.obs_norm is None else self.obs_norm(flat)
 
-    def _check(self, flat: np.ndarray, rewards: np.ndarray | None, where: str) -> np.ndarray:
+    def _check(self, flat: np.ndarray, rewards: np.ndarray | None, step: int | None) -> np.ndarray:
+        """Raises ValueError naming the env and step if an observation or reward is NaN/Inf."""
         if not np.isfinite(flat).all() or (rewards is not None and not np.isfinite(rewards).all()):
             what = "observation" if not np.isfinite(flat).all() else "reward"
+            where = "reset" if step is None else f"env step {step}"
             raise ValueError(
                 f"env {self.name!r} returned a non-finite {what} at {where} "
                 f"(after {self.env_steps} env steps); pgrad needs finite observations and rewards."
@@ -154,7 +156,7 @@ class Collector:
         obs = self._norm(self._raw_obs)
         actions, env_actions, log_probs, values = policy_fn(obs)
         raw, rewards, term, trunc, info = self.envs.step(env_actions)
-        where = f"env step {self.env_steps + self.num_envs}"
+        where = self.env_steps + self.num_envs
         flat = self._check(self.preprocess(raw), rewards, where)
         self.env_steps += self.num_envs
         done = term | trunc
