@@ -110,3 +110,20 @@ def test_repr_and_errors():
         check_gradients(tf.identity, np.array([1, 2]))
     with pytest.raises(ValueError, match="outputs"):
         check_gradients(tf.sin, np.array([0.1, 0.2]), reference=lambda x: tf.sin(x)[:1])
+
+
+def test_keras_layer_weights_via_stateless_call():
+    """The documented pattern for a layer: its weights become inputs through stateless_call."""
+    import keras
+
+    layer = keras.layers.Dense(3, activation="tanh", dtype="float64")
+    layer.build((None, 4))
+    kernel, bias = (v.numpy() for v in layer.trainable_variables)
+    x = np.random.default_rng(0).normal(size=(5, 4))
+
+    def fn(kernel, bias, x):
+        return layer.stateless_call([kernel, bias], [], x)[0]
+
+    result = check_gradients(fn, kernel, bias, x)
+    assert result.ok(), result
+    assert len(result.rel_error) == 3
