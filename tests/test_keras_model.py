@@ -179,6 +179,11 @@ def test_state_is_checkpointed(tmp_path):
         v.assign(tf.zeros_like(v))
     ckpt.read(path).assert_existing_objects_matched()
     assert [float(v) for v in model.transform_state.values] == want
+    # save_weights / load_weights carry it too.
+    model.save_weights(str(tmp_path / "w.weights.h5"))
+    fresh = functional(PerSampleModel, transform=STATEFUL)
+    fresh.load_weights(str(tmp_path / "w.weights.h5"))
+    assert [float(v) for v in fresh.transform_state.values] == want
 
 
 def test_raw_transform_trains_but_refuses_to_serialise(tmp_path):
