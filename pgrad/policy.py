@@ -15,6 +15,7 @@ Layout, in both modes ``params = actor(trunk(obs))`` and ``value = critic(trunk(
 
 from __future__ import annotations
 
+import types
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -305,12 +306,13 @@ class _ExportedPolicy(tf.Module):
             std = np.sqrt(obs_norm.var.numpy() + obs_norm.eps).astype(np.float32)
             self.norm_std = tf.Variable(std, trainable=False)
             self._clip = obs_norm.clip
-        self._head = net.head
-        self._obs_space = obs_space
+        # Plain-Python context for tracing only; kept off the module so that nothing but the
+        # variables above is saved (no Keras objects in the SavedModel).
+        self._context = types.SimpleNamespace(head=net.head, space=obs_space)
         self.action = tf.function(self._action, input_signature=[_obs_spec(obs_space)])
 
     def _preprocess(self, obs):
-        space = self._obs_space
+        space = self._context.space
         if isinstance(space, gym.spaces.Discrete):
             return tf.one_hot(tf.cast(obs, tf.int32) - int(space.start), int(space.n))
         x = tf.cast(obs, tf.float32)
@@ -324,7 +326,7 @@ class _ExportedPolicy(tf.Module):
             x = tf.matmul(x, w) + b
             if act is not None:
                 x = _tf_activation(act)(x)
-        h = self._head
+        h = self._context.head
         if isinstance(h, dist_lib.CategoricalHead):
             return tf.argmax(x, axis=1) + h.start
         if isinstance(h, dist_lib.GaussianHead):

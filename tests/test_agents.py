@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import gymnasium as gym
 import numpy as np
@@ -269,6 +270,30 @@ def test_export_policy_loads_with_plain_tensorflow(space, tmp_path):
     sig = loaded.signatures["action"](observation=tf.constant(obs))
     np.testing.assert_allclose(next(iter(sig.values())).numpy(), out)
     agent.close()
+
+
+def test_export_loads_without_pgrad(tmp_path):
+    """A fresh interpreter with only TensorFlow loads and runs the exported policy."""
+    import subprocess
+    import sys
+
+    agent = agents.A2C(small(agents.A2C, normalize_obs=True), env_id="CartPole-v1")
+    agent.step()
+    agent.export_policy(str(tmp_path / "p"))
+    obs = np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32)
+    expected = agent.act(obs, deterministic=True).tolist()
+    agent.close()
+    code = (
+        "import sys, json, numpy as np, tensorflow as tf\n"
+        f"m = tf.saved_model.load({str(tmp_path / 'p')!r})\n"
+        f"obs = np.array({obs.tolist()!r}, np.float32)\n"
+        "print(json.dumps(m.action(obs).numpy().tolist()))\n"
+        "assert 'pgrad' not in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == expected
 
 
 def test_export_discrete_observations(tmp_path):
