@@ -176,3 +176,15 @@ def test_savedmodel_round_trip_keeps_modified_gradients(tmp_path):
             y = tf.reduce_sum(W * getattr(loaded, name)(x))
         gw = tape.gradient(y, loaded.w).numpy()
         np.testing.assert_allclose(gw, np.sum(want / w * X, axis=0, keepdims=True), rtol=1e-5)
+
+
+def test_keras_model_with_layers_exported_as_savedmodel(tmp_path):
+    inp = keras.Input((3,))
+    out = ClipGradient(-1.0, 0.5)(ReverseGradient(0.5)(inp))
+    model = keras.Model(inp, out)
+    path = str(tmp_path / "exported")
+    model.export(path, verbose=False)
+    loaded = tf.saved_model.load(path)
+    # Backward: reverse (x -0.5) after the clip, which acts first on the way back.
+    want = -0.5 * np.clip(W, -1.0, 0.5)
+    np.testing.assert_allclose(grad_of_weighted(loaded.serve), want, rtol=1e-6)
