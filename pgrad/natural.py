@@ -226,3 +226,27 @@ def trust_region(
     """
     name = f"trust_region({max_kl})"  # no commas or quotes: it names metric columns
     return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name)
+
+
+def natural_policy_gradient(
+    damping: float = 0.1,
+    max_kl: float = 0.05,
+    learning_rate: float = 0.01,
+    weights_key: str = "advantages",
+) -> GradientTransform:
+    """Natural policy gradient whose *applied* step, after ``SGD(learning_rate)``, has KL <= max_kl.
+
+    ``chain(natural_gradient(damping, weights_key=..., max_kl=...), scale(1 / learning_rate))``:
+    an agent's single SGD optimizer multiplies the policy update by ``learning_rate`` (and its
+    value-function gradient too, which keeps a normal step size), so the ``1 / learning_rate``
+    factor makes the policy step exactly the KL-bounded natural-gradient step. Pass the same
+    ``learning_rate`` as the optimizer's, and turn off the agent's global-norm clipping (it
+    would rescale the bounded step). All arguments have defaults, so ``--transform
+    pgrad.natural:natural_policy_gradient`` works as is (see docs/beyond_weighting.md).
+    """
+    from pgrad.transforms import chain, scale
+
+    return chain(
+        natural_gradient(damping, weights_key=weights_key, max_kl=max_kl),
+        scale(1.0 / learning_rate), name="natural_policy_gradient",
+    )
