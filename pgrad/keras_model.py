@@ -49,6 +49,16 @@ DEFAULT_SPEC = (("mean_steps", {}),)
 _STATE_KEY = "pgrad_transform_state_"
 
 
+def _column_to_vector(sample_weight):
+    """``[B, 1]`` sample weights -> ``[B]`` (Keras accepts both; per-sample losses need ``[B]``)."""
+    if sample_weight is None or tf.nest.is_nested(sample_weight):
+        return sample_weight
+    sample_weight = tf.convert_to_tensor(sample_weight)
+    if sample_weight.shape.rank == 2 and sample_weight.shape[1] == 1:
+        return sample_weight[:, 0]
+    return sample_weight
+
+
 class TransformState(tf.Module):
     """A transform's state (a nest of tensors) held in ``tf.Variable`` s so it checkpoints."""
 
@@ -178,6 +188,7 @@ class PerSampleModel(keras.Model):
         del x, training
         if getattr(self, "_compile_loss", None) is None:
             raise ValueError("PerSampleModel: compile() the model with a loss first.")
+        sample_weight = _column_to_vector(sample_weight)
         losses = self._compile_loss(y, y_pred, sample_weight)  # [B]
         if losses is None or losses.shape.rank != 1:
             shape = None if losses is None else losses.shape.as_list()
@@ -208,7 +219,7 @@ class PerSampleModel(keras.Model):
         if sample_weight is None:
             weights = tf.ones_like(losses)  # [B]
         else:
-            weights = tf.cast(sample_weight, losses.dtype)
+            weights = tf.cast(_column_to_vector(sample_weight), losses.dtype)  # [B] or [B, ...]
 
         def objective(x_b, y_b, w_b):
             # Ascent direction: the negated loss, row b from sample b only.

@@ -251,3 +251,44 @@ def test_unbuilt_subclassed_model_builds_its_state_in_fit():
     assert model.transform_state is None  # no variables yet
     fit(model, keras.optimizers.SGD(0.01), MSE(reduction=None), epochs=1)
     assert float(model.transform_state.read()[0].count) == len(X)
+
+
+def test_sample_weight_in_context_and_column_weights():
+    """[B, 1] sample weights work (fit and evaluate); the context gets them as [B]."""
+    seen = {}
+
+    def record(grads, **ctx):
+        seen["shape"] = ctx["sample_weight"].shape.as_list()
+        return grads
+
+    register_transform("record_ctx", lambda: stateless(record, name="record"), overwrite=True)
+    model = functional(PerSampleModel, transform=["mean_steps", "record_ctx"])
+    model.compile(optimizer="sgd", loss=MSE(reduction=None), run_eagerly=True)
+    model.fit(X, Y, sample_weight=SW[:, None], batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert seen["shape"] == [16]
+    plain = functional(keras.Model)
+    fit(plain, keras.optimizers.SGD(0.01), "mse", epochs=1, sample_weight=SW[:, None])
+    assert max_diff(plain, model) < 1e-6
+    np.testing.assert_allclose(model.evaluate(X, Y, sample_weight=SW[:, None], verbose=0),
+                               plain.evaluate(X, Y, sample_weight=SW[:, None], verbose=0),
+                               rtol=1e-5)
+
+
+def test_spec_registry():
+    assert {"clip_per_step", "mean_steps", "natural_gradient"} <= set(pgrad.registered_transforms())
+
+    @pgrad.register_transform("halve_test")
+    def halve():
+        return pgrad.scale(0.5)
+
+    assert halve().name == "scale(0.5)"  # the decorator returns the factory
+    with pytest.raises(ValueError, match="already registered"):
+        pgrad.register_transform("halve_test", lambda: pgrad.scale(0.5))
+    t = transform_from_spec([("scale", {"factor": 2.0}), "mean_steps"])
+    assert [c.name for c in t.children] == ["scale(2.0)", "mean_steps"]
+    with pytest.raises(ValueError, match="JSON"):
+        transform_from_spec([("scale", {"factor": np.float32})])
+    with pytest.raises(ValueError, match="arguments"):
+        transform_from_spec([("scale", {"bogus": 1})])
+    with pytest.raises(ValueError, match="name or"):
+        transform_from_spec([("scale", 2.0)])
