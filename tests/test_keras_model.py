@@ -208,6 +208,12 @@ def test_clear_errors():
         functional(PerSampleModel, transform=["no_such_transform", "mean_steps"])
     with pytest.raises(ValueError, match="path"):
         functional(PerSampleModel, path="fast")
+    inp = keras.Input((5,))
+    with pytest.raises(TypeError, match="directly"):
+        Subclassed(inp, keras.layers.Dense(2)(inp))
+    # Functional construction never rewrites PerSampleModel's bases (Keras' class surgery).
+    assert PerSampleModel.__bases__ == (keras.Model,)
+    assert Subclassed.__bases__ == (PerSampleModel,)
 
 
 def test_natural_gradient_spec_trains():
