@@ -14,6 +14,7 @@ checked against the field's type, and every unknown key gets the nearest known k
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import types
@@ -298,6 +299,25 @@ def field_help(cls: type) -> list[tuple[str, str, Any]]:
 # ---------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _cwd_on_path():
+    """Puts the working directory on ``sys.path`` for one import only, so that
+    ``--transform my_module:fn`` works from a project directory without leaving the working
+    directory (which may be a run directory) importable afterwards."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def _import_module(name: str, what: str):
     """Imports a module by dotted name or ``.py`` file path; errors become one line."""
     import importlib
@@ -319,9 +339,8 @@ def _import_module(name: str, what: str):
             sys.modules[mod_name] = module
             spec.loader.exec_module(module)
             return module
-        if os.getcwd() not in sys.path:  # `--transform my_module:fn` from the working directory
-            sys.path.append(os.getcwd())
-        return importlib.import_module(name)
+        with _cwd_on_path():
+            return importlib.import_module(name)
     except UserError:
         raise
     except ModuleNotFoundError as err:
@@ -335,11 +354,36 @@ def _import_module(name: str, what: str):
         ) from None
 
 
-def resolve_env(spec: str) -> str:
+def _refuse_inside(module: str, directory: Path, what: str) -> None:
+    """Refuses to import ``module`` if its code would come from ``directory`` (a run directory
+    names the module in its config.yaml; loading a run must never execute code shipped in it)."""
+    import importlib.util
+    import os
+    import sys
+
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        origin = Path(module)
+    else:
+        # Only the top-level name: find_spec of "a.b" would import (run) package "a".
+        top = module.split(".")[0]
+        if top in sys.modules:
+            return  # already imported, from wherever it came: nothing new runs
+        with _cwd_on_path():
+            spec = importlib.util.find_spec(top)
+        if spec is None or spec.origin is None:
+            return  # not importable at all: _import_module reports it
+        origin = Path(spec.origin)
+    if origin.resolve().is_relative_to(directory.resolve()):
+        raise UserError(f"{what}: refusing to import {module!r} from the run directory "
+                        f"{directory} (a run is data; install or move the module).")
+
+
+def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
     """Checks a Gymnasium env id (``EnvId`` or ``module:EnvId``) and returns the bare id.
 
     ``module:EnvId`` imports the module first, as ``gymnasium.make`` does, so that it can
-    register its envs.
+    register its envs. With ``forbid_dir`` (a run directory whose config named the env), a
+    module found inside that directory is refused instead of imported.
 
     Raises:
       UserError: the module cannot be imported or the id is not registered (with close matches).
@@ -349,6 +393,8 @@ def resolve_env(spec: str) -> str:
     env_id = spec
     if ":" in spec:
         module, env_id = spec.split(":", 1)
+        if forbid_dir is not None:
+            _refuse_inside(module, Path(forbid_dir), f"env {spec}")
         _import_module(module, f"--env {spec}")
     if env_id not in gym.registry:
         hint = suggest(env_id, gym.registry.keys())

@@ -134,7 +134,7 @@ def evaluate(
     if int(episodes) < 1:
         raise UserError(f"episodes must be >= 1; got {episodes}.")
     env_spec = env_id or str(values.get("env", ""))
-    bare_id = resolve_env(env_spec)
+    bare_id = resolve_env(env_spec, forbid_dir=None if env_id else run_dir)
     seed = int(values.get("seed", 0)) + 1000 if seed is None else int(seed)
     if video_dir is not None:
         # Rendering to rgb arrays needs no display; keep SDL from looking for one.

@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(out)
     if args.transform and resume:
         settings = dataclasses.replace(settings, transform=args.transform)
-    env_id = config_lib.resolve_env(settings.env)
+    env_id = config_lib.resolve_env(settings.env, forbid_dir=out if resume else None)
     transform = config_lib.load_transform(settings.transform) if settings.transform else None
     agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
     try:

@@ -390,29 +390,52 @@ def _episodes(out: Path) -> list[tuple[str, str, str]]:
 
 
 def test_same_seed_gives_identical_episodes_csv(tmp_path):
-    runs = {}
-    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
-        proc = run("train.py", "--total-steps", 1500, "--seed", seed, "--quiet",
-                   "--out", tmp_path / name)
-        assert proc.returncode == 0, proc.stderr
-        runs[name] = _episodes(tmp_path / name)
-    assert len(runs["a"]) > 30
+    seeds = {"a": 3, "b": 3, "c": 4}
+    procs = {name: subprocess.Popen(
+        [PY, str(ROOT / "scripts" / "train.py"), "--total-steps", "800", "--seed", str(seed),
+         "--quiet", "--out", str(tmp_path / name)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, seed in seeds.items()}
+    for proc in procs.values():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    runs = {name: _episodes(tmp_path / name) for name in seeds}
+    assert len(runs["a"]) > 20
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
 
 
-def test_loading_a_run_never_executes_code_from_it(small_run, tmp_path):
+EVIL = """
+open({marker!r}, "w").write("executed")
+import gymnasium as gym
+gym.register("Evil-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+"""
+
+
+def test_loading_a_run_never_executes_code_from_it(small_run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     shutil.copytree(small_run, out)
     marker = tmp_path / "executed"
-    payload = f"open({str(marker)!r}, 'w').write('x')\n"
-    for name in ("agents.py", "pgrad.py", "sitecustomize.py", "train.py", "gymnasium.py"):
-        (out / name).write_text(payload)
-    proc = run("evaluate.py", out, "--episodes", 1, cwd=out)
-    assert proc.returncode == 0, proc.stderr
-    proc = run("train.py", "--resume", out, "--total-steps", 600, "--quiet", cwd=out)
+    for name in ("agents.py", "pgrad.py", "sitecustomize.py", "gymnasium.py", "moviepy.py",
+                 "evilenv.py"):
+        (out / name).write_text(EVIL.format(marker=str(marker)))
+    # A plain run: evaluating it from inside its directory imports nothing from there.
+    proc = run("evaluate.py", ".", "--episodes", 1, cwd=out)
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
-    for path in (ROOT / "pgrad").glob("*.py"):
+    # A run whose config names an env module that sits in the run directory is refused.
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("env: CartPole-v1", "env: evilenv:Evil-v0"))
+    monkeypatch.chdir(out)
+    code = run_cli(evaluate_script.main, ["."])
+    assert code == 2 and "refusing to import 'evilenv' from the run directory" in one_error_line(
+        capsys.readouterr().err)
+    code, _, err = train("--resume", ".", "--total-steps", 600, capsys=capsys)
+    assert code == 2 and "refusing to import 'evilenv'" in one_error_line(err)
+    assert not marker.exists() and "evilenv" not in sys.modules
+
+
+def test_nothing_in_the_library_unpickles():
+    for path in [*(ROOT / "pgrad").glob("*.py"), *(ROOT / "scripts").glob("*.py")]:
         text = path.read_text()
         assert "import pickle" not in text and "allow_pickle=True" not in text, path
+        assert "yaml.load(" not in text and "yaml.unsafe_load" not in text, path
