@@ -283,7 +283,7 @@ def test_sample_weight_in_context_and_column_weights():
 def test_spec_registry():
     assert {"clip_per_step", "mean_steps", "natural_gradient"} <= set(pgrad.registered_transforms())
 
-    @pgrad.register_transform("halve_test")
+    @pgrad.register_transform("halve_test", overwrite=True)  # re-runnable in one process
     def halve():
         return pgrad.scale(0.5)
 
