@@ -223,13 +223,23 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
 
 
 def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
+    import signal
+
     import gymnasium as gym
 
+    # Subprocess envs (vector_mode=async) are forked here: with SIGINT ignored while they start,
+    # they inherit that, so Ctrl-C (sent to the whole process group) reaches only this process,
+    # which then checkpoints and closes them in order.
+    async_envs = getattr(cfg, "vector_mode", "sync") == "async"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None
     try:
         return agent_cls(cfg, env_id=env_id, seed=seed, transform=transform)
     except (ValueError, TypeError, gym.error.Error, ImportError) as err:
         raise UserError(f"cannot create {agent_cls.__name__} on {env_id!r}: {one_line(err)}") \
             from err
+    finally:
+        if async_envs:
+            signal.signal(signal.SIGINT, previous)
 
 
 # ---------------------------------------------------------------------------------------------
