@@ -240,7 +240,9 @@ class Agent:
         # Episode end steps are counted from this collector's start; rebase on the total.
         episodes = [(base + s - before, r, n) for s, r, n in episodes]
         mask = None if traj.mask is None else tf.constant(traj.mask)
-        norm_stats = tuple((n.rms.mean, n.rms.var, n.rms.count)
+        # Tensors, never Python numbers: a Python float argument would retrace every call.
+        norm_stats = tuple(tuple(tf.constant(x, tf.float64) for x in (n.rms.mean, n.rms.var,
+                                                                      n.rms.count))
                            for n in (self.obs_norm, self.reward_norm) if n is not None)
         values, flat = self._update_fn(
             tf.constant(traj.observations), tf.constant(traj.actions),
