@@ -174,7 +174,8 @@ def jacobian_ratio(repeats: int) -> dict:
     def jac(obs, act):
         with tf.GradientTape() as tape:
             out = s.log_prob(obs, act)
-        return tape.jacobian(out, s.variables)
+        # The plain (while-loop) jacobian: pfor's version holds [T, T, ...] intermediates.
+        return tape.jacobian(out, s.variables, experimental_use_pfor=False)
 
     times = interleaved({"batched": s.batched_grad(), "jacobian": lambda: jac(s.obs, s.act)},
                         max(2, repeats // 10), warmup=1)
@@ -293,11 +294,23 @@ def rollout_ratio(repeats: int) -> dict:
                   policy="A2C collector with its numpy mirror of the TensorFlow policy")
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM; ru_maxrss would include a parent's at fork)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def a2c_run(seed: int, max_steps: int) -> dict:
     """One A2C run on CartPole-v1 until the last-20 mean return reaches 475 (worker process)."""
     import agents
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     cls = agents.get("a2c")
     agent = cls(cls.Config(), env_id="CartPole-v1", seed=seed)
     returns: list[float] = []
@@ -309,11 +322,11 @@ def a2c_run(seed: int, max_steps: int) -> dict:
         if len(returns) >= 20 and np.mean(returns[-20:]) >= 475:
             solved = True
             break
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     agent.close()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     return {"seed": seed, "solved": solved, "env_steps": steps, "wall_s": round(wall, 2),
-            "peak_rss_mb": round(rss_mb, 1)}
+            "cpu_s": round(cpu, 2), "peak_rss_mb": round(rss_mb, 1)}
 
 
 def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> list[dict]:
@@ -334,9 +347,10 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
     met = solved and wall <= SB3_A2C_WALL_S / 2 and steps <= SB3_A2C_STEPS
     return [
         figure("a2c_cartpole_wall_s", wall, goal, met, median_env_steps=steps, runs=runs,
-               note="median over seeds; wall from agent construction to solved, in-process"),
+               note="median over seeds; wall from agent construction to solved, in-process; "
+               "cpu_s = process CPU time over all threads (less sensitive to machine load)"),
         figure("a2c_cartpole_peak_rss_mb", rss, "(reported, no goal)", True, runs=len(runs),
-               note="max over the per-seed worker processes (ru_maxrss)"),
+               note="max over the per-seed worker processes (VmHWM)"),
     ]
 
 
