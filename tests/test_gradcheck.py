@@ -96,6 +96,8 @@ def test_unconnected_input_and_float32():
     result = check_gradients(lambda a, b: 2.0 * a, np.array([1.0]), np.array([5.0]))
     assert result.ok()
     assert result.abs_error[1] == 0.0
+    scalar = check_gradients(lambda a, b: a * tf.sin(b), 2.0, np.array(0.3))  # 0-d inputs
+    assert scalar.ok() and scalar.theoretical[0].shape == (1, 1)
     r32 = check_gradients(lambda x: tf.sin(x) * x, np.array([0.3, 1.0]), dtype=tf.float32)
     assert r32.eps == 1e-3
     assert r32.ok(tol=1e-3) and not r32.ok(tol=1e-12)
