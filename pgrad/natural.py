@@ -61,9 +61,10 @@ def _fisher_init(variables):
     return FisherState(tf.constant(0.0), tf.constant(1.0))
 
 
-def flatten_steps(grads: Sequence[tf.Tensor], dtype: tf.DType = tf.float64) -> tf.Tensor:
-    """``[T, P]`` matrix of per-step gradients, one ``[T, *shape]`` tensor per variable."""
+def flatten_steps(grads: Sequence[tf.Tensor], dtype: tf.DType | None = None) -> tf.Tensor:
+    """``[T, P]`` matrix of per-step gradients (one ``[T, *shape]`` tensor per variable)."""
     num_steps = tf.shape(grads[0])[0]
+    dtype = dtype or grads[0].dtype
     return tf.concat([tf.reshape(tf.cast(g, dtype), [num_steps, -1]) for g in grads], axis=1)
 
 
@@ -132,7 +133,7 @@ def _fisher_transform(
     def update(grads, state, **ctx):
         if grads[0].shape.rank is not None and grads[0].shape.rank == 0:
             raise TransformError(f"{name} needs per-step gradients; it got aggregated ones.")
-        rows = flatten_steps(grads, grads[0].dtype)  # [T, P]
+        rows = flatten_steps(grads)  # [T, P] float32
         num_steps = tf.shape(rows)[0]
         t_float = tf.cast(num_steps, tf.float64)
         if weights_key is None:

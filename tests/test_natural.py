@@ -227,3 +227,20 @@ def test_natural_policy_gradient_sgd_step_respects_the_kl_bound(categorical):
     # genuinely different direction from the plain policy gradient.
     assert cosine(step, want) > 0.998
     assert cosine(step, rows.T @ np.asarray(adv)) < 0.95
+
+
+def test_composes_with_per_step_clipping(categorical):
+    """chain(clip_per_step, natural_gradient): F and g from the clipped rows."""
+    obs, act = categorical.batch(10)
+    adv = np.random.default_rng(5).normal(size=10)
+    chain = pgrad.chain(pgrad.clip_per_step(0.5),
+                        pgrad.natural_gradient(1e-2, weights_key="advantages"))
+    grads, state, info = pgrad.policy_gradients(
+        chain, chain.init(categorical.variables), categorical.log_prob, categorical.variables,
+        (obs, act), {"advantages": tf.constant(adv, tf.float32)})
+    rows = flat(jacobian_reference(categorical.log_prob, categorical.variables, obs, act))
+    norms = np.linalg.norm(rows, axis=1)
+    clipped = rows * (0.5 / np.maximum(norms, 0.5))[:, None]
+    want = dense_natural(clipped, adv / 10, 1e-2)
+    np.testing.assert_allclose(flat([g[None] for g in grads])[0], want, rtol=2e-3, atol=2e-4)
+    assert float(info["clip_per_step(0.5)/clip_fraction"]) == np.mean(norms > 0.5)
