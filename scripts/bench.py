@@ -46,13 +46,17 @@ SB3_A2C_WALL_S = 12.0  # its 11-13 s, midpoint
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 3):
-    """``{name: [seconds per call]}``; calls alternate between the functions every round."""
+    """``{name: [seconds per call]}``; calls alternate between the functions every round.
+
+    Odd rounds run the functions in reverse order, so neither side always follows the other.
+    """
     for f in fns.values():
         for _ in range(warmup):
             f()
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, f in fns.items():
+    order = list(fns.items())
+    for i in range(repeats):
+        for name, f in order if i % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             f()
             times[name].append(time.perf_counter() - start)
@@ -178,7 +182,7 @@ def jacobian_ratio(repeats: int) -> dict:
         return tape.jacobian(out, s.variables, experimental_use_pfor=False)
 
     times = interleaved({"batched": s.batched_grad(), "jacobian": lambda: jac(s.obs, s.act)},
-                        max(2, repeats // 10), warmup=1)
+                        max(2, repeats // 20), warmup=1)
     value = ratio(times, "jacobian", "batched")
     return figure("jacobian_ratio", value, "(reference, no goal)", True, T=T,
                   ms={k: ms(times, k) for k in times})
@@ -284,7 +288,7 @@ def rollout_ratio(repeats: int) -> dict:
     def policy():
         agent.collector.collect(agent._policy_fn(rng), steps)
 
-    times = interleaved({"raw": raw, "policy": policy}, max(5, repeats // 4), warmup=1)
+    times = interleaved({"raw": raw, "policy": policy}, max(5, repeats // 6), warmup=1)
     value = ratio(times, "raw", "policy")  # throughput ratio = inverse time ratio
     steps_per_s = {k: round(steps * num_envs / float(np.median(v))) for k, v in times.items()}
     agent.close()
@@ -379,7 +383,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(FIGURES), action="append",
                         help="run only this figure (repeatable)")
-    parser.add_argument("--repeats", type=int, default=30, help="interleaved rounds per figure")
+    parser.add_argument("--repeats", type=int, default=60, help="interleaved rounds per figure")
     parser.add_argument("--a2c-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--max-steps", type=int, default=300_000,
                         help="A2C env-step budget per seed")
