@@ -166,19 +166,27 @@ def policy_gradients(
                 ) from err
             coeff = coeff * tf.cast(scale, tf.float32)  # [T] or []
             new_pre.append(s)
-        if cap is not None and cap.all_covered and cap.rows_ok is True:
-            # Every variable's per-step gradients are Dense/per-step-copy taps: the reweighted
-            # sum is x^T (c * delta) per layer, from the pass that gave the norms.
-            coeff = tf.broadcast_to(tf.cast(coeff, tf.float32), tf.reshape(num_steps, [1]))
-            grads = cap.weighted_sum(tf.stop_gradient(coeff))
-        else:
+        coeff = tf.stop_gradient(tf.broadcast_to(tf.cast(coeff, tf.float32),
+                                                 tf.reshape(num_steps, [1])))  # [T]
+
+        def surrogate_grads():
             with tf.GradientTape() as tape:
                 log_probs = _check_log_probs(log_prob_fn(*inputs), num_steps)
-                coeff = tf.broadcast_to(tf.cast(coeff, log_probs.dtype), tf.shape(log_probs))
-                surrogate = tf.reduce_sum(tf.stop_gradient(coeff) * log_probs)
-            grads = tape.gradient(
+                surrogate = tf.reduce_sum(tf.cast(coeff, log_probs.dtype) * log_probs)
+            return tape.gradient(
                 surrogate, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
             )
+
+        if cap is not None and cap.all_covered:
+            # Every variable's per-step gradients are Dense/per-step-copy taps: the reweighted
+            # sum is x^T (c * delta) per layer, from the pass that gave the norms. (With unknown
+            # T, whether the taps' rows were the steps is only known at run time.)
+            if cap.rows_ok is True:
+                grads = cap.weighted_sum(coeff)
+            else:
+                grads = tf.cond(cap.rows_ok, lambda: cap.weighted_sum(coeff), surrogate_grads)
+        else:
+            grads = surrogate_grads()
         grads = [tf.convert_to_tensor(g) for g in grads]
         agg = pre[-1]
         grads = check_outputs(agg, "", [tf.expand_dims(g, 0) for g in grads], grads)

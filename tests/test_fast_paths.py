@@ -339,3 +339,25 @@ def test_engine_fused_weighting_equals_surrogate_gradient(gaussian):
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(w * gaussian.log_prob(obs, act))
     assert_all_close(got, tape.gradient(loss, gaussian.variables), atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: SmallPolicy(SPACES["gaussian"]), RowsAreNotSteps],
+                         ids=["gaussian", "rows_not_steps"])
+def test_engine_clip_with_unknown_T_decides_at_run_time(make):
+    p = make()
+    obs = tf.constant(np.random.default_rng(0).normal(size=(10, 4)), tf.float32)
+    act = p.head(p.net(obs)).sample(seed=1) if hasattr(p, "net") else tf.constant(
+        np.random.default_rng(1).integers(0, 2, 10), tf.int32)
+    adv = tf.constant(np.linspace(-2, 2, 10), tf.float32)
+    ch = clip_chain(0.2)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4]), tf.TensorSpec([None, *act.shape[1:]],
+                                                                            act.dtype),
+                                  tf.TensorSpec([None])])
+    def fused(o, a, w):
+        return pgrad.policy_gradients(ch, ch.init(p.variables), p.log_prob, p.variables, (o, a),
+                                      {"advantages": w}, path="fused")[0]
+
+    want = pgrad.policy_gradients(ch, ch.init(p.variables), p.log_prob, p.variables, (obs, act),
+                                  {"advantages": adv}, path="full")[0]
+    assert_all_close(fused(obs, act, adv), want, atol=1e-6)
