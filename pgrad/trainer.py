@@ -94,18 +94,17 @@ class _Progress:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
-            MofNCompleteColumn,
             Progress,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
 
+        # Fits an 80-column terminal: bar, steps, steps/s, rolling return, elapsed, ETA.
         self.bar = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("steps  {task.fields[rate]:>7} steps/s  return {task.fields[ret]:>8}"),
+            BarColumn(bar_width=16),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+            TextColumn("{task.fields[rate]} steps/s  return {task.fields[ret]}"),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
