@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -47,7 +48,7 @@ def _agent_epilog() -> str:
     for name in agents.names():
         lines.append(f"  {name}:")
         for field, text, default in config_lib.field_help(agents.get(name).Config):
-            lines.append(f"    {field} = {default!r}  {text}")
+            lines.append(f"    {field}={json.dumps(default)}  {text}")  # as --set takes it
     return "\n".join(lines)
 
 
