@@ -91,6 +91,30 @@ def _checkpoint_policy(run_dir: Path, values: dict, env_id: str,
     return policy, agent
 
 
+def _check_same_spaces(env, trained_id: str, env_id: str) -> None:
+    """Refuses an evaluation env whose spaces differ from the training env's."""
+    import gymnasium as gym
+
+    def short(space) -> str:
+        if isinstance(space, gym.spaces.Box):
+            return f"Box{space.shape} {space.dtype}"
+        return str(space)
+
+    trained = gym.make(trained_id)
+    try:
+        for what in ("observation_space", "action_space"):
+            ours, theirs = getattr(env, what), getattr(trained, what)
+            # Bounds may differ (the policy still runs); kind, shape and sizes may not.
+            if short(ours) != short(theirs):
+                env.close()
+                raise UserError(
+                    f"--env {env_id}: its {what.replace('_', ' ')} {short(ours)} differs from "
+                    f"{short(theirs)} of {trained_id}, which the policy was trained on."
+                )
+    finally:
+        trained.close()
+
+
 def evaluate(
     run_dir: str | os.PathLike,
     episodes: int = 10,
@@ -149,6 +173,9 @@ def evaluate(
         env = gym.make(bare_id, render_mode="rgb_array" if video_dir is not None else None)
     except gym.error.Error as err:
         raise UserError(f"cannot create env {bare_id!r}: {one_line(err)}") from None
+    trained_on = str(values.get("env", ""))
+    if env_id and env_id != trained_on:
+        _check_same_spaces(env, resolve_env(trained_on, forbid_dir=run_dir), bare_id)
     agent = None
     try:
         policy_dir = run_dir / "policy"

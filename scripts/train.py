@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     from pgrad.trainer import Trainer, summary
 
     resume = args.resume is not None
+    if resume and args.overwrite:
+        raise UserError("--resume continues a run and --overwrite replaces one; choose one.")
     if resume:
         settings, cfg, agent_cls = resolve_resume(args)
         out = Path(args.resume)
@@ -273,11 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     transform = config_lib.load_transform(settings.transform) if settings.transform else None
     agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
     try:
+        text = config_lib.dump_run_config(settings, cfg)
         if not resume:
             make_run_dir(out, args.overwrite)
-            write_text_atomic(out / "config.yaml", config_lib.dump_run_config(settings, cfg))
-        elif settings.total_steps != config_lib.load_yaml(out / "config.yaml").get("total_steps"):
-            write_text_atomic(out / "config.yaml", config_lib.dump_run_config(settings, cfg))
+            write_text_atomic(out / "config.yaml", text)
+        elif text != (out / "config.yaml").read_text():  # e.g. a new --total-steps
+            write_text_atomic(out / "config.yaml", text)
         trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
         if resume:
             print(f"resuming {out} from env step {trainer.resumed_from:,} "

@@ -188,6 +188,33 @@ def test_out_holding_a_run_is_refused_and_untouched(small_run, capsys):
     assert snapshot(small_run) == before
 
 
+def test_resume_and_evaluate_refuse_contradictions(small_run, tmp_path, capsys):
+    before = snapshot(small_run)
+    cases = [
+        (["--resume", small_run, "--overwrite"], "choose one"),
+        (["--resume", small_run, "--seed", 5], "--seed cannot be changed when resuming"),
+        (["--resume", small_run, "--set", "gamma=0.9"], "--set cannot be changed"),
+        (["--resume", tmp_path], "no run there"),
+    ]
+    for argv, fragment in cases:
+        code, _, err = train(*argv, capsys=capsys)
+        assert code == 2 and fragment in one_error_line(err), (argv, err)
+    code = run_cli(evaluate_script.main, [str(small_run), "--env", "Acrobot-v1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "observation space Box(6,) float32 differs from Box(4,)" in err
+    assert snapshot(small_run) == before
+
+
+def test_resuming_a_transform_run_needs_the_transform_again(small_run, files, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(small_run, out)
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("transform: null",
+                                                 f"transform: {files / 'user_tf.py'}:good"))
+    code, _, err = train("--resume", out, "--total-steps", 600, capsys=capsys)
+    assert code == 2 and "pass it again" in one_error_line(err)
+
+
 def test_unwritable_out_is_detected_before_training(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
