@@ -173,9 +173,8 @@ def policy_gradients(
             with tf.GradientTape() as tape:
                 log_probs = _check_log_probs(log_prob_fn(*inputs), num_steps)
                 surrogate = tf.reduce_sum(tf.cast(coeff, log_probs.dtype) * log_probs)
-            return tape.gradient(
-                surrogate, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
-            )
+            return per_step_lib.zeros_for_unconnected(tape.gradient(surrogate, variables),
+                                                      variables)
 
         if cap is not None and cap.all_covered:
             # Every variable's per-step gradients are Dense/per-step-copy taps: the reweighted

@@ -72,10 +72,19 @@ def _example_grads(fn: Callable, variables: Sequence[tf.Variable], where: str):
         with tf.GradientTape() as tape:
             out = _check_output(fn(*batched), where)
             total = tf.reduce_sum(out)
-        grads = tape.gradient(total, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return [tf.convert_to_tensor(g) for g in grads]
+        grads = tape.gradient(total, variables)
+        return zeros_for_unconnected(grads, variables)
 
     return one
+
+
+def zeros_for_unconnected(grads, variables) -> list[tf.Tensor]:
+    """``grads`` with ``None`` replaced by zeros.
+
+    (``UnconnectedGradients.ZERO`` fails for Keras 3 variables, whose ``dtype`` is a string.)
+    """
+    return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if g is None else tf.convert_to_tensor(g)
+            for g, v in zip(grads, variables)]
 
 
 def _vectorized(one: Callable, rows, variables) -> list[tf.Tensor]:
@@ -83,7 +92,8 @@ def _vectorized(one: Callable, rows, variables) -> list[tf.Tensor]:
     global _warned_fallback
     try:
         return tf.vectorized_map(one, rows, fallback_to_while_loop=False)
-    except (ValueError, NotImplementedError, tf.errors.OpError, TypeError) as err:
+    except Exception as err:  # noqa: BLE001  (pfor fails in many ways; the loop re-raises
+        # any error that is the function's own)
         if isinstance(err, ValueError) and _SHAPE_MARK in str(err):
             line = next(x for x in str(err).splitlines() if _SHAPE_MARK in x)
             raise ValueError(line.strip()) from None

@@ -348,6 +348,9 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
     targets = [t.z for t in rec.dense] + [t.value for t in rec.step]
     grads = tape.gradient(total, targets + variables, unconnected_gradients="none")
     deltas, residual = grads[: len(targets)], grads[len(targets) :]
+    # A tap the tape cannot connect to the output is either unused (zero rows) or hidden from
+    # the tape (e.g. inside a tf.custom_gradient); the generic path tells these apart, exactly.
+    dead = [g is None for g in deltas]
     deltas = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g)
               for t, g in zip(targets, deltas)]
 
@@ -368,8 +371,8 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
                 dynamic.append(rows_ok)
         return i
 
-    for tap, d in zip(rec.dense, deltas[: len(rec.dense)]):
-        ok = _rows_check(tap.x, num_steps)
+    for tap, d, unconnected in zip(rec.dense, deltas, dead):
+        ok = False if unconnected else _rows_check(tap.x, num_steps)
         i = slot(tap.kernel, ok)
         if i is not None:
             parts[i].pairs.append((tap.x, d))
@@ -377,8 +380,8 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
             j = slot(tap.bias, ok)
             if j is not None:
                 parts[j].rows.append(d)
-    for tap, g in zip(rec.step, deltas[len(rec.dense) :]):
-        i = slot(tap.variable, _rows_check(tap.value, num_steps))
+    for tap, g, unconnected in zip(rec.step, deltas[len(rec.dense) :], dead[len(rec.dense) :]):
+        i = slot(tap.variable, False if unconnected else _rows_check(tap.value, num_steps))
         if i is not None:
             parts[i].rows.append(g)
 

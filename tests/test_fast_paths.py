@@ -361,3 +361,22 @@ def test_engine_clip_with_unknown_T_decides_at_run_time(make):
     want = pgrad.policy_gradients(ch, ch.init(p.variables), p.log_prob, p.variables, (obs, act),
                                   {"advantages": adv}, path="full")[0]
     assert_all_close(fused(obs, act, adv), want, atol=1e-6)
+
+
+def test_tap_the_tape_cannot_connect_is_left_to_the_generic_path(categorical):
+    """A Dense layer called but unused: not covered (it could also be hidden from the tape, e.g.
+    inside a tf.custom_gradient); the generic path gives its exact zero rows."""
+    unused = keras.layers.Dense(2)
+    unused.build((None, 4))
+    variables = categorical.variables + unused.trainable_variables
+
+    def fn(obs, act):
+        unused(obs)
+        return categorical.log_prob(obs, act)
+
+    obs, act = categorical.batch(6)
+    _, cap = taps.capture(fn, variables, (obs, act), 6)
+    assert cap.covered == [True] * 6 + [False, False]
+    got = pgrad.per_step_grads(fn, variables, obs, act)
+    assert_all_close(got, jacobian_reference(fn, variables, obs, act))
+    np.testing.assert_array_equal(got[-2], 0.0)
