@@ -20,14 +20,15 @@ computes ``x @ stop_gradient(W) + stop_gradient(b)`` and records ``x`` and the (
 Because the tapped use of ``W`` is cut from the tape, the batched gradient with respect to ``W``
 is *unconnected* exactly when every use of ``W`` was tapped. Any variable that is also used in
 another way (shared with a non-Dense layer, a LoRA/quantised Dense, a Dense on 3-D inputs, a
-Dense inside a nested ``tf.function`` or loop body), or whose tap rows are not the steps, is
+Dense inside a nested ``tf.function`` or loop body), whose tap rows are not the steps, or whose
+tap the tape cannot connect to the output (unused, or hidden inside a ``tf.custom_gradient``), is
 reported as *not covered*; callers compute those with the generic vectorised path, so results
 are always exact.
 
 Limitation (documented in ``docs/performance.md``): a Dense layer whose input has exactly ``T``
-rows is taken to be applied row-per-step. Disable the taps (``use_taps=False`` / ``path``
-arguments of the callers) for a model that applies a Dense layer to a ``T``-row tensor whose rows
-are not the steps.
+rows is taken to be applied row-per-step. Disable the taps (``use_taps=False`` arguments, or
+``with pgrad.taps.disabled():``) for a model that applies a Dense layer to a ``T``-row tensor whose
+rows are not the steps.
 """
 
 from __future__ import annotations
