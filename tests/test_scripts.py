@@ -237,3 +237,30 @@ def test_custom_transform_example_forms_agree():
     for x, y, r in zip(a, b, ref):
         np.testing.assert_allclose(x.numpy(), r, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(y.numpy(), r, rtol=1e-5, atol=1e-6)
+
+
+def test_runlog_writes_csv_rows_histograms_and_truncates_on_resume(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pgrad.runlog import RunLog, rolling_mean
+
+    log = RunLog(tmp_path)
+    log.episode(10, 0.5, 12.0, 12)
+    log.update(16, {"loss": 0.25, "step_norms": np.array([1.0, 2.0, 3.0])})
+    log.episode(30, 1.0, 20.0, 20)
+    log.update(32, {"loss": 0.5, "new_metric": 1.0})  # columns are fixed by the first update
+    log.close()
+    assert (tmp_path / "updates.csv").read_text().splitlines() == ["step,loss", "16,0.25",
+                                                                    "32,0.5"]
+    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    hist = acc.Tensors("update/step_norms")[0]
+    assert hist.step == 16 and "update/new_metric" in acc.Tags()["tensors"]
+    # Resuming from a checkpoint at step 16 drops what was logged after it, then appends.
+    log = RunLog(tmp_path, resume_step=16, tensorboard=False)
+    log.update(48, {"loss": 0.75})
+    log.close()
+    assert (tmp_path / "updates.csv").read_text().splitlines()[1:] == ["16,0.25", "48,0.75"]
+    assert (tmp_path / "episodes.csv").read_text().splitlines() == [
+        "step,wall_s,return,length", "10,0.500,12.0,12"]
+    np.testing.assert_allclose(rolling_mean([1, 2, 3, 4], window=2), [1, 1.5, 2.5, 3.5])
