@@ -34,7 +34,7 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from pgrad.per_step import per_step_norms
+from pgrad.per_step import per_step_norms, zeros_for_unconnected
 
 _QUANTILES = (("min", 0.0), ("median", 50.0), ("p90", 90.0), ("max", 100.0))
 
@@ -151,8 +151,8 @@ def _rows_dot(log_prob_fn: Callable, variables, inputs, tangents) -> tf.Tensor:
             log_probs = log_prob_fn(*inputs)  # [T]
         u = tf.ones_like(log_probs)
         outer.watch(u)
-        grads = inner.gradient(log_probs, variables, output_gradients=u,
-                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = zeros_for_unconnected(
+            inner.gradient(log_probs, variables, output_gradients=u), variables)
         total = tf.add_n([tf.reduce_sum(g * tf.cast(v, g.dtype))
                           for g, v in zip(grads, tangents)])
     return outer.gradient(total, u, unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -194,7 +194,7 @@ def policy_diagnostics(
         log_probs = log_prob_fn(*inputs)  # [T]
         w = tf.ones_like(log_probs) if weights is None else tf.cast(weights, log_probs.dtype)
         objective = tf.reduce_mean(tf.stop_gradient(w) * log_probs)
-    mean = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    mean = zeros_for_unconnected(tape.gradient(objective, variables), variables)
     dots = _rows_dot(log_prob_fn, variables, inputs, mean)  # [T] unweighted g_t . g_bar
     sq_mean = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in mean])
     w = tf.cast(w, norms.dtype)

@@ -293,7 +293,7 @@ class Capture:
         dtype = self.variables[0].dtype if self.variables else tf.float32
         total = tf.zeros(tf.reshape(tf.cast(num_rows, tf.int32), [1]), dtype)
         for p, ok in zip(self._parts, self.covered):
-            if not ok:
+            if not ok or not (p.pairs or p.rows):  # not covered, or unconnected: zero rows
                 continue
             if len(p.pairs) == 1 and not p.rows:  # the common case: |x_t|^2 |delta_t|^2
                 x, d = p.pairs[0]

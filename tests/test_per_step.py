@@ -88,3 +88,21 @@ def test_rows_are_independent_gradients_python_loop(categorical):
             lp = categorical.log_prob(obs[t : t + 1], act[t : t + 1])[0]
         row = tape.gradient(lp, categorical.variables)
         assert_all_close([g[t] for g in got], row)
+
+
+def test_unconnected_keras_variable_norms_and_engine(categorical):
+    """A Keras variable the objective never reads: zero rows everywhere, no crash."""
+    import keras
+
+    obs, act = categorical.batch(6)
+    extra = keras.Variable(np.ones(3, np.float32))
+    variables = categorical.variables + [extra]
+    norms = pgrad.per_step_norms(categorical.log_prob, variables, obs, act)
+    want = pgrad.per_step_norms(categorical.log_prob, categorical.variables, obs, act)
+    np.testing.assert_allclose(norms, want, rtol=1e-6)
+    t = pgrad.chain(pgrad.weight_by("returns"), pgrad.clip_per_step(0.1), pgrad.mean_steps())
+    grads, _, _ = pgrad.policy_gradients(t, t.init(variables), categorical.log_prob, variables,
+                                         (obs, act), {"returns": np.ones(6, np.float32)})
+    np.testing.assert_array_equal(grads[-1], 0.0)
+    diag = pgrad.diagnostics.policy_diagnostics(categorical.log_prob, variables, (obs, act))
+    assert np.isfinite(float(diag["grad_snr"]))
