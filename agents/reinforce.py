@@ -26,7 +26,7 @@ from agents.common import Agent, CommonConfig, _help
 class Config(CommonConfig):
     """REINFORCE hyperparameters (plus the common ones in ``CommonConfig``)."""
 
-    batch_steps: int = field(default=2000, metadata=_help(
+    batch_steps: int = field(default=1000, metadata=_help(
         "minimum env steps per update; every env's part of the batch ends at an episode end"))
     baseline: bool = field(default=True, metadata=_help(
         "learn a value baseline and weight by advantages G_t - V(o_t)"))
