@@ -53,6 +53,9 @@ class A2C(Agent):
             pgrad.weight_by("advantages", standardize=self.cfg.normalize_advantage),
             pgrad.mean_steps(), name="a2c")
 
+    def steps_per_update(self) -> int:
+        return self.cfg.n_steps * self.cfg.num_envs
+
     def _collect(self, policy_fn):
         return self.collector.collect(policy_fn, self.cfg.n_steps)
 

@@ -50,6 +50,9 @@ class CommonConfig:
         "epsilon of RMSprop/Adam; Keras adds it inside RMSprop's square root, so 1e-10 here is "
         "about PyTorch's (SB3's) 1e-5 outside it"))
     rmsprop_rho: float = field(default=0.99, metadata=_help("RMSprop decay of the squared mean"))
+    lr_decay_steps: int = field(default=0, metadata=_help(
+        "decay the learning rate linearly to 0 over this many env steps (rl-zoo's 'lin_'); "
+        "0 = constant"))
     max_grad_norm: float = field(default=0.5, metadata=_help(
         "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
     vf_coef: float = field(default=0.5, metadata=_help("weight of the value loss"))
@@ -90,6 +93,8 @@ class CommonConfig:
         need(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
         need(self.optimizer_eps > 0, f"optimizer_eps must be > 0; got {self.optimizer_eps}")
         need(0.0 < self.rmsprop_rho < 1.0, f"rmsprop_rho must be in (0, 1); got {self.rmsprop_rho}")
+        need(int(self.lr_decay_steps) >= 0,
+             f"lr_decay_steps must be >= 0; got {self.lr_decay_steps}")
         need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0; got {self.max_grad_norm}")
         need(self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}")
         need(self.ent_coef >= 0, f"ent_coef must be >= 0; got {self.ent_coef}")
@@ -102,14 +107,21 @@ class CommonConfig:
              f"adversarial_epsilon must be >= 0; got {self.adversarial_epsilon}")
 
 
-def make_optimizer(cfg: CommonConfig) -> keras.optimizers.Optimizer:
-    """The Keras optimizer the config names."""
+def make_optimizer(cfg: CommonConfig, steps_per_update: int) -> keras.optimizers.Optimizer:
+    """The Keras optimizer the config names (with a linear decay if ``lr_decay_steps``).
+
+    The schedule counts optimizer iterations, so the decay length in env steps is converted with
+    ``steps_per_update`` (exact for A2C, a lower bound for REINFORCE's variable batches).
+    """
+    lr = cfg.learning_rate
+    if cfg.lr_decay_steps:
+        updates = max(1, int(cfg.lr_decay_steps) // max(1, steps_per_update))
+        lr = keras.optimizers.schedules.PolynomialDecay(cfg.learning_rate, updates, 0.0)
     if cfg.optimizer == "rmsprop":
-        return keras.optimizers.RMSprop(cfg.learning_rate, rho=cfg.rmsprop_rho,
-                                        epsilon=cfg.optimizer_eps)
+        return keras.optimizers.RMSprop(lr, rho=cfg.rmsprop_rho, epsilon=cfg.optimizer_eps)
     if cfg.optimizer == "adam":
-        return keras.optimizers.Adam(cfg.learning_rate, epsilon=cfg.optimizer_eps)
-    return keras.optimizers.SGD(cfg.learning_rate)
+        return keras.optimizers.Adam(lr, epsilon=cfg.optimizer_eps)
+    return keras.optimizers.SGD(lr)
 
 
 class StateVariables(tf.Module):
@@ -161,7 +173,7 @@ class Agent:
                                critic=self.uses_critic, trunk_grad_scale=cfg.trunk_grad_scale,
                                seed=self.seed)
         self.mirror = NumpyPolicy(self.net)
-        self.optimizer = make_optimizer(cfg)
+        self.optimizer = make_optimizer(cfg, self.steps_per_update())
         self.optimizer.build(self.net.variables)  # slots exist before any checkpoint restore
         self.transform = transform if transform is not None else self.default_transform()
         if not isinstance(self.transform, pgrad.GradientTransform):
@@ -184,6 +196,10 @@ class Agent:
     # -- subclass hooks ------------------------------------------------------------------------
 
     def default_transform(self) -> pgrad.GradientTransform:
+        raise NotImplementedError
+
+    def steps_per_update(self) -> int:
+        """Env steps per update (nominal), for learning-rate schedules."""
         raise NotImplementedError
 
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:

@@ -59,6 +59,9 @@ class Reinforce(Agent):
         return pgrad.chain(pgrad.weight_by(key, standardize=self.cfg.standardize),
                            pgrad.mean_steps(), name="reinforce")
 
+    def steps_per_update(self) -> int:
+        return self.cfg.batch_steps
+
     def _collect(self, policy_fn):
         return self.collector.collect_episodes(policy_fn, self.cfg.batch_steps)
 

@@ -308,3 +308,11 @@ def test_export_discrete_observations(tmp_path):
     out = loaded.action(tf.constant(obs)).numpy()
     np.testing.assert_array_equal(out, agent.act(obs, deterministic=True))
     agent.close()
+
+
+def test_linear_learning_rate_decay():
+    cfg = small(agents.A2C, lr_decay_steps=80, learning_rate=1e-3)  # 8 steps/update: 10 updates
+    agent = agents.A2C(cfg, env_id=factory(ACTION_SPACES["discrete"]))
+    rates = [agent.step()["metrics"]["learning_rate"] for _ in range(3)]
+    np.testing.assert_allclose(rates, [9e-4, 8e-4, 7e-4], rtol=1e-5)
+    agent.close()
