@@ -213,7 +213,10 @@ class Agent:
 
     @property
     def env_steps(self) -> int:
-        return int(self.env_steps_var.numpy())
+        """Total env steps (the checkpointed counter)."""
+        if self._synced_updates < 0:  # possibly restored since the last step: read the variable
+            return int(self.env_steps_var.numpy())
+        return self._env_steps
 
     def _sync(self) -> int:
         """Refreshes the numpy copies if the variables changed outside ``step`` (a restore).
@@ -413,7 +416,13 @@ class Agent:
     # -- persistence -----------------------------------------------------------------------------
 
     def trackables(self) -> dict[str, Any]:
-        """Everything a ``tf.train.Checkpoint`` needs to resume this agent exactly."""
+        """Everything a ``tf.train.Checkpoint`` needs to resume this agent exactly.
+
+        The caller may restore into these objects, so the numpy copies are marked stale here and
+        re-read from the variables on next use (``step`` also re-reads them whenever the update
+        counter differs from the one it last saw).
+        """
+        self._synced_updates = -1
         out: dict[str, Any] = dict(self.net.modules())
         out.update(optimizer=self.optimizer, transform_state=self.transform_state,
                    env_steps=self.env_steps_var, updates=self.updates_var, seed=self.seed_var)
