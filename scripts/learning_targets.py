@@ -31,10 +31,11 @@ import pgrad  # noqa: E402,F401  (silences TensorFlow first)
 ROWS: dict[str, tuple[str, str, int, float, dict, int]] = {
     "a2c-cartpole": ("a2c", "CartPole-v1", 150_000, 475.0, {}, 0),
     "reinforce-cartpole": ("reinforce", "CartPole-v1", 300_000, 475.0, {}, 0),
-    # rl-zoo's A2C settings where it has them (no learning-rate schedules: pgrad has none yet).
+    # rl-zoo's A2C settings where it has them.
     "a2c-acrobot": ("a2c", "Acrobot-v1", 500_000, -100.0, {"normalize_obs": True}, 10),
     "a2c-lunarlander": ("a2c", "LunarLander-v3", 300_000, 100.0,
-                        {"gamma": 0.995, "learning_rate": 8.3e-4, "ent_coef": 1e-5}, 10),
+                        {"gamma": 0.995, "learning_rate": 8.3e-4, "ent_coef": 1e-5,
+                         "lr_decay_steps": 300_000}, 10),
     "a2c-pendulum": ("a2c", "Pendulum-v1", 300_000, -200.0,
                      {"normalize_obs": True, "normalize_reward": True, "gamma": 0.9,
                       "gae_lambda": 0.9, "n_steps": 8, "vf_coef": 0.4, "log_std_init": -2.0}, 10),
