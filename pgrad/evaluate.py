@@ -115,6 +115,56 @@ def _check_same_spaces(env, trained_id: str, env_id: str) -> None:
         trained.close()
 
 
+def _evaluate_attacked(run_dir: Path, values: dict, episodes: int, deterministic: bool,
+                       seed: int | None, env_id: str | None, write: bool, source: str,
+                       attack: str, epsilons: Any, pgd_steps: int, video_dir) -> dict[str, Any]:
+    """``evaluate(..., attack=...)``: the checkpointed policy under attacks, one row per epsilon."""
+    from pgrad import robustness
+    from pgrad.config import resolve_env
+
+    if video_dir is not None:
+        raise UserError("--video cannot be combined with --attack.")
+    if source == "policy":
+        raise UserError("--attack needs the checkpoint (the exported policy has no gradients).")
+    if attack not in robustness.ATTACKS:
+        raise UserError(f"--attack must be one of {', '.join(robustness.ATTACKS)}; "
+                        f"got {attack!r}.")
+    eps = robustness.parse_epsilons("0,0.01,0.05,0.1" if epsilons is None else epsilons)
+    env_spec = env_id or str(values.get("env", ""))
+    bare_id = resolve_env(env_spec, forbid_dir=None if env_id else run_dir)
+    trained_on = str(values.get("env", ""))
+    if env_id and env_id != trained_on:
+        import gymnasium as gym
+
+        probe = gym.make(bare_id)
+        _check_same_spaces(probe, resolve_env(trained_on, forbid_dir=run_dir), bare_id)
+        probe.close()
+    seed = int(values.get("seed", 0)) + 1000 if seed is None else int(seed)
+    _, agent = _checkpoint_policy(run_dir, values, bare_id, deterministic)
+    try:
+        rob = robustness.robustness(agent, bare_id, attack, eps, episodes, seed, deterministic,
+                                    pgd_steps)
+    finally:
+        agent.close()
+    clean = rob["rows"][0]  # epsilon 0 sorts first
+    result = {
+        "run": str(run_dir), "env": env_spec, "episodes": episodes,
+        "deterministic": bool(deterministic), "seed": seed, "source": "checkpoint",
+        "return_mean": clean["return_mean"], "return_std": clean["return_std"],
+        "length_mean": clean["length_mean"], "length_std": float(np.std(clean["lengths"])),
+        "returns": clean["returns"], "lengths": clean["lengths"], "video_dir": None,
+        "attack": rob,
+    }
+    if write:
+        tmp = run_dir / "eval.json.tmp"
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        os.replace(tmp, run_dir / "eval.json")
+        robustness.plot_robustness(
+            rob, run_dir / "robustness.png",
+            title=f"{values.get('agent')} on {env_spec}, seed {values.get('seed', 0)}")
+    return result
+
+
 def evaluate(
     run_dir: str | os.PathLike,
     episodes: int = 10,
@@ -124,6 +174,9 @@ def evaluate(
     env_id: str | None = None,
     write: bool = True,
     source: str = "auto",
+    attack: str | None = None,
+    epsilons: Any = None,
+    pgd_steps: int = 10,
 ) -> dict[str, Any]:
     """Runs ``episodes`` episodes of a trained run's policy and summarises them.
 
@@ -138,6 +191,13 @@ def evaluate(
       write: write ``run_dir/eval.json``.
       source: ``"auto"`` (the exported policy for deterministic actions if present, else the
         checkpoint), ``"policy"`` or ``"checkpoint"``.
+      attack: ``"fgsm"`` or ``"pgd"``: evaluate under observation attacks instead (see
+        :mod:`pgrad.robustness`; always the checkpoint, which has the differentiable policy).
+        The top-level return/length keys are then the clean (epsilon 0) episodes, ``"attack"``
+        holds one row per epsilon, and ``run_dir/robustness.png`` plots return against epsilon.
+      epsilons: with ``attack``: L-inf radii in raw observation units (a list or ``"0.01,0.1"``;
+        0 is always added); default ``0, 0.01, 0.05, 0.1``.
+      pgd_steps: with ``attack="pgd"``: sign-gradient steps.
 
     Returns:
       ``{"return_mean", "return_std", "length_mean", "length_std", "returns", "lengths", ...}``.
@@ -157,6 +217,9 @@ def evaluate(
         raise UserError("the exported policy is deterministic; use deterministic=True with it.")
     if int(episodes) < 1:
         raise UserError(f"episodes must be >= 1; got {episodes}.")
+    if attack is not None:
+        return _evaluate_attacked(run_dir, values, int(episodes), deterministic, seed, env_id,
+                                  write, source, attack, epsilons, pgd_steps, video_dir)
     env_spec = env_id or str(values.get("env", ""))
     bare_id = resolve_env(env_spec, forbid_dir=None if env_id else run_dir)
     seed = int(values.get("seed", 0)) + 1000 if seed is None else int(seed)

@@ -5,6 +5,14 @@
 
 Deterministic evaluation uses the exported policy/ SavedModel; sampled actions (the default) or a
 run without an export use the newest good checkpoint. Bad input: one line, exit code 2.
+
+Robustness to observation attacks (the checkpointed policy; epsilon in raw observation units):
+
+    python scripts/evaluate.py runs/a2c-cartpole --attack fgsm --epsilon 0.01,0.05,0.1
+    python scripts/evaluate.py runs/a2c-cartpole --attack pgd --pgd-steps 10 --deterministic
+
+prints return (mean ± std) per epsilon (0, the clean baseline, is always included), writes it
+under "attack" in DIR/eval.json and plots it to DIR/robustness.png.
 """
 
 from __future__ import annotations
@@ -34,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record every episode as mp4 into VDIR (needs moviepy; default: off)")
     p.add_argument("--env", metavar="ENV_ID", default=None,
                    help="evaluate on another env with the same spaces (default: the run's env)")
+    p.add_argument("--attack", choices=("fgsm", "pgd"), default=None,
+                   help="perturb every observation against the policy (default: off)")
+    p.add_argument("--epsilon", metavar="E1,E2,...", default=None,
+                   help="with --attack: L-inf radii in raw observation units, comma-separated; "
+                   "0 is always added (default: 0,0.01,0.05,0.1)")
+    p.add_argument("--pgd-steps", type=int, default=10, metavar="K",
+                   help="with --attack pgd: sign-gradient steps (default: 10)")
     p.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
     return p
 
@@ -42,8 +57,23 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from pgrad.evaluate import evaluate
 
+    if args.attack is None and args.epsilon is not None:
+        raise UserError("--epsilon needs --attack fgsm or --attack pgd.")
     r = evaluate(args.run, episodes=args.episodes, deterministic=args.deterministic,
-                 seed=args.seed, video_dir=args.video, env_id=args.env)
+                 seed=args.seed, video_dir=args.video, env_id=args.env, attack=args.attack,
+                 epsilons=args.epsilon, pgd_steps=args.pgd_steps)
+    if args.attack is not None:
+        from pgrad.robustness import table
+
+        a = r["attack"]
+        mode = "deterministic" if r["deterministic"] else "sampled"
+        steps = f" ({a['pgd_steps']} steps)" if a["kind"] == "pgd" else ""
+        print(f"{r['env']}: {a['kind'].upper()}{steps} attack, {r['episodes']} episodes per "
+              f"epsilon ({mode} actions, checkpoint, seeds {r['seed']}..)")
+        print(table(a))
+        out = args.run.rstrip("/")
+        print(f"wrote {out}/eval.json and {out}/robustness.png")
+        return 0
     mode = "deterministic" if r["deterministic"] else "sampled"
     print(f"{r['env']}: {r['episodes']} episodes ({mode} actions, {r['source']}, "
           f"seed {r['seed']})")

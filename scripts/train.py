@@ -26,7 +26,8 @@ from pgrad.errors import UserError, one_line, run_cli
 RUN_FILES = ("config.yaml", "episodes.csv", "updates.csv", "eval.json", "learning_curve.png")
 RUN_DIRS = ("checkpoints", "policy", "tb")
 # Flags that describe the run itself and so cannot change when resuming it.
-FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out")
+FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
+                   "adversarial_epsilon")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,6 +79,12 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--transform", metavar="MODULE:ATTR", help="your gradient transform: a GradientTransform, "
         "a zero-argument factory, or fn(grads, **context) -> grads (then mean over steps); "
         "MODULE may be a .py path (default: the agent's own chain)")
+    add("--diagnostics", action="store_true", default=None,
+        help="per-step gradient diagnostics each update: diag_* columns in updates.csv, "
+        "TensorBoard histograms of per-step norms (hyperparameter diagnostics; default: off)")
+    add("--adversarial-epsilon", type=float, metavar="E", help="act on FGSM-perturbed "
+        "observations while training, L-inf radius E in raw observation units "
+        "(hyperparameter adversarial_epsilon; default: 0 = off)")
     add("--stop-at-return", type=float, metavar="R", help="stop when the mean return of the "
         "last 20 training episodes reaches R (default: off)")
     add("--checkpoint-every", type=int, metavar="N",
@@ -182,6 +189,10 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict]:
             raise UserError(f"--num-envs: agent {agent_name!r} has no num_envs setting.")
         hyper["num_envs"] = args.num_envs
         source["num_envs"] = "--num-envs"
+    for dest in ("diagnostics", "adversarial_epsilon"):  # agent hyperparameters with a flag
+        if getattr(args, dest) is not None:
+            hyper[dest] = getattr(args, dest)
+            source[dest] = "--" + dest.replace("_", "-")
     for key, value in set_pairs:
         run_s, hyper_s = config_lib.split_keys({key: value}, agent_cls.Config, f"--set {key}")
         run_values.update(run_s)
