@@ -43,7 +43,9 @@ class Trajectory(NamedTuple):
       terminated: ``[T, B]`` float32, 1 where step t ended the episode for real.
       truncated: ``[T, B]`` float32, 1 where step t was cut (time limit).
       log_probs: ``[T, B]`` float32 log pi(a_t | o_t) of the acting policy.
-      values: ``[T, B]`` float32 V(o_t) of the acting critic, or None without a critic.
+      values: ``[T, B]`` float32 V(o_t) if the policy function returns values, else None (the
+        agents return None: their update recomputes V on the same weights, which is cheaper
+        than a critic pass per env step).
       next_observations: ``[T, B, obs_dim]`` the observation that followed step t: o_{t+1} within
         an episode, the episode's final observation where it ended.
       mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
