@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from pgrad import distributions as dist_lib
 from pgrad import spaces
+from pgrad.ops import scale_gradient
 
 ACTIVATIONS = ("tanh", "relu")
 
@@ -35,20 +36,6 @@ def _np_activation(name: str):
 
 def _tf_activation(name: str):
     return tf.tanh if name == "tanh" else tf.nn.relu
-
-
-try:  # the shared op once pgrad/ops.py exists; same semantics
-    from pgrad.ops import scale_gradient  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on another module landing
-
-    def scale_gradient(x: tf.Tensor, factor: float) -> tf.Tensor:
-        """Identity forward; multiplies the incoming gradient by ``factor`` on the way back."""
-
-        @tf.custom_gradient
-        def _scale(y):
-            return tf.identity(y), lambda dy: dy * tf.cast(factor, dy.dtype)
-
-        return _scale(x)
 
 
 def _dense_stack(
