@@ -145,6 +145,17 @@ def _metric_name(key: str) -> str:
     return key.rsplit("/", 1)[-1] if key.endswith("/clip_fraction") else key
 
 
+def _needs_autograph(err: BaseException | None) -> bool:
+    """Whether ``err`` (or an exception behind it) is a graph tensor used as a Python bool."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, tf.errors.OperatorNotAllowedInGraphError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 class Agent:
     """Base class; see ``agents/__init__.py`` for the public interface."""
 
@@ -186,7 +197,13 @@ class Agent:
         # counter checkpoints the sampler, and a resumed run samples what it would have.
         self.seed_var = tf.Variable(self.seed, dtype=tf.int64, trainable=False, name="seed")
         self._act_rng = np.random.default_rng([self.seed, 2**31])
-        self._update_fn = tf.function(self._update, reduce_retracing=True)
+        # No autograph: converting the update's Python source into graph code cost ~2.4 s per
+        # process (CartPole A2C: a third of the whole run), and pgrad's own code has no
+        # tensor-dependent Python control flow. A transform that needs it (``if tensor:``)
+        # raises OperatorNotAllowedInGraphError while tracing; _call_update then retraces
+        # with autograph on, as before.
+        self._autograph = False
+        self._update_fn = tf.function(self._update, reduce_retracing=True, autograph=False)
         self._metric_keys: list[str] = []
         self._concrete: dict[tuple, Any] = {}
         self._synced_updates = -1  # update count the numpy copies were taken at
@@ -299,6 +316,19 @@ class Agent:
         ``tf.function``'s per-call signature matching cost about as much as running the small
         update graph itself (profiled: ~1 ms of ~3 ms); a concrete function skips it.
         """
+        try:
+            return self._run_update(args, fixed_shape)
+        except Exception as err:  # re-raised unless autograph is the fix
+            # Only the first, autograph-free trace can fail this way (pgrad wraps a transform's
+            # error in a TransformError, so look through the causes).
+            if self._autograph or not _needs_autograph(err):
+                raise
+            self._autograph = True
+            self._update_fn = tf.function(self._update, reduce_retracing=True)
+            self._concrete.clear()
+            return self._run_update(args, fixed_shape)
+
+    def _run_update(self, args: tuple, fixed_shape: bool):
         if not fixed_shape:
             return self._update_fn(*args)
         key = tuple(tuple(a.shape) for a in args[:7]) + (len(args[9]),)
