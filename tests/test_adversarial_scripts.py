@@ -138,3 +138,41 @@ def test_adversarial_training_stores_the_observations_acted_on(monkeypatch, norm
     if not normalize_obs:
         clean, stored = seen[0][0], seen[0][1]
         np.testing.assert_allclose(np.abs(stored - clean).max(), eps, rtol=1e-4)
+
+
+def test_update_diagnostics_hook_matches_materialised_per_step_gradients():
+    """The agent hook (cheap path, weights = advantages) against per_step_grads + a dense
+    reference in numpy, in tf.function as the agent runs it."""
+    import gymnasium as gym
+
+    from pgrad.policy import ActorCritic
+
+    head = pgrad.make_head(gym.spaces.Discrete(2))
+    net = ActorCritic(4, head, (8,), "tanh", False, critic=False, seed=3)
+    rng = np.random.default_rng(0)
+    obs = tf.constant(rng.normal(size=(12, 4)), tf.float32)
+    act = tf.constant(rng.integers(0, 2, size=12), tf.int32)
+    adv = tf.constant(rng.normal(size=12), tf.float32)
+
+    def log_prob_fn(o, a):
+        return head.distribution(net.params(o)).log_prob(a)
+
+    variables = net.policy_variables
+    diag, norms = tf.function(lambda: extras.update_diagnostics(
+        log_prob_fn, variables, obs, act, adv, 0.5))()
+    grads = pgrad.per_step_grads(log_prob_fn, variables, obs, act)
+    rows = np.concatenate([np.reshape(g.numpy(), (12, -1)) for g in grads], 1).astype(np.float64)
+    rows *= adv.numpy()[:, None]  # [T, P] terms A_t g_t
+    mean = rows.mean(0)
+    step = np.linalg.norm(rows, axis=1)
+    np.testing.assert_allclose(norms.numpy(), step, rtol=1e-4)
+    trace = ((rows - mean) ** 2).sum() / 11
+    expect = {
+        "diag_step_norm_median": np.median(step), "diag_step_norm_max": step.max(),
+        "diag_step_norm_p90": np.percentile(step, 90), "diag_clip_fraction": (step > 0.5).mean(),
+        "diag_grad_snr": (mean @ mean) / (trace / 12),
+        "diag_mean_cosine": np.mean(rows @ mean / (step * np.linalg.norm(mean))),
+        "diag_mean_grad_norm": np.linalg.norm(mean),
+    }
+    for key, value in expect.items():
+        np.testing.assert_allclose(float(diag[key]), value, rtol=1e-3, atol=1e-6, err_msg=key)
