@@ -36,7 +36,8 @@ def run_dir(tmp_path_factory) -> Path:
     """A tiny A2C CartPole run trained with --diagnostics and --adversarial-epsilon."""
     out = tmp_path_factory.mktemp("runs") / "a2c"
     proc = run("train.py", "--agent", "a2c", "--total-steps", 160, "--num-envs", 2, "--seed", 0,
-               "--out", out, "--quiet", "--diagnostics", "--adversarial-epsilon", 0.05)
+               "--out", out, "--quiet", "--diagnostics", "--adversarial-epsilon", 0.05,
+               "--set", "n_steps=5")
     assert proc.returncode == 0, proc.stderr
     return out
 
