@@ -161,6 +161,8 @@ class NumpyPolicy:
         if isinstance(self.head, dist_lib.GaussianHead):
             self._vars.append(self.head.log_std)
         self._shapes = [tuple(v.shape) for v in self._vars]
+        ends = np.cumsum([int(np.prod(s)) for s in self._shapes]).tolist()
+        self._slices = [slice(a, b) for a, b in zip([0, *ends[:-1]], ends)]  # of flat_weights()
         self._weights: dict[str, list] = {}
         self.log_std = None
         self.sync()
@@ -175,9 +177,8 @@ class NumpyPolicy:
 
     def load_flat(self, flat: np.ndarray) -> None:
         """Loads weights from a :meth:`flat_weights` vector."""
-        sizes = [int(np.prod(s)) for s in self._shapes]
-        parts = np.split(np.asarray(flat, np.float32), np.cumsum(sizes)[:-1])
-        self._load([p.reshape(s) for p, s in zip(parts, self._shapes)])
+        flat = np.asarray(flat, np.float32)  # views below, no copies (called every update)
+        self._load([flat[sl].reshape(s) for sl, s in zip(self._slices, self._shapes)])
 
     def _load(self, arrays: list[np.ndarray]) -> None:
         it = iter(arrays)

@@ -128,7 +128,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
-    """A finished A2C run (520 steps: 13 updates of 40) with checkpoints every ~128 steps."""
+    """A finished A2C run (560 steps: 7 updates of 80) with checkpoints every ~128 steps."""
     out = tmp_path_factory.mktemp("small") / "run"
     proc = run("train.py", "--total-steps", 512, "--checkpoint-every", 128, "--quiet",
                "--out", out)
@@ -245,7 +245,7 @@ def test_bad_input_in_a_real_process_and_debug_traceback(tmp_path):
 
 
 @pytest.mark.parametrize("attr, fragments", [
-    ("wrong_shape", ["transform 'wrong_shape'", "shape [40, 1, 64]", "expected [40, 4, 64]"]),
+    ("wrong_shape", ["transform 'wrong_shape'", "shape [80, 1, 64]", "expected [80, 4, 64]"]),
     ("boom", ["transform 'boom'", "raised RuntimeError: boom"]),
 ])
 def test_failing_transform_names_itself_and_keeps_the_checkpoint(attr, fragments, small_run,
@@ -259,7 +259,7 @@ def test_failing_transform_names_itself_and_keeps_the_checkpoint(attr, fragments
     assert code == 1 and len(lines) == 1, err
     for fragment in fragments:
         assert fragment in lines[0]
-    assert "step-000000000520" in lines[0] and "is intact" in lines[0]
+    assert "step-000000000560" in lines[0] and "is intact" in lines[0]
     assert snapshot(out / "checkpoints") == before
 
 
@@ -280,7 +280,7 @@ def test_nonfinite_updates_are_skipped_then_the_run_stops(files, tmp_path, capsy
     fresh = a2c(a2c.Config(), env_id="CartPole-v1", seed=4)
     initial = [v.numpy().copy() for v in fresh.net.variables]
     meta, _ = CheckpointStore(out / "checkpoints").restore(fresh.trackables())
-    assert meta["env_steps"] == 80 and meta["nonfinite_total"] == 2
+    assert meta["env_steps"] == 160 and meta["nonfinite_total"] == 2
     for v, w in zip(fresh.net.variables, initial):
         np.testing.assert_array_equal(v.numpy(), w)
     assert int(fresh.optimizer.iterations.numpy()) == 0

@@ -47,7 +47,7 @@ def trained(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 
 def test_run_directory_holds_every_artifact(trained):
     out, proc = trained
-    assert "done (reached total_steps): 2,048 env steps, 32 updates" in proc.stdout
+    assert "done (reached total_steps): 2,048 env steps, 16 updates" in proc.stdout
     assert str(out) in proc.stdout
 
     cfg = yaml.safe_load((out / "config.yaml").read_text())
@@ -70,7 +70,7 @@ def test_run_directory_holds_every_artifact(trained):
     for col in ("step", "policy_loss", "value_loss", "entropy", "grad_norm", "pg_grad_norm",
                 "learning_rate", "nonfinite_skipped"):
         assert col in header
-    assert len(rows) == 32  # 64 steps (n_steps x num_envs) per update, until >= 2000 steps
+    assert len(rows) == 16  # 128 steps (n_steps x num_envs) per update, until >= 2000 steps
     assert all(np.isfinite(float(r["policy_loss"])) for r in rows)
     assert {r["nonfinite_skipped"] for r in rows} == {"0.0"}
 
@@ -115,7 +115,7 @@ def test_checkpoint_restores_into_a_fresh_agent(trained):
         for i, v in enumerate(agent.net.variables):
             key = f"optimizer/_trainable_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
             np.testing.assert_array_equal(v.numpy(), reader.get_tensor(key))
-        assert int(agent.updates_var.numpy()) == meta["updates"] == 32
+        assert int(agent.updates_var.numpy()) == meta["updates"] == 16
     finally:
         agent.close()
 
@@ -179,12 +179,12 @@ def test_resume_continues_from_the_saved_step_count(trained, tmp_path):
                "--transform", f"{EXAMPLE}:log_advantage")
     assert proc.returncode == 0, proc.stderr
     assert "resuming" in proc.stderr and "from env step 2,048" in proc.stderr
-    assert "done (reached total_steps): 3,008 env steps, 47 updates" in proc.stdout
+    assert "done (reached total_steps): 3,072 env steps, 24 updates" in proc.stdout
     _, rows = read_csv(out / "updates.csv")
     steps = [int(r["step"]) for r in rows]
-    assert steps == [64 * (i + 1) for i in range(47)]  # continues 2048 -> 2112, no gap/repeat
+    assert steps == [128 * (i + 1) for i in range(24)]  # continues 2048 -> 2176, no gap/repeat
     assert yaml.safe_load((out / "config.yaml").read_text())["total_steps"] == 3000
-    assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-000000003008"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-000000003072"
 
 
 def test_help_documents_every_option_with_its_default():
