@@ -7,6 +7,7 @@ to apply the result. See README.md.
 from pgrad import _quiet  # noqa: F401  (must run before TensorFlow is imported)
 from pgrad.adversarial import fgsm, pgd
 from pgrad.apply import all_finite, apply_updates
+from pgrad.compose import chain, state_metrics
 from pgrad.diagnostics import per_step_diagnostics, policy_diagnostics
 from pgrad.distributions import ActionHead, make_head
 from pgrad.engine import plan, policy_gradients
@@ -32,7 +33,6 @@ from pgrad.transforms import (
     GradientTransform,
     RunningStats,
     TransformError,
-    chain,
     clip_by_global_norm,
     clip_per_step,
     global_norm,
@@ -40,7 +40,6 @@ from pgrad.transforms import (
     mean_steps,
     scale,
     scale_steps,
-    state_metrics,
     stateless,
     sum_steps,
     weight_by,

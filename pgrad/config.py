@@ -423,7 +423,8 @@ def load_transform(spec: str):
     """
     import inspect
 
-    from pgrad.transforms import GradientTransform, chain, mean_steps, stateless
+    from pgrad.compose import chain
+    from pgrad.transforms import GradientTransform, mean_steps, stateless
 
     what = f"--transform {spec}"
     module_name, sep, attr = spec.rpartition(":")

@@ -24,15 +24,8 @@ from typing import Any
 import tensorflow as tf
 
 from pgrad import per_step as per_step_lib
-from pgrad.transforms import (
-    GradientTransform,
-    TransformError,
-    check_outputs,
-    flatten,
-    global_norm,
-    run_updates,
-    state_metrics,
-)
+from pgrad.compose import check_outputs, flatten, run_updates, state_metrics
+from pgrad.transforms import GradientTransform, TransformError, global_norm
 
 PATHS = ("auto", "fused", "full")
 

@@ -245,7 +245,8 @@ def natural_policy_gradient(
     would rescale the bounded step). All arguments have defaults, so ``--transform
     pgrad.natural:natural_policy_gradient`` works as is (see docs/beyond_weighting.md).
     """
-    from pgrad.transforms import chain, scale
+    from pgrad.compose import chain
+    from pgrad.transforms import scale
 
     return chain(
         natural_gradient(damping, weights_key=weights_key, max_kl=max_kl),

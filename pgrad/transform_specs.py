@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pgrad import natural, transforms
+from pgrad import compose, natural, transforms
 from pgrad.transforms import GradientTransform
 
 Factory = Callable[..., GradientTransform]
@@ -102,7 +102,7 @@ def transform_from_spec(spec: Any) -> GradientTransform:
             parts.append(_REGISTRY[name](**kwargs))
         except TypeError as err:
             raise ValueError(f"transform {name!r} with arguments {kwargs}: {err}") from None
-    return transforms.chain(*parts)
+    return compose.chain(*parts)
 
 
 for _f in (

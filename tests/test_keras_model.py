@@ -6,9 +6,10 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401  (quiet TensorFlow first)
+from pgrad.compose import chain
 from pgrad.keras_model import PerSampleModel
 from pgrad.transform_specs import register_transform, transform_from_spec
-from pgrad.transforms import chain, mean_steps, stateless
+from pgrad.transforms import mean_steps, stateless
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(48, 5)).astype(np.float32)
