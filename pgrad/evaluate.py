@@ -20,15 +20,7 @@ from typing import Any
 import numpy as np
 
 from pgrad.errors import UserError, one_line
-
-
-def _batch1(x: Any) -> Any:
-    """One observation -> a batch of one (dicts/tuples recursively), as a vector env gives."""
-    if isinstance(x, dict):
-        return {k: _batch1(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(_batch1(v) for v in x)
-    return np.asarray(x)[None]
+from pgrad.spaces import batch_of_one
 
 
 def _run_settings(run_dir: Path) -> dict[str, Any]:
@@ -56,7 +48,7 @@ def _saved_model_policy(path: Path, space) -> Callable[[Any], np.ndarray]:
         prep = lambda o: np.asarray([o], np.int64)
     else:
         flat = spaces.make_preprocessor(space)
-        prep = lambda o: np.asarray(flat(_batch1(o)), np.float32)
+        prep = lambda o: np.asarray(flat(batch_of_one(o)), np.float32)
 
     def policy(obs):
         out = action(observation=tf.constant(prep(obs)))
@@ -86,7 +78,7 @@ def _checkpoint_policy(run_dir: Path, values: dict, env_id: str,
         raise UserError(f"{run_dir} has neither an exported policy/ nor a checkpoint yet.")
 
     def policy(obs):
-        return agent.act(_batch1(obs), deterministic=deterministic)[0]
+        return agent.act(batch_of_one(obs), deterministic=deterministic)[0]
 
     return policy, agent
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from pgrad.errors import UserError
+from pgrad.spaces import batch_of_one
 
 ATTACKS = ("fgsm", "pgd")
 
@@ -76,7 +77,7 @@ def _run_episodes(agent, env_id: str, episodes: int, seed: int, deterministic: b
         returns, lengths = [0.0] * episodes, [0] * episodes
         live = list(range(episodes))
         while live:
-            flat = np.concatenate([prep(_batch1(obs[i])) for i in live]).astype(np.float32)
+            flat = np.concatenate([prep(batch_of_one(obs[i])) for i in live]).astype(np.float32)
             flat = perturb(flat)
             x = flat if agent.obs_norm is None else agent.obs_norm(flat)
             params, _ = agent.mirror.forward(x)
@@ -95,14 +96,6 @@ def _run_episodes(agent, env_id: str, episodes: int, seed: int, deterministic: b
         for env in envs:
             env.close()
     return returns, lengths
-
-
-def _batch1(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _batch1(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(_batch1(v) for v in x)
-    return np.asarray(x)[None]
 
 
 def robustness(agent, env_id: str, kind: str, epsilons: list[float], episodes: int,

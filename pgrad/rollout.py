@@ -92,15 +92,6 @@ def make_vec_env(env_id, num_envs: int, mode: str = "sync") -> gym.vector.Vector
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 
-def _batch1(x):
-    """One unbatched observation -> a batch of one (dicts/tuples recursively)."""
-    if isinstance(x, dict):
-        return {k: _batch1(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(_batch1(v) for v in x)
-    return np.asarray(x)[None]
-
-
 def _frozen(x):
     if x is not None:
         x.flags.writeable = False
@@ -168,7 +159,7 @@ class Collector:
             nxt = flat.copy()
             final = info["final_obs"]
             for i in np.flatnonzero(done):
-                nxt[i] = self._check(self.preprocess(_batch1(final[i]))[0], None, where)
+                nxt[i] = self._check(self.preprocess(spaces.batch_of_one(final[i]))[0], None, where)
             ep, mask = info["episode"], info["_episode"]
             for i in np.flatnonzero(mask):
                 episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))

@@ -121,3 +121,12 @@ def _sub(space: gym.Space, where: str) -> Callable[[object], np.ndarray]:
 def is_raw_box(space: gym.Space) -> bool:
     """Whether preprocessing is only a float32 cast/reshape (exported policies take raw obs)."""
     return isinstance(space, gym.spaces.Box)
+
+
+def batch_of_one(x):
+    """One observation -> a batch of one, as a vector env returns it (dicts/tuples recursively)."""
+    if isinstance(x, dict):
+        return {k: batch_of_one(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(batch_of_one(v) for v in x)
+    return np.asarray(x)[None]
