@@ -70,7 +70,7 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
     add("--num-envs", type=int, metavar="N",
-        help="parallel envs (default: the agent's num_envs, 8)")
+        help="parallel envs (default: the agent's num_envs: 16 for a2c, 8 for reinforce)")
     add("--config", metavar="FILE", help="YAML file with run settings and hyperparameters "
         "(default: none; a run's config.yaml works)")
     add("--set", action="append", default=[], metavar="KEY=VALUE",
