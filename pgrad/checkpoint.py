@@ -104,7 +104,11 @@ class CheckpointStore:
         os.rename(tmp, final)  # the commit point
         _fsync_dir(self.directory)
         for old in self.checkpoints()[self.keep:]:
-            shutil.rmtree(old, ignore_errors=True)
+            # Hide it first (atomic), then delete: a kill mid-delete must not leave a
+            # half-deleted directory that still looks like a checkpoint.
+            hidden = self.directory / f"{_TMP_DIR}del-{old.name}"
+            os.rename(old, hidden)
+            shutil.rmtree(hidden, ignore_errors=True)
         return final
 
     @staticmethod
