@@ -1,0 +1,177 @@
+"""Plug-ins the user names on the command line: ``--env module:EnvId`` and ``--transform``.
+
+Only code the user names explicitly is imported, and never from inside a run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from pgrad.errors import UserError, suggest
+
+
+@contextlib.contextmanager
+def _cwd_on_path():
+    """Puts the working directory on ``sys.path`` for one import only, so that
+    ``--transform my_module:fn`` works from a project directory without leaving the working
+    directory (which may be a run directory) importable afterwards."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _import_module(name: str, what: str):
+    """Imports a module by dotted name or ``.py`` file path; errors become one line."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    looks_like_path = name.endswith(".py") or os.sep in name or "/" in name
+    try:
+        if looks_like_path:
+            path = Path(name)
+            if not path.is_file():
+                raise UserError(f"{what}: file {name!r} does not exist.")
+            mod_name = "pgrad_user_" + path.stem.replace("-", "_")
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise UserError(f"{what}: cannot import {name!r} as a Python file.")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+            return module
+        with _cwd_on_path():
+            return importlib.import_module(name)
+    except UserError:
+        raise
+    except ModuleNotFoundError as err:
+        raise UserError(f"{what}: cannot import module {name!r}: {err}.") from None
+    except Exception as err:  # the user's module raised while importing
+        where = ""
+        if isinstance(err, SyntaxError) and err.lineno:
+            where = f" (line {err.lineno})"
+        raise UserError(
+            f"{what}: importing {name!r} failed with {type(err).__name__}{where}: {err}"
+        ) from None
+
+
+def _refuse_inside(module: str, directory: Path, what: str) -> None:
+    """Refuses to import ``module`` if its code would come from ``directory`` (a run directory
+    names the module in its config.yaml; loading a run must never execute code shipped in it)."""
+    import importlib.util
+    import os
+    import sys
+
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        origin = Path(module)
+    else:
+        # Only the top-level name: find_spec of "a.b" would import (run) package "a".
+        top = module.split(".")[0]
+        if top in sys.modules:
+            return  # already imported, from wherever it came: nothing new runs
+        with _cwd_on_path():
+            spec = importlib.util.find_spec(top)
+        if spec is None or spec.origin is None:
+            return  # not importable at all: _import_module reports it
+        origin = Path(spec.origin)
+    if origin.resolve().is_relative_to(directory.resolve()):
+        raise UserError(f"{what}: refusing to import {module!r} from the run directory "
+                        f"{directory} (a run is data; install or move the module).")
+
+
+def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
+    """Checks a Gymnasium env id (``EnvId`` or ``module:EnvId``) and returns the bare id.
+
+    ``module:EnvId`` imports the module first, as ``gymnasium.make`` does, so that it can
+    register its envs. With ``forbid_dir`` (a run directory whose config named the env), a
+    module found inside that directory is refused instead of imported.
+
+    Raises:
+      UserError: the module cannot be imported or the id is not registered (with close matches).
+    """
+    import gymnasium as gym
+
+    env_id = spec
+    if ":" in spec:
+        module, env_id = spec.split(":", 1)
+        if forbid_dir is not None:
+            _refuse_inside(module, Path(forbid_dir), f"env {spec}")
+        _import_module(module, f"--env {spec}")
+    if env_id not in gym.registry:
+        hint = suggest(env_id, gym.registry.keys())
+        raise UserError(
+            f"unknown env {env_id!r}.{hint or ' See gymnasium.pprint_registry() for the ids.'}"
+        )
+    return env_id
+
+
+TRANSFORM_KINDS = (
+    "a GradientTransform, a zero-argument function returning one, or a plain function "
+    "fn(grads, **context) -> grads"
+)
+
+
+def load_transform(spec: str):
+    """``module:attr`` -> a ``GradientTransform`` (the module may be a ``.py`` file path).
+
+    ``attr`` may be a ``GradientTransform``, a zero-argument factory of one, or a plain function
+    ``fn(grads, **context) -> grads`` over per-step gradients ``[T, *shape]``, which becomes
+    ``chain(stateless(fn), mean_steps())``.
+
+    Raises:
+      UserError: the spec is malformed, the module cannot be imported, the attribute is missing
+        or is none of the above.
+    """
+    import inspect
+
+    from pgrad.compose import chain
+    from pgrad.transforms import GradientTransform, mean_steps, stateless
+
+    what = f"--transform {spec}"
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"{what}: expected module:attr or path/to/file.py:attr.")
+    module = _import_module(module_name, what)
+    if not hasattr(module, attr):
+        public = [n for n in dir(module) if not n.startswith("_")]
+        hint = suggest(attr, public)
+        raise UserError(f"{what}: {module_name!r} has no attribute {attr!r}.{hint}")
+    obj = getattr(module, attr)
+    if isinstance(obj, GradientTransform):
+        return obj
+    if not callable(obj):
+        raise UserError(f"{what}: {attr!r} is a {type(obj).__name__}; expected {TRANSFORM_KINDS}.")
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    required = [p for p in params if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not required:  # a factory
+        try:
+            made = obj()
+        except Exception as err:
+            raise UserError(
+                f"{what}: calling {attr}() raised {type(err).__name__}: {err}"
+            ) from None
+        if isinstance(made, GradientTransform):
+            return made
+        raise UserError(
+            f"{what}: {attr}() returned a {type(made).__name__}; expected {TRANSFORM_KINDS}."
+        )
+    if len(required) == 1:  # sees and returns per-step [T, *shape] gradients; then the mean
+        return chain(stateless(obj, name=attr), mean_steps(), name=attr)
+    raise UserError(
+        f"{what}: {attr!r} takes {len(required)} required arguments; expected {TRANSFORM_KINDS}."
+    )
