@@ -385,9 +385,7 @@ class Agent:
         # entropy bonus that is the critic alone.
         aux_policy = cfg.ent_coef > 0 or net.trunk is not None
         aux_vars = (net.variables if aux_policy else net.value_only_variables)
-        # UnconnectedGradients.ZERO breaks on Keras 3 variables (their dtype is a str): fill here.
-        aux = [tf.zeros(v.shape, tf.float32) if g is None else tf.convert_to_tensor(g)
-               for g, v in zip(tape.gradient(aux_loss, aux_vars), aux_vars)]
+        aux = pgrad.per_step.zeros_for_unconnected(tape.gradient(aux_loss, aux_vars), aux_vars)
         val_f = tf.stop_gradient(val_g)
         context = {"advantages": adv_f, "returns": ret_f, "log_probs": logp_f, "values": val_f,
                    "rewards": rew_f}
