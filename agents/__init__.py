@@ -1,51 +1,57 @@
-"""Agents: REINFORCE and A2C behind one small interface, looked up by name.
+"""Agents: one actor-critic agent and its presets (REINFORCE, A2C, PPO), looked up by name.
+
+The layer above pgrad: it builds on ``pgrad.rl`` (rollouts, networks, returns) and
+``pgrad.engine`` (per-step gradients through a transform chain); nothing in pgrad imports it.
 
 Usage::
 
     import agents
-    AgentCls = agents.get("a2c")           # or "reinforce"; unknown name -> ValueError
-    cfg = AgentCls.Config(num_envs=8)      # dataclass; every field documented in metadata["help"]
-    cfg.validate()                         # ValueError("gamma must be in [0, 1]; got 1.5") etc.
-    agent = AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)
-    info = agent.step()
+    agent = agents.make("a2c", "CartPole-v1", seed=0, learning_rate=1e-3)
+    info = agent.step()                    # one rollout + one update
+    agent.predict(obs)                     # env-ready action(s), deterministic by default
     agent.close()
+
+    AgentCls = agents.get("ppo")           # the class; AgentCls.Config is its dataclass
+    agent = AgentCls(AgentCls.Config(num_envs=8), env_id="CartPole-v1", seed=0, transform=None)
 
 Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   ``env_id`` is a registered Gymnasium id or a callable returning a ``gymnasium.Env``;
-  ``transform=None`` uses the agent's default chain, a ``pgrad.GradientTransform`` replaces the
-  policy-gradient chain (value and entropy terms are always added after it). The number of
-  parallel envs is ``cfg.num_envs``. Raises ValueError for unsupported observation/action spaces.
+  ``transform=None`` uses the preset's chain; a ``pgrad.GradientTransform`` replaces the
+  policy-gradient chain (value and entropy terms are always added after it). Raises ValueError
+  for unsupported observation/action spaces or a config value out of range.
 
-``agent.step() -> dict``: collects one batch (A2C: ``n_steps x num_envs`` steps; REINFORCE:
-  whole episodes, at least ``batch_steps`` steps) and makes one update (one ``tf.function``):
-  ``{"env_steps": int total so far,
-     "episodes": [(env_step, return, length), ...] finished during this call,
-     "metrics": {name: float}}`` with ``policy_loss``, ``value_loss``, ``entropy``,
-  ``pg_grad_norm`` (policy gradient after the chain), ``grad_norm`` (combined, before
-  ``max_grad_norm`` clipping), ``learning_rate``, ``nonfinite_skipped`` (1 if the update had a
-  NaN/Inf gradient and was skipped), ``batch_steps``, ``advantage_mean``, ``path_fused`` and what
-  the chain reports (``clip_fraction`` when ``clip_per_step`` is in it).
-  An env that emits a NaN/Inf observation or reward raises ValueError naming the env and step.
+``agent.step() -> dict``: collects one rollout (``n_steps x num_envs`` steps, or whole episodes
+  of at least ``batch_steps`` steps) and updates on it (``epochs`` passes in minibatches, one
+  compiled graph): ``{"env_steps": int total so far, "episodes": [(env_step, return, length),
+  ...] finished during this call, "metrics": {name: float}}`` with ``policy_loss``,
+  ``value_loss``, ``entropy``, ``approx_kl``, ``pg_grad_norm`` (policy gradient after the
+  chain), ``grad_norm`` (combined, before ``max_grad_norm`` clipping), ``learning_rate``,
+  ``nonfinite_skipped`` (the fraction of minibatch steps skipped for NaN/Inf gradients),
+  ``batch_steps``, ``advantage_mean``, ``minibatch_updates``, ``path_fused`` and what the chain
+  reports (``clip_fraction`` of ``clip_per_step`` or ``clip_ratio``). An env that emits a NaN/Inf
+  observation or reward raises ValueError naming the env and step.
 
-``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False) -> np.ndarray`` env
-  actions for a batch of raw observations. ``agent.trackables() -> dict`` of everything for
-  ``tf.train.Checkpoint`` (networks, optimizer, transform state, counters, normaliser statistics,
-  and the seed; sampling randomness is derived from (seed, update count)).
-``agent.export_policy(path)`` -- SavedModel with ``action(observation)`` (deterministic, normaliser
-  inside), loadable with plain ``tf.saved_model.load``.
-``agent.observation_space``, ``agent.action_space``, ``agent.env_id``, ``agent.close()``.
-
-Same seed and config give identical episodes on CPU.
+``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` and
+  ``agent.predict(obs, deterministic=True)`` return env actions. ``agent.trackables()`` -- a dict
+  of everything for ``tf.train.Checkpoint`` (networks, optimizer, transform state, counters,
+  normaliser statistics, the seed). ``agent.export_policy(path)`` -- a SavedModel with
+  ``action(observation)`` (deterministic, normaliser inside), loadable with plain
+  ``tf.saved_model.load``. ``agent.observation_space``, ``agent.action_space``, ``agent.env_id``,
+  ``agent.close()``.
 """
 
 from __future__ import annotations
 
-import pgrad  # noqa: F401  (silences TensorFlow before it is imported)
-from agents.a2c import A2C
-from agents.common import Agent, CommonConfig
-from agents.reinforce import Reinforce
+from typing import Any
 
-_REGISTRY: dict[str, type[Agent]] = {"a2c": A2C, "reinforce": Reinforce}
+from agents.a2c import A2C, A2CConfig
+from agents.base import ActorCriticAgent
+from agents.config import ActorCriticConfig
+from agents.persistence import load
+from agents.ppo import PPO, PPOConfig
+from agents.reinforce import Reinforce, ReinforceConfig
+
+_REGISTRY: dict[str, type[ActorCriticAgent]] = {"a2c": A2C, "ppo": PPO, "reinforce": Reinforce}
 
 
 def names() -> list[str]:
@@ -53,7 +59,7 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get(name: str) -> type[Agent]:
+def get(name: str) -> type[ActorCriticAgent]:
     """The agent class registered as ``name`` (case-insensitive)."""
     try:
         return _REGISTRY[name.lower()]
@@ -61,4 +67,14 @@ def get(name: str) -> type[Agent]:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(names())}.") from None
 
 
-__all__ = ["A2C", "Agent", "CommonConfig", "Reinforce", "get", "names"]
+def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None,
+         **hyperparameters) -> ActorCriticAgent:
+    """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError)."""
+    cls = get(name)
+    return cls(cls.Config(**hyperparameters), env_id=env_id, seed=seed, transform=transform)
+
+
+__all__ = [
+    "A2C", "A2CConfig", "ActorCriticAgent", "ActorCriticConfig", "PPO", "PPOConfig",
+    "Reinforce", "ReinforceConfig", "get", "load", "make", "names",
+]

@@ -1,22 +1,27 @@
 """pgrad: policy gradients you can see and change.
 
 Per-step log-probability gradients, one composable transform layer over them, Keras optimizers
-to apply the result. See README.md.
+to apply the result. See README.md and docs/architecture.md.
+
+Layers, bottom to top (each imports only the ones below it; ``pgrad`` never imports ``agents``):
+``pgrad.core`` -> ``pgrad.transforms`` -> ``pgrad.engine`` -> ``pgrad.tools`` -> ``pgrad.rl``.
+Importing pgrad changes nothing global: no environment variables, warning filters or patched
+classes (the scripts silence TensorFlow's start-up noise themselves; see ``pgrad_app.quiet``).
 """
 
-from pgrad import _quiet  # noqa: F401  (must run before TensorFlow is imported)
-from pgrad.adversarial import fgsm, pgd
-from pgrad.apply import all_finite, apply_updates
-from pgrad.compose import chain, state_metrics
-from pgrad.diagnostics import per_step_diagnostics, policy_diagnostics
-from pgrad.distributions import ActionHead, make_head
-from pgrad.engine import plan, policy_gradients
-from pgrad.evaluate import evaluate
-from pgrad.gradcheck import GradCheck, check_gradients
-from pgrad.keras_model import PerSampleModel, TransformState
-from pgrad.natural import FisherState, natural_gradient, trust_region
-from pgrad.networks import mlp
-from pgrad.ops import (
+import importlib
+
+from pgrad.core.apply import all_finite, apply_updates
+from pgrad.core.per_step import per_step_grads, per_step_norms
+from pgrad.engine import EngineOutput, plan, policy_gradients
+from pgrad.engine import run as run_engine
+from pgrad.rl.distributions import ActionHead, make_head
+from pgrad.rl.networks import mlp
+from pgrad.rl.returns import discounted_returns, gae, lambda_returns
+from pgrad.tools.adversarial import fgsm, pgd
+from pgrad.tools.diagnostics import per_step_diagnostics, policy_diagnostics
+from pgrad.tools.gradcheck import GradCheck, check_gradients
+from pgrad.tools.ops import (
     ClipGradient,
     ReverseGradient,
     ScaleGradient,
@@ -24,80 +29,104 @@ from pgrad.ops import (
     reverse_gradient,
     scale_gradient,
 )
-from pgrad.per_step import per_step_grads, per_step_norms
-from pgrad.returns import discounted_returns, gae, lambda_returns
-from pgrad.transform_specs import register_transform, registered_transforms, transform_from_spec
 from pgrad.transforms import (
     ClipState,
     EmptyState,
+    FisherState,
     GradientTransform,
+    RatioState,
     RunningStats,
+    StepScale,
     TransformError,
+    TransformState,
+    chain,
     clip_by_global_norm,
     clip_per_step,
+    clip_ratio,
+    from_function,
     global_norm,
     identity,
     mean_steps,
+    natural_gradient,
+    per_step_scale,
+    register_transform,
+    registered_transforms,
     scale,
     scale_steps,
+    state_metrics,
     stateless,
     sum_steps,
+    transform_from_spec,
+    trust_region,
     weight_by,
     weight_by_running,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+# Imported on first use: PerSampleModel needs private Keras modules, evaluate needs gymnasium's
+# env machinery; neither should load (or fail) when a user only wants per-step gradients.
+_LAZY = {
+    "PerSampleModel": "pgrad.tools.keras_model",
+    "evaluate": "pgrad.rl.evaluation",
+}
+
+# Module paths of pgrad 0.1, kept working for one release: ``import pgrad.per_step`` etc.
+_MOVED = {
+    "errors": "pgrad.core.errors", "per_step": "pgrad.core.per_step", "taps": "pgrad.core.taps",
+    "apply": "pgrad.core.apply", "compose": "pgrad.transforms.chain",
+    "natural": "pgrad.transforms.natural", "transform_specs": "pgrad.transforms.registry",
+    "ops": "pgrad.tools.ops", "gradcheck": "pgrad.tools.gradcheck",
+    "keras_model": "pgrad.tools.keras_model", "diagnostics": "pgrad.tools.diagnostics",
+    "adversarial": "pgrad.tools.adversarial", "returns": "pgrad.rl.returns",
+    "distributions": "pgrad.rl.distributions", "spaces": "pgrad.rl.spaces",
+    "normalize": "pgrad.rl.normalize", "rollout": "pgrad.rl.rollout",
+    "networks": "pgrad.rl.networks", "policy": "pgrad.rl.policy",
+    "checkpoint": "pgrad.rl.checkpoint",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _MOVED:
+        return importlib.import_module(_MOVED[name])
+    raise AttributeError(f"module 'pgrad' has no attribute {name!r}")
+
+
+def _alias_moved_modules() -> None:
+    """``import pgrad.per_step`` (a 0.1 path) finds the module at its new home.
+
+    Entries go into ``sys.modules`` under pgrad's own names only; the one module with private
+    Keras imports is aliased lazily (it loads on first attribute access).
+    """
+    import importlib.util
+    import sys
+
+    for old, new in _MOVED.items():
+        if new not in sys.modules:
+            spec = importlib.util.find_spec(new)
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[new] = module
+            spec.loader.exec_module(module)
+        sys.modules.setdefault(f"pgrad.{old}", sys.modules[new])
+
+
+_alias_moved_modules()
 
 __all__ = [
-    "ClipGradient",
-    "GradCheck",
-    "PerSampleModel",
-    "ReverseGradient",
-    "ScaleGradient",
-    "TransformState",
-    "check_gradients",
-    "clip_gradient",
-    "register_transform",
-    "registered_transforms",
-    "reverse_gradient",
-    "scale_gradient",
-    "transform_from_spec",
-    "ActionHead",
-    "ClipState",
-    "EmptyState",
-    "FisherState",
-    "GradientTransform",
-    "RunningStats",
-    "TransformError",
-    "all_finite",
-    "apply_updates",
-    "chain",
-    "clip_by_global_norm",
-    "clip_per_step",
-    "discounted_returns",
-    "fgsm",
-    "evaluate",
-    "gae",
-    "global_norm",
-    "identity",
-    "lambda_returns",
-    "make_head",
-    "mean_steps",
-    "mlp",
-    "natural_gradient",
-    "per_step_diagnostics",
-    "per_step_grads",
-    "per_step_norms",
-    "pgd",
-    "plan",
-    "policy_diagnostics",
-    "policy_gradients",
-    "scale",
-    "scale_steps",
-    "state_metrics",
-    "stateless",
-    "sum_steps",
-    "trust_region",
-    "weight_by",
-    "weight_by_running",
+    "ActionHead", "ClipGradient", "ClipState", "EmptyState", "EngineOutput", "FisherState",
+    "GradCheck", "GradientTransform", "PerSampleModel", "RatioState", "ReverseGradient",
+    "RunningStats", "ScaleGradient", "StepScale", "TransformError", "TransformState",
+    "all_finite", "apply_updates", "chain", "check_gradients", "clip_by_global_norm",
+    "clip_gradient", "clip_per_step", "clip_ratio", "discounted_returns", "evaluate", "fgsm",
+    "from_function", "gae", "global_norm", "identity", "lambda_returns", "make_head",
+    "mean_steps", "mlp", "natural_gradient", "per_step_diagnostics", "per_step_grads",
+    "per_step_norms", "per_step_scale", "pgd", "plan", "policy_diagnostics", "policy_gradients",
+    "register_transform", "registered_transforms", "reverse_gradient", "run_engine", "scale",
+    "scale_gradient", "scale_steps", "state_metrics", "stateless", "sum_steps",
+    "transform_from_spec", "trust_region", "weight_by", "weight_by_running",
 ]

@@ -27,11 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # isort: off
-import pgrad  # noqa: E402  (first: silences TensorFlow and picks its allocator)
+import pgrad_app.quiet  # noqa: E402,F401  (first: silences TensorFlow and picks its allocator)
+import pgrad  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from pgrad.per_step import num_params  # noqa: E402
+from pgrad.core.per_step import num_params  # noqa: E402
 # isort: on
 
 T = 2048
@@ -252,7 +253,7 @@ def clip_ratio(repeats: int) -> dict:
 
 def diagnostics_ratio(repeats: int) -> dict:
     """Per-step gradient diagnostics (norm quantiles, SNR, cosine) vs one batched gradient."""
-    from pgrad import diagnostics
+    from pgrad.tools import diagnostics
 
     s = Setup()
 
@@ -271,7 +272,7 @@ def diagnostics_ratio(repeats: int) -> dict:
 def rollout_ratio(repeats: int) -> dict:
     """Rollout collection with the A2C policy vs random-action stepping of the same vector env."""
     import agents
-    from pgrad import rollout
+    from pgrad.rl import rollout
 
     num_envs, steps = 8, 256
     cls = agents.get("a2c")

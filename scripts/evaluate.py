@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """Evaluate a trained run: N episodes, mean ± std of return and length, DIR/eval.json.
 
-    python scripts/evaluate.py runs/a2c-cartpole --episodes 20 --deterministic
+    python scripts/evaluate.py runs/a2c-cartpole --episodes 20             # greedy actions
+    python scripts/evaluate.py runs/a2c-cartpole --episodes 20 --stochastic
 
-Deterministic evaluation uses the exported policy/ SavedModel; sampled actions (the default) or a
-run without an export use the newest good checkpoint. Bad input: one line, exit code 2.
+Actions are deterministic (the policy's mode) unless --stochastic, as in Stable-Baselines3 and
+rl-zoo. The policy is the run's exported policy/ (or, for a run without one, its newest good
+checkpoint). Bad input: one line, exit code 2.
 
 Robustness to observation attacks (the checkpointed policy; epsilon in raw observation units):
 
@@ -20,8 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pgrad  # noqa: F401  (first: silences TensorFlow's start-up noise)
-from pgrad.errors import UserError, run_cli
+import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
+from pgrad.core.errors import UserError, run_cli
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="DIR", help="run directory written by train.py")
     p.add_argument("--episodes", type=int, default=10, metavar="N",
                    help="episodes to run (default: 10)")
+    p.add_argument("--stochastic", action="store_true",
+                   help="sample actions from the policy (default: off, greedy actions)")
     p.add_argument("--deterministic", action="store_true",
-                   help="greedy actions instead of sampled ones (default: sampled)")
+                   help="greedy actions: the default, kept for older command lines (default: on)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="env seed of the first episode (default: the run's seed + 1000)")
     p.add_argument("--video", metavar="VDIR", default=None,
@@ -55,28 +59,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from pgrad.evaluate import evaluate
+    from pgrad_app.evaluate import evaluate_run
 
     if args.attack is None and args.epsilon is not None:
         raise UserError("--epsilon needs --attack fgsm or --attack pgd.")
-    r = evaluate(args.run, episodes=args.episodes, deterministic=args.deterministic,
+    if args.stochastic and args.deterministic:
+        raise UserError("--stochastic and --deterministic contradict each other; choose one.")
+    r = evaluate_run(args.run, episodes=args.episodes, deterministic=not args.stochastic,
                  seed=args.seed, video_dir=args.video, env_id=args.env, attack=args.attack,
                  epsilons=args.epsilon, pgd_steps=args.pgd_steps)
     if args.attack is not None:
-        from pgrad.robustness import table
+        from pgrad_app.robustness import table
 
         a = r["attack"]
         mode = "deterministic" if r["deterministic"] else "sampled"
         steps = f" ({a['pgd_steps']} steps)" if a["kind"] == "pgd" else ""
         print(f"{r['env']}: {a['kind'].upper()}{steps} attack, {r['episodes']} episodes per "
-              f"epsilon ({mode} actions, checkpoint, seeds {r['seed']}..)")
+              f"epsilon ({mode} actions, {r['source']}, seeds {r['seed']}..)")
         print(table(a))
         out = args.run.rstrip("/")
         print(f"wrote {out}/eval.json and {out}/robustness.png")
         return 0
-    mode = "deterministic" if r["deterministic"] else "sampled"
+    mode = "deterministic" if r["deterministic"] else "sampled (--stochastic)"
     print(f"{r['env']}: {r['episodes']} episodes ({mode} actions, {r['source']}, "
-          f"seed {r['seed']})")
+          f"seeds {r['seed']}..{r['seed'] + r['episodes'] - 1})")
     print(f"return {r['return_mean']:.2f} ± {r['return_std']:.2f}")
     print(f"length {r['length_mean']:.1f} ± {r['length_std']:.1f}")
     print(f"wrote {args.run.rstrip('/')}/eval.json"

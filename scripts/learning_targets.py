@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import agents  # noqa: E402
-import pgrad  # noqa: E402,F401  (silences TensorFlow first)
+import pgrad_app.quiet  # noqa: E402,F401  (silences TensorFlow first)
 
 #: The A2C settings the non-CartPole rows were measured with.
 _A2C_V1 = {"num_envs": 8, "learning_rate": 7e-4}

@@ -19,9 +19,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import pgrad  # noqa: F401  (first: silences TensorFlow's start-up noise)
-from pgrad import config as config_lib
-from pgrad.errors import UserError, one_line, run_cli
+import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
+from pgrad.core.errors import UserError, one_line, run_cli
+from pgrad_app import settings as config_lib
 
 RUN_FILES = ("config.yaml", "episodes.csv", "updates.csv", "eval.json", "learning_curve.png")
 RUN_DIRS = ("checkpoints", "policy", "tb")
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         build_parser(with_epilog=True).print_help()
         return 0
     args = build_parser().parse_args(argv)
-    from pgrad.trainer import Trainer, summary
+    from pgrad_app.trainer import Trainer, summary
 
     resume = args.resume is not None
     if resume and args.overwrite:

@@ -1,11 +1,12 @@
-"""Shared test set-up: pgrad first (quiet TensorFlow), small policies, fixed seeds."""
+"""Shared test set-up: quiet TensorFlow first (as the scripts do), small policies, fixed seeds."""
+
+import pgrad_app.quiet  # noqa: F401,I001  (before TensorFlow is imported)
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import pgrad  # noqa: F401  (silences TensorFlow before anything imports it)
 from pgrad import make_head, mlp
 
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 from conftest import SPACES, SmallPolicy
 
 import pgrad
-from pgrad.adversarial import action_log_prob, greedy_actions, make_attack
+from pgrad.tools.adversarial import action_log_prob, greedy_actions, make_attack
 
 
 def policy_fn(policy):

@@ -15,9 +15,10 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from agents import extras
-from pgrad.errors import UserError
-from pgrad.robustness import parse_epsilons
+from agents import hooks as extras
+from pgrad.core.errors import UserError
+from pgrad_app.evaluate import evaluate_run
+from pgrad_app.robustness import parse_epsilons
 
 ROOT = Path(__file__).resolve().parents[1]
 DIAG_COLUMNS = ("diag_step_norm_min", "diag_step_norm_median", "diag_step_norm_p90",
@@ -84,7 +85,7 @@ def test_attack_flag_errors(run_dir):
     proc = run("evaluate.py", run_dir, "--epsilon", "0.1")
     assert proc.returncode == 2 and "--epsilon needs --attack" in proc.stderr
     with pytest.raises(UserError, match="--video cannot"):
-        pgrad.evaluate(run_dir, attack="fgsm", video_dir=str(run_dir / "v"), write=False)
+        evaluate_run(run_dir, attack="fgsm", video_dir=str(run_dir / "v"), write=False)
     assert parse_epsilons("0.1, 0.01,0.1") == [0.0, 0.01, 0.1]
     with pytest.raises(UserError):
         parse_epsilons("-0.1")
@@ -92,8 +93,8 @@ def test_attack_flag_errors(run_dir):
 
 def test_pgd_library_call_is_no_better_for_the_policy(run_dir):
     common = dict(episodes=2, deterministic=True, epsilons=[0.3], write=False)
-    fgsm = pgrad.evaluate(run_dir, attack="fgsm", **common)["attack"]
-    pgd = pgrad.evaluate(run_dir, attack="pgd", pgd_steps=3, **common)["attack"]
+    fgsm = evaluate_run(run_dir, attack="fgsm", **common)["attack"]
+    pgd = evaluate_run(run_dir, attack="pgd", pgd_steps=3, **common)["attack"]
     assert pgd["pgd_steps"] == 3 and pgd["epsilons"] == [0.0, 0.3]
     assert fgsm["return_mean"][0] == pgd["return_mean"][0]  # same clean episodes
 
@@ -146,7 +147,7 @@ def test_update_diagnostics_hook_matches_materialised_per_step_gradients():
     reference in numpy, in tf.function as the agent runs it."""
     import gymnasium as gym
 
-    from pgrad.policy import ActorCritic
+    from pgrad.rl.policy import ActorCritic
 
     head = pgrad.make_head(gym.spaces.Discrete(2))
     net = ActorCritic(4, head, (8,), "tanh", False, critic=False, seed=3)

@@ -53,17 +53,19 @@ def small(cls, **kw):
         base["batch_steps"] = 16
     else:
         base["n_steps"] = 4
+    if cls is agents.PPO:
+        base.update(minibatch_size=4, epochs=2)
     return cls.Config(**{**base, **kw})
 
 
-AGENTS = [agents.A2C, agents.Reinforce]
+AGENTS = [agents.A2C, agents.Reinforce, agents.PPO]
 
 
 def test_registry():
-    assert agents.names() == ["a2c", "reinforce"]
+    assert agents.names() == ["a2c", "ppo", "reinforce"]
     assert agents.get("A2C") is agents.A2C and agents.get("reinforce") is agents.Reinforce
-    with pytest.raises(ValueError, match="unknown agent 'ppo'; known agents: a2c, reinforce"):
-        agents.get("ppo")
+    with pytest.raises(ValueError, match="unknown agent 'sac'; known agents: a2c, ppo, reinforce"):
+        agents.get("sac")
 
 
 @pytest.mark.parametrize("cls", AGENTS)
@@ -167,9 +169,10 @@ def test_update_matches_hand_written_a2c_loss():
     obs, nxt = flat(traj.observations), flat(traj.next_observations)
     with tf.GradientTape() as tape:
         values = tf.reshape(net.value(obs), [4, 2])
-        adv, ret = agent._targets(traj.rewards, traj.terminated, traj.truncated,
-                                  tf.stop_gradient(values),
-                                  tf.reshape(net.value(nxt), [4, 2]))
+        adv = pgrad.gae(traj.rewards, tf.stop_gradient(values),
+                        tf.reshape(net.value(nxt), [4, 2]), traj.terminated, traj.truncated,
+                        cfg.gamma, cfg.gae_lambda)
+        ret = adv + tf.stop_gradient(values)
         adv, ret = tf.stop_gradient(tf.reshape(adv, [-1])), tf.stop_gradient(tf.reshape(ret, [-1]))
         dist = head.distribution(net.params(obs))
         loss = (-tf.reduce_mean(adv * dist.log_prob(flat(traj.actions)))
@@ -247,7 +250,7 @@ def test_checkpoint_round_trip(cls, tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     for a, b in zip(src.optimizer.variables, dst.optimizer.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    for a, b in zip(src.transform_state.leaves, dst.transform_state.leaves):
+    for a, b in zip(src.transform_state.values, dst.transform_state.values):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
     np.testing.assert_array_equal(src.act(obs, deterministic=True),

@@ -12,8 +12,8 @@ import tensorflow as tf
 import yaml
 
 import pgrad  # noqa: F401  (first: quiet TensorFlow)
-from pgrad import config as C
-from pgrad.errors import UserError
+from pgrad.core.errors import UserError
+from pgrad_app import settings as C
 
 
 @dataclass
@@ -175,9 +175,9 @@ def test_load_transform_accepts_transform_factory_and_plain_function(transforms_
     t = C.load_transform(f"{transforms_file}:ready")
     assert isinstance(t, pgrad.GradientTransform) and t.aggregates
     t = C.load_transform(f"{transforms_file}:factory")
-    assert [c.name for c in t.children][0] == "clip_per_step(1.0)"
+    assert [c.name for c in t.leaves][0] == "clip_per_step(1.0)"
     t = C.load_transform(f"{transforms_file}:plain")
-    assert [c.name for c in t.children] == ["plain", "mean_steps"]
+    assert [c.name for c in t.leaves] == ["plain", "mean_steps"]
     # The wrapped plain function computes mean_t(adv_t * g_t), like the built-in chain.
     g = [tf.constant([[1.0, 2.0], [3.0, 4.0]])]  # [T=2, 2]
     adv = tf.constant([1.0, -2.0])

@@ -8,7 +8,7 @@ import tensorflow as tf
 from conftest import jacobian_reference
 
 import pgrad
-from pgrad.diagnostics import diagnostics_from_stats, norm_diagnostics, per_step_diagnostics
+from pgrad.tools.diagnostics import diagnostics_from_stats, norm_diagnostics, per_step_diagnostics
 
 # g_t = (2, 0) + e_t with e = (+-1, 0), (0, +-1): mean (2, 0), sum_t ||e_t||^2 = 4,
 # tr(Sigma) = 4 / 3, SNR = ||mean||^2 / (tr(Sigma) / T) = 4 / (1/3) = 12.

@@ -1,4 +1,4 @@
-"""Fast exact paths (pgrad.taps): every one equals the materialised tape.jacobian reference.
+"""Fast exact paths (pgrad.core.taps): every one equals the materialised tape.jacobian reference.
 
 The basic contracts of per_step_grads and the engine are in test_per_step.py / test_engine.py;
 here: the Dense-layer taps, their coverage and fallbacks, and that the fused clip path builds no

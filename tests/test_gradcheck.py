@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401  (quiet TensorFlow first)
-from pgrad.gradcheck import GradCheck, check_gradients
+from pgrad.tools.gradcheck import GradCheck, check_gradients
 
 
 @tf.custom_gradient

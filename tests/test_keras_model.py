@@ -6,10 +6,10 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401  (quiet TensorFlow first)
-from pgrad.compose import chain
-from pgrad.keras_model import PerSampleModel
-from pgrad.transform_specs import register_transform, transform_from_spec
+from pgrad.tools.keras_model import PerSampleModel
 from pgrad.transforms import mean_steps, stateless
+from pgrad.transforms.chain import chain
+from pgrad.transforms.registry import register_transform, transform_from_spec
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(48, 5)).astype(np.float32)
@@ -231,7 +231,7 @@ def test_per_sample_clipping_in_fit_never_forms_per_sample_gradients(monkeypatch
     Run eagerly so every shape is static and only the branch that runs is built (in a traced
     fit() the generic branch exists in the graph behind a tf.cond but does not run).
     """
-    import pgrad.per_step as per_step
+    import pgrad.core.per_step as per_step
 
     def forbidden(*args, **kwargs):
         raise AssertionError("per-sample gradient vectors were materialised")
@@ -293,7 +293,7 @@ def test_spec_registry():
     with pytest.raises(ValueError, match="already registered"):
         pgrad.register_transform("halve_test", lambda: pgrad.scale(0.5))
     t = transform_from_spec([("scale", {"factor": 2.0}), "mean_steps"])
-    assert [c.name for c in t.children] == ["scale(2.0)", "mean_steps"]
+    assert [c.name for c in t.leaves] == ["scale(2.0)", "mean_steps"]
     with pytest.raises(ValueError, match="JSON"):
         transform_from_spec([("scale", {"factor": np.float32})])
     with pytest.raises(ValueError, match="arguments"):

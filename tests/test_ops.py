@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # (first: quiet TensorFlow)
-from pgrad.gradcheck import check_gradients
-from pgrad.ops import (
+from pgrad.tools.gradcheck import check_gradients
+from pgrad.tools.ops import (
     ClipGradient,
     ReverseGradient,
     ScaleGradient,

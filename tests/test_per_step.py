@@ -104,5 +104,5 @@ def test_unconnected_keras_variable_norms_and_engine(categorical):
     grads, _, _ = pgrad.policy_gradients(t, t.init(variables), categorical.log_prob, variables,
                                          (obs, act), {"returns": np.ones(6, np.float32)})
     np.testing.assert_array_equal(grads[-1], 0.0)
-    diag = pgrad.diagnostics.policy_diagnostics(categorical.log_prob, variables, (obs, act))
+    diag = pgrad.tools.diagnostics.policy_diagnostics(categorical.log_prob, variables, (obs, act))
     assert np.isfinite(float(diag["grad_snr"]))

@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401
-from pgrad.checkpoint import CheckpointStore
-from pgrad.errors import run_cli
+from pgrad.core.errors import run_cli
+from pgrad.rl.checkpoint import CheckpointStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -145,13 +145,13 @@ BAD = [
     (["--env", "reltest_envs:RelTest/TextActions-v0"], "action space Text"),
     (["--set", "gamma=1.5"], "gamma must be in [0, 1]; got 1.5"),
     (["--set", "gae_lambda=-0.1"], "gae_lambda must be in [0, 1]"),
-    (["--set", "learning_rate=0"], "learning_rate must be > 0"),
-    (["--num-envs", "0"], "num_envs must be >= 1"),
+    (["--set", "learning_rate=0"], "learning_rate must be in (0, 10]"),
+    (["--num-envs", "0"], "num_envs must be in [1, 4096]"),
     (["--set", "n_steps=0"], "n_steps must be >= 1"),
     (["--total-steps", "0"], "total_steps must be >= 1"),
     (["--set", "gama=0.9"], "unknown key 'gama'. Did you mean 'gamma'?"),
     (["--set", "hidden=wide"], "--set hidden: expected a list"),
-    (["--agent", "ppo"], "unknown agent 'ppo'; known agents: a2c, reinforce"),
+    (["--agent", "sac"], "unknown agent 'sac'; known agents: a2c, ppo, reinforce"),
     (["--transform", "no_such_module_xyz:fn"], "cannot import module 'no_such_module_xyz'"),
     (["--transform", "user_tf:tf"], "expected a GradientTransform"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),

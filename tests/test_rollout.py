@@ -10,8 +10,8 @@ import tensorflow as tf
 import agents
 import pgrad  # noqa: F401  (first: silences TensorFlow)
 from pgrad import rollout, spaces
-from pgrad.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.policy import ActorCritic, NumpyPolicy
+from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl.policy import ActorCritic, NumpyPolicy
 
 
 class CounterEnv(gym.Env):
@@ -90,7 +90,7 @@ def test_a2c_targets_bootstrap_truncation_not_termination(terminate):
     traj, _ = agent.collector.collect(zero_policy, 7)
     value = lambda o: agent.net.value(tf.constant(o.reshape(-1, 2))).numpy().reshape(7, 2)  # noqa: E731
     v, nv = value(traj.observations), value(traj.next_observations)
-    adv, ret = agent._targets(traj.rewards, traj.terminated, traj.truncated, v, nv)
+    adv, ret = agent.targets(traj.rewards, traj.terminated, traj.truncated, v, nv)
     expected = np.zeros((7, 2))
     for b in range(2):
         g = nv[-1, b]  # bootstrap after the rollout

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
+from pgrad_app.evaluate import evaluate_run
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 EXAMPLE = ROOT / "examples" / "custom_transform.py"
@@ -52,7 +54,7 @@ def test_run_directory_holds_every_artifact(trained):
 
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     import agents
-    from pgrad.config import field_help
+    from pgrad_app.settings import field_help
 
     fields = {f for f, _, _ in field_help(agents.get("a2c").Config)}
     assert cfg["agent"] == "a2c" and cfg["env"] == "CartPole-v1" and cfg["seed"] == 0
@@ -99,8 +101,8 @@ def test_checkpoint_restores_into_a_fresh_agent(trained):
     import tensorflow as tf
 
     import agents
-    from pgrad.checkpoint import CheckpointStore
-    from pgrad.config import load_transform
+    from pgrad.rl.checkpoint import CheckpointStore
+    from pgrad_app.settings import load_transform
 
     out, _ = trained
     a2c = agents.get("a2c")
@@ -152,21 +154,22 @@ def test_evaluate_prints_and_writes_eval_json(trained):
     assert result["length_std"] == pytest.approx(np.std(result["lengths"]))
 
 
-def test_library_evaluate_uses_the_checkpoint_for_sampled_actions(trained, tmp_path):
-    import pgrad
-
+def test_run_evaluation_from_export_and_from_checkpoint(trained, tmp_path):
     out, _ = trained
-    first = pgrad.evaluate(out, episodes=2, seed=3, write=False)
-    again = pgrad.evaluate(out, episodes=2, seed=3, write=False)
-    assert first["source"] == "checkpoint" and first["returns"] == again["returns"]
+    first = evaluate_run(out, episodes=2, seed=3, write=False, deterministic=False)
+    again = evaluate_run(out, episodes=2, seed=3, write=False, deterministic=False)
+    assert first["source"] == "policy" and first["returns"] == again["returns"]
+    sampled = evaluate_run(out, episodes=2, seed=3, write=False, deterministic=False,
+                           source="checkpoint")
+    assert sampled["source"] == "checkpoint"
     # Greedy actions from the checkpoint and from the exported SavedModel are the same policy.
-    from_policy = pgrad.evaluate(out, episodes=3, deterministic=True, seed=5, write=False)
-    from_ckpt = pgrad.evaluate(out, episodes=3, deterministic=True, seed=5, write=False,
+    from_policy = evaluate_run(out, episodes=3, deterministic=True, seed=5, write=False)
+    from_ckpt = evaluate_run(out, episodes=3, deterministic=True, seed=5, write=False,
                                source="checkpoint")
     assert from_policy["source"] == "policy" and from_ckpt["source"] == "checkpoint"
     assert from_policy["returns"] == from_ckpt["returns"]
     video = tmp_path / "video"
-    pgrad.evaluate(out, episodes=1, deterministic=True, video_dir=video, write=False)
+    evaluate_run(out, episodes=1, deterministic=True, video_dir=video, write=False)
     mp4 = list(video.glob("*.mp4"))
     assert len(mp4) == 1 and mp4[0].stat().st_size > 0
 
@@ -242,7 +245,7 @@ def test_custom_transform_example_forms_agree():
 def test_runlog_writes_csv_rows_histograms_and_truncates_on_resume(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from pgrad.runlog import RunLog, rolling_mean
+    from pgrad_app.runlog import RunLog, rolling_mean
 
     log = RunLog(tmp_path)
     log.episode(10, 0.5, 12.0, 12)

@@ -104,7 +104,7 @@ def test_chain_equals_pieces_by_hand():
 def test_nested_chains_flatten():
     a = chain(pgrad.weight_by("returns"), chain(pgrad.scale(2.0), pgrad.identity()))
     full = chain(a, pgrad.sum_steps())
-    assert [t.name for t in full.children] == [
+    assert [t.name for t in full.leaves] == [
         "weight_by('returns')", "scale(2.0)", "identity", "sum_steps"]
     assert len(full.init(None)) == 4
 

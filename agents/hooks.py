@@ -1,7 +1,7 @@
 """Opt-in extras of the agents' update loop: adversarial acting and per-step gradient diagnostics.
 
-Both are switched on by :class:`agents.common.CommonConfig` fields and called from
-``Agent.step`` / ``Agent._update``; with them off nothing here runs.
+Both are switched on by :class:`agents.config.ActorCriticConfig` fields and called from
+``ActorCriticAgent.step`` / ``_update``; with them off nothing here runs.
 
 * ``adversarial_epsilon > 0`` -- every observation the policy acts on during training is first
   attacked by FGSM against the *current* policy (:func:`pgrad.fgsm`, lowering
@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from pgrad.per_step import per_step_norms
+from pgrad.core.per_step import per_step_norms
 
 DIAG_PREFIX = "diag_"
 STEP_NORMS_KEY = "diag_step_norms"  # [N] array metric -> TensorBoard histogram only
@@ -48,7 +48,7 @@ class AdversarialActing:
     """Wraps an agent's numpy acting function so it acts on FGSM-perturbed observations.
 
     Args:
-      agent: an :class:`agents.common.Agent` (its TensorFlow networks hold the current weights).
+      agent: an :class:`agents.base.ActorCriticAgent` (its TensorFlow networks hold the current weights).
       epsilon: L-inf radius in raw observation units (> 0).
     """
 

@@ -19,13 +19,12 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from pgrad import taps
+from pgrad.core import taps
 
 #: Default byte budget for one chunk of materialised per-step gradients.
 DEFAULT_MAX_BYTES = 256 * 2**20
 
 _warned_fallback = False
-_SHAPE_MARK = "must return a [T] tensor"
 
 
 def num_params(variables: Sequence[tf.Variable]) -> int:
@@ -42,7 +41,8 @@ def default_chunk_size(variables: Sequence[tf.Variable], max_bytes: int = DEFAUL
     return max(1, int(max_bytes // per_row))
 
 
-def _num_steps(args) -> tf.Tensor | int:
+def num_steps(args) -> tf.Tensor | int:
+    """``T``, the leading (step) dimension of the first per-step argument (static if known)."""
     flat = tf.nest.flatten(args)
     if not flat:
         raise ValueError("per_step_grads needs at least one per-step argument (step axis first).")
@@ -53,24 +53,13 @@ def _num_steps(args) -> tf.Tensor | int:
     return static if static is not None else tf.shape(first)[0]
 
 
-def _check_output(out: tf.Tensor, where: str) -> tf.Tensor:
-    out = tf.convert_to_tensor(out)
-    if out.shape.rank != 1 or (out.shape[0] is not None and out.shape[0] != 1):
-        raise ValueError(
-            f"{where}: fn(*args) must return a [T] tensor (one value per step, row t depending "
-            f"only on row t of the args); on a 1-step slice it returned shape "
-            f"{out.shape.as_list() if out.shape.rank is not None else 'unknown'}, expected [1]."
-        )
-    return out
-
-
 def _example_grads(fn: Callable, variables: Sequence[tf.Variable], where: str):
     """Returns ``one(row_args) -> [grad per variable]`` for a single step (no step axis)."""
 
     def one(row_args):
         batched = tf.nest.map_structure(lambda x: tf.expand_dims(x, 0), row_args)
         with tf.GradientTape() as tape:
-            out = _check_output(fn(*batched), where)
+            out = taps.check_per_step(taps.split_output(fn(*batched))[0], 1, where)
             total = tf.reduce_sum(out)
         grads = tape.gradient(total, variables)
         return zeros_for_unconnected(grads, variables)
@@ -94,8 +83,8 @@ def _vectorized(one: Callable, rows, variables) -> list[tf.Tensor]:
         return tf.vectorized_map(one, rows, fallback_to_while_loop=False)
     except Exception as err:  # noqa: BLE001  (pfor fails in many ways; the loop re-raises
         # any error that is the function's own)
-        if isinstance(err, ValueError) and _SHAPE_MARK in str(err):
-            line = next(x for x in str(err).splitlines() if _SHAPE_MARK in x)
+        if isinstance(err, ValueError) and taps.SHAPE_MARK in str(err):
+            line = next(x for x in str(err).splitlines() if taps.SHAPE_MARK in x)
             raise ValueError(line.strip()) from None
         if not _warned_fallback:
             _warned_fallback = True
@@ -175,7 +164,7 @@ def _guarded(cap: taps.Capture, fast: Callable, slow: Callable):
 def _prepare(variables, args):
     variables = list(variables)
     args = tf.nest.map_structure(tf.convert_to_tensor, args)
-    return variables, args, _num_steps(args)
+    return variables, args, num_steps(args)
 
 
 def per_step_grads(
@@ -189,8 +178,8 @@ def per_step_grads(
     """Per-step gradients of a per-step objective.
 
     Variables of ``keras.layers.Dense`` layers (and per-step copies made with
-    :func:`pgrad.taps.per_step_variable`) get their rows from one batched backward pass
-    (:mod:`pgrad.taps`); every other variable from vectorised per-example gradients. Both are
+    :func:`pgrad.core.taps.per_step_variable`) get their rows from one batched backward pass
+    (:mod:`pgrad.core.taps`); every other variable from vectorised per-example gradients. Both are
     exact.
 
     Args:
@@ -266,7 +255,7 @@ def norms_and_capture(
     max_bytes: int = DEFAULT_MAX_BYTES,
     use_taps: bool = True,
 ) -> tuple[tf.Tensor, taps.Capture | None]:
-    """:func:`per_step_norms` plus the :class:`pgrad.taps.Capture` it used (or ``None``).
+    """:func:`per_step_norms` plus the :class:`pgrad.core.taps.Capture` it used (or ``None``).
 
     The engine reuses the capture to form the reweighted gradient without a second pass.
     """

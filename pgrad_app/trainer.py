@@ -17,8 +17,6 @@ the agent's business; this module only records and protects the run:
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import signal
 import sys
 import time
@@ -29,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from pgrad.checkpoint import CheckpointStore
-from pgrad.config import RunSettings
-from pgrad.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, one_line
-from pgrad.runlog import ROLLING, RunLog, plot_learning_curve
+from agents import persistence
+from pgrad.core.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, one_line
+from pgrad.rl.checkpoint import CheckpointStore
 from pgrad.transforms import TransformError
+from pgrad_app.runlog import ROLLING, RunLog, plot_learning_curve
+from pgrad_app.settings import RunSettings
 
 
 @dataclass
@@ -212,23 +211,13 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         """Writes a checkpoint now (atomically) and returns its directory."""
-        self.last_checkpoint = self.store.save(
-            self.agent.trackables(), self._meta(), int(self.agent.env_steps)
-        )
+        self.last_checkpoint = persistence.save_checkpoint(
+            self.agent, self.store.directory, self._meta(), keep=self.store.keep)
         return self.last_checkpoint
 
     def export(self) -> Path:
         """Exports the policy to ``out/policy`` (written aside, then swapped in)."""
-        final = self.out / "policy"
-        tmp = self.out / f".policy-tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.agent.export_policy(str(tmp))
-        old = self.out / f".policy-old-{os.getpid()}"
-        if final.exists():
-            os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-        return final
+        return persistence.export(self.agent, self.out / persistence.POLICY)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -306,6 +295,8 @@ class Trainer:
         s = self.settings
         self._t0 = time.monotonic()
         start = int(self.agent.env_steps)
+        persistence.write_json_atomic(self.out / persistence.AGENT_FILE,
+                                      persistence.describe(self.agent))
         self.log = RunLog(self.out, resume_step=self.resumed_from)
         self.progress = _Progress(s.total_steps, start, self.quiet)
         old_handlers = {sig: signal.signal(sig, self._on_signal)

@@ -18,8 +18,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pgrad import compose, natural, transforms
-from pgrad.transforms import GradientTransform
+from pgrad.transforms import builtins, natural
+from pgrad.transforms.base import GradientTransform
+from pgrad.transforms.chain import chain
 
 Factory = Callable[..., GradientTransform]
 _REGISTRY: dict[str, Factory] = {}
@@ -102,18 +103,19 @@ def transform_from_spec(spec: Any) -> GradientTransform:
             parts.append(_REGISTRY[name](**kwargs))
         except TypeError as err:
             raise ValueError(f"transform {name!r} with arguments {kwargs}: {err}") from None
-    return compose.chain(*parts)
+    return chain(*parts)
 
 
 for _f in (
-    transforms.identity,
-    transforms.scale,
-    transforms.weight_by,
-    transforms.weight_by_running,
-    transforms.clip_per_step,
-    transforms.clip_by_global_norm,
-    transforms.sum_steps,
-    transforms.mean_steps,
+    builtins.identity,
+    builtins.scale,
+    builtins.weight_by,
+    builtins.weight_by_running,
+    builtins.clip_per_step,
+    builtins.clip_by_global_norm,
+    builtins.sum_steps,
+    builtins.mean_steps,
+    builtins.clip_ratio,
     natural.natural_gradient,
     natural.trust_region,
 ):

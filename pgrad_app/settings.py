@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from pgrad.errors import UserError, suggest
-from pgrad.plugins import TRANSFORM_KINDS, load_transform, resolve_env  # noqa: F401  (re-exported)
+from pgrad.core.errors import UserError, suggest
+from pgrad_app.plugins import TRANSFORM_KINDS, load_transform, resolve_env  # noqa: F401  (re-exported)
 
 HYPER_KEY = "hyperparameters"
 

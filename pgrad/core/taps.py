@@ -16,19 +16,24 @@ the gradient with respect to that ``[T, *shape]`` copy.
 
 How the taps are captured: :func:`capture` runs ``fn`` once under a :class:`Recorder`. While a
 recorder is active (on this thread, in the graph it was opened in), ``keras.layers.Dense.call``
-computes ``x @ stop_gradient(W) + stop_gradient(b)`` and records ``x`` and the (watched) ``z``.
-Because the tapped use of ``W`` is cut from the tape, the batched gradient with respect to ``W``
-is *unconnected* exactly when every use of ``W`` was tapped. Any variable that is also used in
-another way (shared with a non-Dense layer, a LoRA/quantised Dense, a Dense on 3-D inputs, a
-Dense inside a nested ``tf.function`` or loop body), whose tap rows are not the steps, or whose
-tap the tape cannot connect to the output (unused, or hidden inside a ``tf.custom_gradient``), is
-reported as *not covered*; callers compute those with the generic vectorised path, so results
-are always exact.
+computes ``x @ stop_gradient(W) + stop_gradient(b)`` for the Dense layers whose kernel is one of
+the variables being differentiated, and records ``x`` and the (watched) ``z``. Because the tapped
+use of ``W`` is cut from the tape, the batched gradient with respect to ``W`` is *unconnected*
+exactly when every use of ``W`` was tapped. Any variable that is also used in another way (shared
+with a non-Dense layer, a LoRA/quantised Dense, a Dense on 3-D inputs, a Dense inside a nested
+``tf.function`` or loop body), whose tap rows are not the steps, or whose tap the tape cannot
+connect to the output (unused, or hidden inside a ``tf.custom_gradient``), is reported as *not
+covered*; callers compute those with the generic vectorised path, so results are always exact.
+
+Nothing global changes outside a recording: ``keras.layers.Dense.call`` is wrapped when the first
+recording opens and restored when the last one closes; while wrapped, a call on another thread,
+in another graph, or of a layer whose variables are not being differentiated runs the original
+``call`` unchanged.
 
 Limitation (documented in ``docs/performance.md``): a Dense layer whose input has exactly ``T``
 rows is taken to be applied row-per-step. Disable the taps (``use_taps=False`` arguments, or
-``with pgrad.taps.disabled():``) for a model that applies a Dense layer to a ``T``-row tensor whose
-rows are not the steps.
+``with pgrad.core.taps.disabled():``) for a model that applies a Dense layer to a ``T``-row tensor
+whose rows are not the steps.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ import keras
 import tensorflow as tf
 
 _local = threading.local()
+_patch_lock = threading.Lock()
+_open_recordings = 0  # recordings open on any thread; Dense.call is wrapped while > 0
 _original_dense_call: Callable | None = None
-_SHAPE_MARK = "must return a [T] tensor"
+SHAPE_MARK = "must return a [T] tensor"
 
 
 class DenseTap(NamedTuple):
@@ -64,12 +71,18 @@ class StepTap(NamedTuple):
 
 
 class Recorder:
-    """Collects taps for one batched pass; see :func:`recording`."""
+    """Collects taps for one batched pass; see :func:`recording`.
 
-    def __init__(self, tape: tf.GradientTape):
+    Args:
+      tape: the tape the pass runs under (tapped pre-activations are watched on it).
+      variables: only Dense layers whose kernel is one of these are tapped (``None``: all).
+    """
+
+    def __init__(self, tape: tf.GradientTape, variables: Sequence[Any] | None = None):
         self.tape = tape
         self.eager = tf.executing_eagerly()
         self.graph = None if self.eager else tf.compat.v1.get_default_graph()
+        self.keys = None if variables is None else set().union(*map(var_keys, variables))
         self.dense: list[DenseTap] = []
         self.step: list[StepTap] = []
 
@@ -79,13 +92,16 @@ class Recorder:
             return self.eager
         return not self.eager and tf.compat.v1.get_default_graph() is self.graph
 
+    def wants(self, variable) -> bool:
+        return self.keys is None or not self.keys.isdisjoint(var_keys(variable))
+
 
 def _active() -> Recorder | None:
     rec = getattr(_local, "recorder", None)
     return rec if rec is not None and rec.active_here() else None
 
 
-def _tappable(layer, inputs) -> bool:
+def _tappable(layer, inputs, rec: Recorder) -> bool:
     dense = keras.layers.Dense
     if type(layer).kernel is not dense.kernel or getattr(layer, "lora_enabled", False):
         return False
@@ -94,13 +110,13 @@ def _tappable(layer, inputs) -> bool:
     kernel = getattr(layer, "_kernel", None)
     if kernel is None or not tf.is_tensor(inputs) or inputs.shape.rank != 2:
         return False
-    return inputs.dtype == kernel.dtype
+    return inputs.dtype == kernel.dtype and rec.wants(kernel)
 
 
 def _dense_call(self, inputs, training=None):
     """``keras.layers.Dense.call``, recording taps while a :class:`Recorder` is active."""
     rec = _active()
-    if rec is None or not _tappable(self, inputs):
+    if rec is None or not _tappable(self, inputs, rec):
         return _original_dense_call(self, inputs, training=training)
     # Cut the tapped use of the variables from the tape: a variable whose batched gradient is
     # still connected afterwards is used elsewhere too, and is left to the generic path.
@@ -112,28 +128,42 @@ def _dense_call(self, inputs, training=None):
     return self.activation(z) if self.activation is not None else z
 
 
-def _install() -> None:
-    """Wraps ``keras.layers.Dense.call`` once; it only changes anything inside a recording."""
-    global _original_dense_call
-    if _original_dense_call is None:
-        _original_dense_call = keras.layers.Dense.call
-        keras.layers.Dense.call = functools.wraps(_original_dense_call)(_dense_call)
+def _open() -> None:
+    """Wraps ``keras.layers.Dense.call`` when the first recording opens."""
+    global _open_recordings, _original_dense_call
+    with _patch_lock:
+        if _open_recordings == 0:
+            _original_dense_call = keras.layers.Dense.call
+            keras.layers.Dense.call = functools.wraps(_original_dense_call)(_dense_call)
+        _open_recordings += 1
+
+
+def _close() -> None:
+    """Restores ``keras.layers.Dense.call`` when the last recording closes."""
+    global _open_recordings
+    with _patch_lock:
+        _open_recordings -= 1
+        if _open_recordings == 0:
+            keras.layers.Dense.call = _original_dense_call
 
 
 @contextlib.contextmanager
-def recording(tape: tf.GradientTape):
+def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
     """Records taps of the computation run inside, on this thread, into a :class:`Recorder`.
 
-    Open it inside ``tape``'s context. Nested recordings are not supported (the inner one wins).
+    Open it inside ``tape``'s context. Only Dense layers whose kernel is in ``variables`` are
+    tapped (all Dense layers if ``None``). Nested recordings are not supported (the inner one
+    wins).
     """
-    _install()
-    rec = Recorder(tape)
+    rec = Recorder(tape, variables)
+    _open()
     previous = getattr(_local, "recorder", None)
     _local.recorder = rec
     try:
         yield rec
     finally:
         _local.recorder = previous
+        _close()
 
 
 @contextlib.contextmanager
@@ -162,7 +192,7 @@ def per_step_variable(variable, num_steps) -> tf.Tensor:
     value = tf.convert_to_tensor(variable)
     shape = tf.concat([tf.reshape(tf.cast(num_steps, tf.int32), [1]), tf.shape(value)], 0)
     rec = _active()
-    if rec is None:
+    if rec is None or not rec.wants(variable):
         return tf.broadcast_to(value, shape)
     out = tf.broadcast_to(tf.stop_gradient(value), shape)
     rec.tape.watch(out)
@@ -184,8 +214,15 @@ def var_keys(variable) -> set[int]:
     return keys
 
 
-def check_output(out, num_steps, where: str) -> tf.Tensor:
-    """``out`` as a ``[T]`` tensor, or a clear ValueError."""
+def split_output(out) -> tuple[tf.Tensor, dict]:
+    """``fn``'s output as ``(per-step values, extras)``: ``fn`` may return ``(values, dict)``."""
+    if isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], dict):
+        return out[0], dict(out[1])
+    return out, {}
+
+
+def check_per_step(out, num_steps, where: str) -> tf.Tensor:
+    """``out`` as a ``[T]`` tensor (``T = num_steps`` where known), or one clear ValueError."""
     out = tf.convert_to_tensor(out)
     static_t = num_steps if isinstance(num_steps, int) else None
     bad = out.shape.rank != 1 or (
@@ -194,7 +231,7 @@ def check_output(out, num_steps, where: str) -> tf.Tensor:
     if bad:
         shape = out.shape.as_list() if out.shape.rank is not None else "unknown"
         raise ValueError(
-            f"{where}: fn(*args) {_SHAPE_MARK} (one value per step, row t depending only on row "
+            f"{where}: fn(*args) {SHAPE_MARK} (one value per step, row t depending only on row "
             f"t of the args); for T={static_t if static_t is not None else '?'} it returned "
             f"shape {shape}."
         )
@@ -247,8 +284,8 @@ def outer_rows(x: tf.Tensor, d: tf.Tensor) -> tf.Tensor:
 class _Parts(NamedTuple):
     """Per-step gradient factors of one variable (all ``[T, ...]``)."""
 
-    pairs: list  # Dense kernel uses: (x [T, in], delta [T, out])
-    rows: list  # bias uses and per-step copies: [T, *shape]
+    pairs: list  # Dense kernel uses: (x [T, in], index of its tap target)
+    rows: list  # bias uses and per-step copies: index of the tap target whose rows they are
 
 
 class Capture:
@@ -258,13 +295,18 @@ class Capture:
       covered: per variable, whether its per-step gradients come from the taps.
       rows_ok: ``True``, or a scalar bool tensor (dynamic shapes) that is true when every tap had
         exactly ``T`` rows; callers must fall back to the generic path when it is false.
+      out: the ``[T]`` output of the recorded pass; ``extras``: what ``fn`` returned besides it.
     """
 
-    def __init__(self, variables, parts: list[_Parts | None], covered: list[bool], rows_ok):
+    def __init__(self, variables, parts: list[_Parts], covered: list[bool], rows_ok,
+                 targets: list[tf.Tensor], deltas: list[tf.Tensor], tape: tf.GradientTape,
+                 out: tf.Tensor, extras: dict):
         self.variables = list(variables)
         self._parts = parts
         self.covered = covered
         self.rows_ok = rows_ok
+        self._targets, self._deltas, self._tape = targets, deltas, tape
+        self.out, self.extras = out, extras
 
     @property
     def all_covered(self) -> bool:
@@ -280,11 +322,12 @@ class Capture:
     def per_step_grads(self, num_rows) -> list[tf.Tensor | None]:
         """``[T, *shape]`` per covered variable (``None`` where not covered)."""
         out = []
+        d = self._deltas
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
                 out.append(None)
                 continue
-            terms = [outer_rows(x, d) for x, d in p.pairs] + list(p.rows)
+            terms = [outer_rows(x, d[j]) for x, j in p.pairs] + [d[j] for j in p.rows]
             out.append(tf.add_n(terms) if terms else self._zeros(v, num_rows))
         return out
 
@@ -292,37 +335,58 @@ class Capture:
         """``[T]`` squared global norm of each step's gradient over the covered variables."""
         dtype = self.variables[0].dtype if self.variables else tf.float32
         total = tf.zeros(tf.reshape(tf.cast(num_rows, tf.int32), [1]), dtype)
+        d = self._deltas
         for p, ok in zip(self._parts, self.covered):
             if not ok or not (p.pairs or p.rows):  # not covered, or unconnected: zero rows
                 continue
-            if len(p.pairs) == 1 and not p.rows:  # the common case: |x_t|^2 |delta_t|^2
-                x, d = p.pairs[0]
-                total += tf.reduce_sum(tf.square(x), 1) * tf.reduce_sum(tf.square(d), 1)
-            elif p.pairs and not p.rows:  # a layer called k times: sum_kl (x_k.x_l)(d_k.d_l)
-                for x1, d1 in p.pairs:
-                    for x2, d2 in p.pairs:
+            pairs = [(x, d[j]) for x, j in p.pairs]
+            rows = [d[j] for j in p.rows]
+            if len(pairs) == 1 and not rows:  # the common case: |x_t|^2 |delta_t|^2
+                x, dz = pairs[0]
+                total += tf.reduce_sum(tf.square(x), 1) * tf.reduce_sum(tf.square(dz), 1)
+            elif pairs and not rows:  # a layer called k times: sum_kl (x_k.x_l)(d_k.d_l)
+                for x1, d1 in pairs:
+                    for x2, d2 in pairs:
                         total += tf.reduce_sum(x1 * x2, 1) * tf.reduce_sum(d1 * d2, 1)
-            elif p.rows and not p.pairs:
-                g = tf.add_n(p.rows)
+            elif rows and not pairs:
+                g = tf.add_n(rows)
                 total += tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
             else:  # mixed kinds of use (not produced by Dense layers); rare, so materialise
-                g = tf.add_n([tf.einsum("ti,to->tio", x, d) for x, d in p.pairs] + p.rows)
+                g = tf.add_n([tf.einsum("ti,to->tio", x, dz) for x, dz in pairs] + rows)
                 total += tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
         return total
 
-    def weighted_sum(self, coeff: tf.Tensor) -> list[tf.Tensor | None]:
-        """``sum_t coeff[t] * grad_t`` per covered variable, without per-step tensors."""
+    def _assemble(self, dz: list[tf.Tensor | None]) -> list[tf.Tensor | None]:
+        """Per covered variable, the batched gradient from pre-activation gradients ``dz``."""
         out = []
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
                 out.append(None)
                 continue
-            terms = [tf.matmul(x, coeff[:, None] * d, transpose_a=True) for x, d in p.pairs]
-            for r in p.rows:
-                c = tf.reshape(coeff, [-1] + [1] * (r.shape.rank - 1))
-                terms.append(tf.reduce_sum(c * r, 0))
+            terms = [tf.matmul(x, dz[j], transpose_a=True) for x, j in p.pairs if dz[j] is not None]
+            terms += [tf.reduce_sum(dz[j], 0) for j in p.rows if dz[j] is not None]
             out.append(tf.add_n(terms) if terms else tf.zeros(v.shape, v.dtype))
         return out
+
+    def weighted_sum(self, coeff: tf.Tensor) -> list[tf.Tensor | None]:
+        """``sum_t coeff[t] * grad_t`` per covered variable, without per-step tensors."""
+        scaled = []
+        for d in self._deltas:
+            c = tf.reshape(tf.cast(coeff, d.dtype), [-1] + [1] * (d.shape.rank - 1))
+            scaled.append(c * d)
+        return self._assemble(scaled)
+
+    def gradient_of(self, target: tf.Tensor) -> list[tf.Tensor | None]:
+        """Gradient of a scalar computed from the recorded pass (e.g. an entropy bonus), per
+        covered variable (``None`` where not covered), by backprop to the taps."""
+        n = len(self._targets)
+        grads = self._tape.gradient(target, self._targets + self.variables,
+                                    unconnected_gradients="none")
+        out = self._assemble(grads[:n])
+        # Uses of a covered variable that are not taps of the log-prob pass (an aux term may
+        # read a variable directly) reach it through the tape: add them.
+        return [o if o is None or r is None else o + tf.convert_to_tensor(r)
+                for o, r in zip(out, grads[n:])]
 
 
 def _rows_check(tensor: tf.Tensor, num_steps):
@@ -334,18 +398,25 @@ def _rows_check(tensor: tf.Tensor, num_steps):
 
 
 def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
-            where: str = "per_step_grads") -> tuple[tf.Tensor, Capture]:
+            where: str = "per_step_grads", aux: Callable | None = None
+            ) -> tuple[tf.Tensor, Capture]:
     """Runs ``fn(*args)`` once under a recording and backpropagates ``sum(fn(*args))`` to taps.
 
+    ``fn`` may return ``(values [T], extras dict)``; ``aux(values, extras)``, if given, is
+    computed under the same (persistent) tape so that :meth:`Capture.gradient_of` can
+    differentiate it.
+
     Returns:
-      ``(out, capture)``: the ``[T]`` output and the per-variable taps.
+      ``(out, capture)``: the ``[T]`` output and the per-variable taps (``capture.aux`` holds
+      the aux value).
     """
     variables = list(variables)
-    with tf.GradientTape() as tape:
-        with recording(tape) as rec:
-            out = fn(*args)
-        out = check_output(out, num_steps, where)
+    with tf.GradientTape(persistent=True) as tape:
+        with recording(tape, variables) as rec:
+            out, extras = split_output(fn(*args))
+        out = check_per_step(out, num_steps, where)
         total = tf.reduce_sum(out)
+        aux_value = aux(out, extras) if aux is not None else None
     targets = [t.z for t in rec.dense] + [t.value for t in rec.step]
     grads = tape.gradient(total, targets + variables, unconnected_gradients="none")
     deltas, residual = grads[: len(targets)], grads[len(targets) :]
@@ -372,20 +443,23 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
                 dynamic.append(rows_ok)
         return i
 
-    for tap, d, unconnected in zip(rec.dense, deltas, dead):
+    for j, (tap, unconnected) in enumerate(zip(rec.dense, dead)):
         ok = False if unconnected else _rows_check(tap.x, num_steps)
         i = slot(tap.kernel, ok)
         if i is not None:
-            parts[i].pairs.append((tap.x, d))
+            parts[i].pairs.append((tap.x, j))
         if tap.bias is not None:
-            j = slot(tap.bias, ok)
-            if j is not None:
-                parts[j].rows.append(d)
-    for tap, g, unconnected in zip(rec.step, deltas[len(rec.dense) :], dead[len(rec.dense) :]):
+            k = slot(tap.bias, ok)
+            if k is not None:
+                parts[k].rows.append(j)
+    offset = len(rec.dense)
+    for j, (tap, unconnected) in enumerate(zip(rec.step, dead[offset:]), start=offset):
         i = slot(tap.variable, False if unconnected else _rows_check(tap.value, num_steps))
         if i is not None:
-            parts[i].rows.append(g)
+            parts[i].rows.append(j)
 
     covered = [r is None and i not in bad for i, r in enumerate(residual)]
     rows_ok = True if not dynamic else tf.reduce_all(tf.stack(dynamic))
-    return out, Capture(variables, parts, covered, rows_ok)
+    cap = Capture(variables, parts, covered, rows_ok, targets, deltas, tape, out, extras)
+    cap.aux = aux_value
+    return out, cap

@@ -19,6 +19,7 @@ def apply_updates(
     variables: Sequence[tf.Variable],
     *,
     skip_nonfinite: bool = False,
+    condition: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Applies ascent-direction ``grads`` to ``variables`` with a (minimising) Keras optimizer.
 
@@ -32,6 +33,8 @@ def apply_updates(
       variables: the variables to update.
       skip_nonfinite: if any gradient holds NaN/Inf, change nothing (no variable, no optimizer
         slot, no iteration count).
+      condition: optional ``[]`` bool tensor; when false, change nothing either (e.g. an early
+        stop decided in the same graph).
 
     Returns:
       ``[]`` bool tensor: whether the update was applied.
@@ -44,10 +47,12 @@ def apply_updates(
         with tf.init_scope():  # slots must exist outside any tf.cond below
             optimizer.build(variables)
     descent = [-g for g in grads]
-    if not skip_nonfinite:
+    if not skip_nonfinite and condition is None:
         optimizer.apply(descent, variables)
         return tf.constant(True)
-    finite = all_finite(grads)
+    finite = all_finite(grads) if skip_nonfinite else tf.constant(True)
+    if condition is not None:
+        finite = tf.logical_and(finite, tf.cast(condition, tf.bool))
     if tf.executing_eagerly():
         if bool(finite):
             optimizer.apply(descent, variables)

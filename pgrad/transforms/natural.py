@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from pgrad.transforms import GradientTransform, TransformError, _context_value
+from pgrad.transforms.base import GradientTransform, TransformError, context_value
 
 
 class FisherState(NamedTuple):
@@ -139,7 +139,7 @@ def _fisher_transform(
         if weights_key is None:
             v = tf.ones([num_steps], tf.float64) / t_float  # [T]: g = mean of the rows
         else:
-            w = tf.cast(_context_value(ctx, weights_key, name), tf.float64)  # [T]
+            w = tf.cast(context_value(ctx, weights_key, name), tf.float64)  # [T]
             if standardize:
                 mean, var = tf.nn.moments(w, axes=[0])
                 w = (w - mean) / (tf.sqrt(var) + eps)
@@ -161,9 +161,7 @@ def _fisher_transform(
         new_state = FisherState(tf.cast(kl * factor**2, tf.float32), tf.cast(factor, tf.float32))
         return unflatten(x * factor, grads), new_state
 
-    return GradientTransform(
-        _fisher_init, update, None, "full", aggregates=True, per_step_only=True, name=name,
-    )
+    return GradientTransform(_fisher_init, update, name=name, step_axis="aggregates")
 
 
 def natural_gradient(
@@ -243,10 +241,10 @@ def natural_policy_gradient(
     factor makes the policy step exactly the KL-bounded natural-gradient step. Pass the same
     ``learning_rate`` as the optimizer's, and turn off the agent's global-norm clipping (it
     would rescale the bounded step). All arguments have defaults, so ``--transform
-    pgrad.natural:natural_policy_gradient`` works as is (see docs/beyond_weighting.md).
+    pgrad.transforms.natural:natural_policy_gradient`` works as is (see docs/beyond_weighting.md).
     """
-    from pgrad.compose import chain
-    from pgrad.transforms import scale
+    from pgrad.transforms.builtins import scale
+    from pgrad.transforms.chain import chain
 
     return chain(
         natural_gradient(damping, weights_key=weights_key, max_kl=max_kl),

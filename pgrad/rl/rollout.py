@@ -7,12 +7,12 @@ real (none of the dummy "reset" steps of the default ``NEXT_STEP`` mode) and
 ``next_observations[t, b]`` -- the observation that really followed step ``t`` -- is the next
 row's observation within an episode and the final observation at an episode end. Returns then
 bootstrap from ``V(next_observations)`` at truncations and not at terminations
-(:mod:`pgrad.returns`).
+(:mod:`pgrad.rl.returns`).
 
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
 any reward normalisation).
 
-Acting is a numpy callable (see :class:`pgrad.policy.NumpyPolicy`): one TensorFlow call per env
+Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
 """
 
@@ -24,8 +24,8 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from pgrad import spaces
-from pgrad.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl import spaces
+from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 
 VECTOR_MODES = ("sync", "async")
 

@@ -34,7 +34,7 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from pgrad.per_step import per_step_norms, zeros_for_unconnected
+from pgrad.core.per_step import per_step_norms, zeros_for_unconnected
 
 _QUANTILES = (("min", 0.0), ("median", 50.0), ("p90", 90.0), ("max", 100.0))
 

@@ -17,7 +17,7 @@ With the default chain ``["mean_steps"]`` the update equals plain Keras (``sum_o
 to round-off. Transform state lives in ``tf.Variable`` s (``model.transform_state``): it is in
 ``tf.train.Checkpoint`` s of the model, in ``.keras`` files and in ``save_weights``.
 
-Save/load: pass the chain as a *spec* (``pgrad.transform_specs``), e.g.
+Save/load: pass the chain as a *spec* (``pgrad.transforms.registry``), e.g.
 ``[("clip_per_step", {"max_norm": 1.0}), "mean_steps"]``; it goes into the model config and is
 rebuilt on load. A model given a raw ``GradientTransform`` trains normally but cannot be
 serialised (register the factory and use its name instead).
@@ -29,8 +29,6 @@ any per-example method.
 
 from __future__ import annotations
 
-from typing import Any
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -40,10 +38,10 @@ import tensorflow as tf
 from keras.src.models import model as _keras_model
 from keras.src.models.functional import Functional
 
-from pgrad.apply import apply_updates
+from pgrad.core.apply import apply_updates
 from pgrad.engine import PATHS, policy_gradients
-from pgrad.transform_specs import normalize_spec, transform_from_spec
-from pgrad.transforms import GradientTransform
+from pgrad.transforms import GradientTransform, TransformState
+from pgrad.transforms.registry import normalize_spec, transform_from_spec
 
 DEFAULT_SPEC = (("mean_steps", {}),)
 _STATE_KEY = "pgrad_transform_state_"
@@ -57,27 +55,6 @@ def _column_to_vector(sample_weight):
     if sample_weight.shape.rank == 2 and sample_weight.shape[1] == 1:
         return sample_weight[:, 0]
     return sample_weight
-
-
-class TransformState(tf.Module):
-    """A transform's state (a nest of tensors) held in ``tf.Variable`` s so it checkpoints."""
-
-    def __init__(self, state: Any):
-        super().__init__(name="transform_state")
-        self._template = tf.nest.map_structure(lambda _: 0, state)
-        self.values = [
-            tf.Variable(t, trainable=False, name=f"state_{i}")
-            for i, t in enumerate(tf.nest.flatten(state))
-        ]
-
-    def read(self) -> Any:
-        """The state as the transform expects it (same nest as ``init`` returned)."""
-        return tf.nest.pack_sequence_as(self._template, [v.read_value() for v in self.values])
-
-    def write(self, state: Any) -> None:
-        """Assigns a new state of the same structure."""
-        for v, t in zip(self.values, tf.nest.flatten(state)):
-            v.assign(t)
 
 
 @keras.saving.register_keras_serializable(package="pgrad")
@@ -95,7 +72,7 @@ class PerSampleModel(keras.Model):
       path: engine path, ``"auto"`` (cheapest exact) or force ``"fused"`` / ``"full"``.
       chunk_size: samples per block when per-sample gradients or norms are materialised.
       use_taps: take per-sample gradients and norms of ``Dense`` layers from one batched pass
-        (``pgrad.taps``); set ``False`` for a model that feeds a Dense layer ``B`` rows that are
+        (``pgrad.core.taps``); set ``False`` for a model that feeds a Dense layer ``B`` rows that are
         not the samples.
 
     Attributes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from pgrad.errors import UserError, suggest
+from pgrad.core.errors import UserError, suggest
 
 
 @contextlib.contextmanager
@@ -135,8 +135,8 @@ def load_transform(spec: str):
     """
     import inspect
 
-    from pgrad.compose import chain
     from pgrad.transforms import GradientTransform, mean_steps, stateless
+    from pgrad.transforms.chain import chain
 
     what = f"--transform {spec}"
     module_name, sep, attr = spec.rpartition(":")

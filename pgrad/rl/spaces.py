@@ -118,9 +118,6 @@ def _sub(space: gym.Space, where: str) -> Callable[[object], np.ndarray]:
         raise _unsupported(space, where) from None
 
 
-def is_raw_box(space: gym.Space) -> bool:
-    """Whether preprocessing is only a float32 cast/reshape (exported policies take raw obs)."""
-    return isinstance(space, gym.spaces.Box)
 
 
 def batch_of_one(x):
@@ -130,3 +127,26 @@ def batch_of_one(x):
     if isinstance(x, tuple):
         return tuple(batch_of_one(v) for v in x)
     return np.asarray(x)[None]
+
+
+def is_batch(obs, space: gym.Space) -> bool:
+    """Whether ``obs`` is a batch of observations of ``space`` (else one observation).
+
+    Decided by shape against the space: ``[N, *shape]`` for Box/MultiDiscrete/MultiBinary,
+    ``[N]`` for Discrete, and by the first entry for Dict/Tuple spaces.
+    """
+    if isinstance(space, gym.spaces.Dict):
+        key = next(iter(space.spaces))
+        return is_batch(obs[key], space.spaces[key])
+    if isinstance(space, gym.spaces.Tuple):
+        return is_batch(obs[0], space.spaces[0])
+    if isinstance(space, gym.spaces.Discrete):
+        return np.ndim(obs) == 1
+    shape = tuple(space.shape or ())
+    ndim = np.ndim(obs)
+    if ndim == len(shape) + 1:
+        return True
+    if ndim == len(shape):
+        return False
+    raise ValueError(f"observation of shape {np.shape(obs)} fits neither one observation nor a "
+                     f"batch of {space}.")

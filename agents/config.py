@@ -1,0 +1,157 @@
+"""Hyperparameters: one dataclass for the actor-critic agent, one subclass of defaults per preset.
+
+Every field documents itself in ``metadata["help"]`` (``train.py --help`` lists them, ``--set
+NAME=VALUE`` sets them). ``validate()`` refuses, before anything runs, values that cannot work or
+would poison a run: non-finite numbers, out-of-range ones, and sizes past sane limits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from pgrad.engine import PATHS
+from pgrad.rl.rollout import VECTOR_MODES
+
+OPTIMIZERS = ("rmsprop", "adam", "sgd")
+ROLLOUTS = ("steps", "episodes")
+#: Sizes past which a setting is refused as a mistake (a typo such as num_envs=100000).
+MAX_ENVS = 4096
+MAX_WIDTH = 16384
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass
+class ActorCriticConfig:
+    """Every hyperparameter of the actor-critic agent (the presets change defaults only)."""
+
+    # -- rollouts ------------------------------------------------------------------------------
+    num_envs: int = field(default=8, metadata=_help("parallel environments in the vector env"))
+    vector_mode: str = field(default="sync", metadata=_help(
+        "'sync' (all envs in this process) or 'async' (one subprocess per env)"))
+    rollout: str = field(default="steps", metadata=_help(
+        "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
+    n_steps: int = field(default=5, metadata=_help(
+        "with rollout 'steps': rollout length per env between updates"))
+    batch_steps: int = field(default=1000, metadata=_help(
+        "with rollout 'episodes': minimum env steps per update; every env's part ends at an "
+        "episode end"))
+    # -- returns -------------------------------------------------------------------------------
+    gamma: float = field(default=0.99, metadata=_help("discount factor in [0, 1]"))
+    gae_lambda: float = field(default=1.0, metadata=_help(
+        "GAE lambda in [0, 1]; 1 = n-step / Monte-Carlo returns, 0 = one-step TD"))
+    baseline: bool = field(default=True, metadata=_help(
+        "learn a value function (critic); off: no critic, advantages are the returns"))
+    normalize_advantage: bool = field(default=False, metadata=_help(
+        "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
+    # -- networks ------------------------------------------------------------------------------
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=_help("hidden layer widths"))
+    activation: str = field(default="tanh", metadata=_help("'tanh' or 'relu'"))
+    shared_trunk: bool = field(default=False, metadata=_help(
+        "actor and critic share the hidden layers (else two separate networks)"))
+    trunk_grad_scale: float = field(default=0.5, metadata=_help(
+        "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
+    log_std_init: float = field(default=0.0, metadata=_help(
+        "initial log standard deviation of Gaussian (Box) actions"))
+    # -- optimisation --------------------------------------------------------------------------
+    optimizer: str = field(default="rmsprop", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
+    learning_rate: float = field(default=7e-4, metadata=_help("optimizer learning rate"))
+    optimizer_eps: float = field(default=1e-10, metadata=_help(
+        "epsilon of RMSprop/Adam; Keras adds it inside RMSprop's square root, so 1e-10 here is "
+        "about PyTorch's (SB3's) 1e-5 outside it"))
+    rmsprop_rho: float = field(default=0.99, metadata=_help("RMSprop decay of the squared mean"))
+    lr_decay_steps: int = field(default=0, metadata=_help(
+        "decay the learning rate linearly to 0 over this many env steps (rl-zoo's 'lin_'); "
+        "0 = constant"))
+    epochs: int = field(default=1, metadata=_help("passes over each rollout"))
+    minibatch_size: int = field(default=0, metadata=_help(
+        "steps per minibatch, shuffled each epoch; 0 = the whole rollout in one update"))
+    target_kl: float = field(default=0.0, metadata=_help(
+        "stop an update's epochs early once the approximate KL to the behaviour policy exceeds "
+        "1.5 x this (as SB3); 0 = off"))
+    max_grad_norm: float = field(default=0.5, metadata=_help(
+        "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
+    vf_coef: float = field(default=0.5, metadata=_help("weight of the value loss"))
+    clip_range_vf: float = field(default=0.0, metadata=_help(
+        "clip the new value to old value +- this in the value loss (PPO2's max form); 0 = off"))
+    ent_coef: float = field(default=0.0, metadata=_help("weight of the entropy bonus"))
+    # -- normalisation -------------------------------------------------------------------------
+    normalize_obs: bool = field(default=False, metadata=_help(
+        "normalise observations with running mean/std (saved in checkpoints and the export)"))
+    normalize_reward: bool = field(default=False, metadata=_help(
+        "scale rewards by the running std of the discounted return"))
+    clip_obs: float = field(default=10.0, metadata=_help("clip normalised observations to +-this"))
+    clip_reward: float = field(default=10.0, metadata=_help("clip normalised rewards to +-this"))
+    # -- engine and opt-in extras --------------------------------------------------------------
+    engine_path: str = field(default="auto", metadata=_help(
+        "policy-gradient engine path: 'auto' (cheapest exact), 'fused' or 'full'"))
+    diagnostics: bool = field(default=False, metadata=_help(
+        "log per-step gradient diagnostics (diag_* in updates.csv) each update"))
+    diagnostics_max_norm: float = field(default=1.0, metadata=_help(
+        "with diagnostics: per-step norm threshold of diag_clip_fraction; 0 = leave it out"))
+    adversarial_epsilon: float = field(default=0.0, metadata=_help(
+        "act on FGSM-perturbed observations (L-inf radius in raw observation units); 0 = off"))
+
+    def steps_per_update(self) -> int:
+        """Env steps per update (nominal for whole-episode rollouts)."""
+        return self.n_steps * self.num_envs if self.rollout == "steps" else self.batch_steps
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first field out of range (checked before anything runs)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number; got {value}")
+
+        def need(ok: bool, msg: str):
+            if not ok:
+                raise ValueError(msg)
+
+        need(1 <= int(self.num_envs) <= MAX_ENVS,
+             f"num_envs must be in [1, {MAX_ENVS}]; got {self.num_envs}")
+        need(self.vector_mode in VECTOR_MODES,
+             f"vector_mode must be one of {VECTOR_MODES}; got {self.vector_mode!r}")
+        need(self.rollout in ROLLOUTS, f"rollout must be one of {ROLLOUTS}; got {self.rollout!r}")
+        need(int(self.n_steps) >= 1, f"n_steps must be >= 1; got {self.n_steps}")
+        need(int(self.batch_steps) >= 1, f"batch_steps must be >= 1; got {self.batch_steps}")
+        need(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}")
+        need(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1]; got {self.gae_lambda}")
+        need(len(self.hidden) <= 16 and all(0 < int(h) <= MAX_WIDTH for h in self.hidden),
+             f"hidden widths must be in [1, {MAX_WIDTH}] (at most 16 layers); got {self.hidden}")
+        need(self.activation in ("tanh", "relu"),
+             f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
+        need(self.trunk_grad_scale >= 0,
+             f"trunk_grad_scale must be >= 0; got {self.trunk_grad_scale}")
+        need(-20.0 <= self.log_std_init <= 5.0,
+             f"log_std_init must be in [-20, 5]; got {self.log_std_init}")
+        need(self.optimizer in OPTIMIZERS,
+             f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
+        need(0 < self.learning_rate <= 10.0,
+             f"learning_rate must be in (0, 10]; got {self.learning_rate}")
+        need(0 < self.optimizer_eps < 1, f"optimizer_eps must be in (0, 1); got {self.optimizer_eps}")
+        need(0.0 < self.rmsprop_rho < 1.0, f"rmsprop_rho must be in (0, 1); got {self.rmsprop_rho}")
+        need(int(self.lr_decay_steps) >= 0,
+             f"lr_decay_steps must be >= 0; got {self.lr_decay_steps}")
+        need(1 <= int(self.epochs) <= 1000, f"epochs must be in [1, 1000]; got {self.epochs}")
+        need(int(self.minibatch_size) >= 0,
+             f"minibatch_size must be >= 0 (0 = whole batch); got {self.minibatch_size}")
+        if self.rollout == "steps" and self.minibatch_size:
+            batch = self.n_steps * self.num_envs
+            need(self.minibatch_size <= batch and batch % self.minibatch_size == 0,
+                 f"minibatch_size must divide n_steps x num_envs = {batch}; "
+                 f"got {self.minibatch_size}")
+        need(self.target_kl >= 0, f"target_kl must be >= 0; got {self.target_kl}")
+        need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0; got {self.max_grad_norm}")
+        need(self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}")
+        need(self.clip_range_vf >= 0, f"clip_range_vf must be >= 0; got {self.clip_range_vf}")
+        need(self.ent_coef >= 0, f"ent_coef must be >= 0; got {self.ent_coef}")
+        need(self.clip_obs > 0 and self.clip_reward > 0, "clip_obs and clip_reward must be > 0")
+        need(self.engine_path in PATHS,
+             f"engine_path must be one of {PATHS}; got {self.engine_path!r}")
+        need(self.adversarial_epsilon >= 0,
+             f"adversarial_epsilon must be >= 0; got {self.adversarial_epsilon}")
+        need(self.diagnostics_max_norm >= 0,
+             f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")

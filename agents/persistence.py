@@ -1,0 +1,175 @@
+"""Saving and loading agents: ``agent.save(path)`` and ``agents.load(path)``.
+
+A saved agent is a directory::
+
+    agent.json       what the agent is: preset name, env id, seed, every hyperparameter, chain
+    checkpoints/     atomic, checksummed tf.train.Checkpoint(s) (pgrad.rl.checkpoint): networks,
+                     optimizer slots, transform state, normaliser statistics, counters, seed
+    policy/          the exported deterministic policy (SavedModel; pgrad.rl.export)
+
+A training run directory has the same three entries (plus its logs), so ``agents.load`` takes
+either. Loading reads data only (JSON, TensorFlow checkpoints): code named by the directory --
+a custom transform, an env module -- is never imported; pass the transform again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pgrad.rl.checkpoint import CheckpointStore
+
+AGENT_FILE = "agent.json"
+CHECKPOINTS = "checkpoints"
+POLICY = "policy"
+FORMAT = 1
+
+
+def describe(agent) -> dict[str, Any]:
+    """The ``agent.json`` record of an agent (JSON values only)."""
+    return {
+        "format": FORMAT,
+        "agent": agent.name,
+        "env": agent.env_id if isinstance(agent.env_id, str) else None,
+        "seed": int(agent.seed_var.numpy()),
+        "hyperparameters": _plain(dataclasses.asdict(agent.cfg)),
+        "transform": agent.transform.name if agent.custom_transform else None,
+    }
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def save_checkpoint(agent, directory: str | Path, meta: dict[str, Any] | None = None,
+                    keep: int = 3) -> Path:
+    """Writes one checkpoint of ``agent`` into ``directory`` (a CheckpointStore); returns it."""
+    record = {"agent": describe(agent), **(meta or {})}
+    store = CheckpointStore(directory, keep=keep)
+    return store.save(agent.trackables(), record, agent.env_steps)
+
+
+def export(agent, path: str | Path) -> Path:
+    """Exports the policy to ``path`` (written aside, then swapped in)."""
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}-tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    agent.export_policy(str(tmp))
+    old = final.with_name(f".{final.name}-old-{os.getpid()}")
+    if final.exists():
+        os.rename(final, old)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def save(agent, path: str | Path) -> Path:
+    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path / AGENT_FILE, describe(agent))
+    save_checkpoint(agent, path / CHECKPOINTS, keep=1)
+    export(agent, path / POLICY)
+    return path
+
+
+def read_description(path: str | Path) -> dict[str, Any]:
+    """``agent.json`` of a saved agent or run directory.
+
+    Raises:
+      ValueError: no ``agent.json``, or one that is not a pgrad agent record.
+    """
+    file = Path(path) / AGENT_FILE
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} holds no saved agent (no {AGENT_FILE}).") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read {file}: {err}") from None
+    if not isinstance(data, dict) or "agent" not in data or "hyperparameters" not in data:
+        raise ValueError(f"{file} is not a pgrad agent record.")
+    return data
+
+
+def config_from(cls, hyperparameters: dict[str, Any]):
+    """``cls.Config`` from a JSON dict (lists back to tuples where the field is a tuple)."""
+    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+    unknown = sorted(set(hyperparameters) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown hyperparameters for {cls.name}: {unknown}.")
+    values = {}
+    for key, value in hyperparameters.items():
+        default = fields[key].default
+        values[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) \
+            else value
+    return cls.Config(**values)
+
+
+def restore(agent, directory: str | Path, acting_only: bool = False,
+            warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], Path]:
+    """Restores the newest good checkpoint under ``directory`` into ``agent``.
+
+    ``acting_only`` restores the networks and normaliser statistics only (what acting needs;
+    the optimizer and transform state of a custom chain need not match).
+
+    Raises:
+      ValueError: no checkpoint, or none that could be read.
+    """
+    wanted = agent.trackables()
+    if acting_only:
+        wanted = {k: v for k, v in wanted.items() if k not in ("optimizer", "transform_state")}
+    found = CheckpointStore(directory).restore(wanted, warn=warn, partial=acting_only)
+    if found is None:
+        raise ValueError(f"{directory} holds no checkpoint.")
+    return found
+
+
+def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: bool = False,
+         registry: Callable[[str], type] | None = None, **overrides):
+    """The agent saved in ``path`` (``agent.save`` or a training run directory), restored.
+
+    Args:
+      path: the directory.
+      env_id: build the agent on this env instead of the recorded one (a registered id or a
+        callable; needed when the record has none, e.g. an env factory).
+      transform: the chain, if the agent was trained with a custom one (its code is never
+        imported from the directory).
+      acting_only: restore only what acting needs (networks, normaliser statistics); then a
+        custom chain need not be passed.
+      registry: name -> agent class (default ``agents.get``).
+      **overrides: hyperparameters to change on loading (e.g. ``num_envs=1`` for acting).
+    """
+    if registry is None:
+        from agents import get as registry
+    record = read_description(path)
+    cls = registry(str(record["agent"]))
+    cfg = config_from(cls, {**record["hyperparameters"], **overrides})
+    env = env_id if env_id is not None else record.get("env")
+    if env is None:
+        raise ValueError(f"{path}: the agent's env was not a registered id; pass env_id.")
+    if record.get("transform") and transform is None and not acting_only:
+        raise ValueError(f"{path}: the agent was trained with the transform "
+                         f"{record['transform']!r}; pass it again as transform= (pgrad never "
+                         "imports code named by a saved agent).")
+    agent = cls(cfg, env_id=env, seed=int(record.get("seed", 0)), transform=transform)
+    try:
+        restore(agent, Path(path) / CHECKPOINTS, acting_only=acting_only)
+    except Exception:
+        agent.close()
+        raise
+    return agent

@@ -1,0 +1,240 @@
+"""Evaluate a policy: N episodes, mean ± std of return and length, optionally under attack.
+
+``pgrad.evaluate(agent_or_path, env_id=None, episodes=10, deterministic=True)`` runs
+``episodes`` episodes, env ``i`` seeded ``seed + i``, all stepped together (one batched policy
+call per step). The policy is an agent (anything with a ``policy`` attribute that is a
+:class:`pgrad.rl.policy.Policy`, e.g. ``agents.make(...)``), a ``Policy``, or a path to an
+exported policy (a run or save directory holding ``policy/``, or the export itself: see
+:mod:`pgrad.rl.export`). Loading a path reads data only; no code from it is imported.
+
+Deterministic actions (the distribution's mode) are the default, as in Stable-Baselines3's
+``evaluate_policy`` and rl-zoo's ``enjoy.py``.
+
+With ``attack="fgsm"`` or ``"pgd"`` every observation is perturbed against the policy before it
+acts, for each radius in ``epsilons`` (0, the clean baseline, always included); the attacked
+quantity is the log-probability of the action the policy would take on the clean observation
+(:mod:`pgrad.tools.adversarial`), and epsilon is in raw observation units (the flattened
+observation the env returns, before normalisation). Every radius runs the same seeded episodes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pgrad.rl.policy import Policy
+
+ATTACKS = ("fgsm", "pgd")
+
+
+def as_policy(target: Any, env_id: str | None) -> tuple[Policy, str]:
+    """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
+    import gymnasium as gym
+
+    from pgrad.rl import export
+
+    if isinstance(target, (str, os.PathLike)):
+        meta = export.read_metadata(export.find_export(target) or target)
+        env_id = env_id or meta.get("env_id")
+        if not env_id:
+            raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
+        probe = gym.make(env_id)
+        try:
+            policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)
+        finally:
+            probe.close()
+        return policy, env_id
+    policy = getattr(target, "policy", target)
+    if not isinstance(policy, Policy):
+        raise TypeError(f"cannot evaluate a {type(target).__name__}: expected an agent, a "
+                        "pgrad Policy or the path of an exported policy.")
+    env_id = env_id or getattr(target, "env_id", None)
+    if not isinstance(env_id, str):
+        raise ValueError("pass env_id: the agent's env is not a registered id.")
+    return policy, env_id
+
+
+def run_episodes(
+    policy: Policy,
+    make_env: Callable[[int], Any],
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    perturb: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[list[float], list[int]]:
+    """Runs ``episodes`` episodes side by side; returns (returns, lengths) in episode order.
+
+    ``make_env(i)`` builds env ``i`` (reset with ``seed + i``); ``perturb(flat [B, d])`` changes
+    the flat raw observations before the policy sees them (an attack).
+    """
+    envs = [make_env(i) for i in range(episodes)]
+    rng = np.random.default_rng([seed, 7])
+    try:
+        obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+        returns, lengths = [0.0] * episodes, [0] * episodes
+        live = list(range(episodes))
+        from pgrad.rl.spaces import batch_of_one
+
+        while live:
+            flat = np.concatenate([policy.flatten(batch_of_one(obs[i])) for i in live])
+            flat = flat.astype(np.float32)
+            if perturb is not None:
+                flat = perturb(flat)
+            actions = policy.act_flat(flat, deterministic, rng)
+            still = []
+            for j, i in enumerate(live):
+                obs[i], reward, term, trunc, _ = envs[i].step(actions[j])
+                returns[i] += float(reward)
+                lengths[i] += 1
+                if not (term or trunc):
+                    still.append(i)
+            live = still
+    finally:
+        for env in envs:
+            env.close()
+    return returns, lengths
+
+
+def attack_function(policy: Policy, kind: str, pgd_steps: int = 10):
+    """``tf.function (flat raw obs [B, d], epsilon []) -> perturbed flat raw obs [B, d]``."""
+    import tensorflow as tf
+
+    from pgrad.tools.adversarial import fgsm, pgd
+
+    if kind not in ATTACKS:
+        raise ValueError(f"attack must be one of {', '.join(ATTACKS)}; got {kind!r}.")
+
+    def attack(flat, eps):
+        if kind == "fgsm":
+            return fgsm(flat, policy.distribution, eps)
+        return pgd(flat, policy.distribution, eps, steps=pgd_steps)
+
+    dim = policy.flatten(_sample_batch(policy.observation_space)).shape[1]
+    return tf.function(attack, input_signature=[tf.TensorSpec([None, dim], tf.float32),
+                                                tf.TensorSpec([], tf.float32)])
+
+
+def _sample_batch(space):
+    from pgrad.rl.spaces import batch_of_one
+
+    return batch_of_one(space.sample())
+
+
+def _summary(returns: Sequence[float], lengths: Sequence[int]) -> dict[str, Any]:
+    return {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+            "length_mean": float(np.mean(lengths)), "length_std": float(np.std(lengths)),
+            "returns": list(returns), "lengths": list(lengths)}
+
+
+def evaluate(
+    target: Any,
+    env_id: str | None = None,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int = 0,
+    video_dir: str | os.PathLike | None = None,
+    attack: str | None = None,
+    epsilons: Sequence[float] = (0.0, 0.01, 0.05, 0.1),
+    pgd_steps: int = 10,
+) -> dict[str, Any]:
+    """Runs ``episodes`` episodes of a policy and summarises them.
+
+    Args:
+      target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
+        (a run/save directory with ``policy/``, or the export itself).
+      env_id: the env (a registered id); default: the agent's, or the one the export records.
+      episodes: number of episodes (>= 1); episode ``i`` resets with ``seed + i``.
+      deterministic: the distribution's mode (default) instead of sampled actions.
+      seed: seed of the first episode.
+      video_dir: record every episode as mp4 here (Gymnasium's RecordVideo; needs moviepy).
+      attack: ``"fgsm"`` or ``"pgd"``: evaluate under observation attacks (``"attack"`` in the
+        result holds one row per epsilon; the top-level numbers are the clean episodes).
+      epsilons: with ``attack``: L-inf radii in raw observation units (0 is always added).
+      pgd_steps: with ``attack="pgd"``: sign-gradient steps.
+
+    Returns:
+      ``{"env", "episodes", "deterministic", "seed", "return_mean", "return_std",
+      "length_mean", "length_std", "returns", "lengths", "video_dir"[, "attack"]}``.
+
+    Raises:
+      ValueError: bad arguments, an env that emits non-finite rewards, an unusable export.
+      ImportError: moviepy missing for ``video_dir``.
+    """
+    import gymnasium as gym
+
+    if int(episodes) < 1:
+        raise ValueError(f"episodes must be >= 1; got {episodes}.")
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0; got {seed}.")
+    if attack is not None and video_dir is not None:
+        raise ValueError("video recording cannot be combined with an attack.")
+    policy, env_id = as_policy(target, env_id)
+    episodes, seed = int(episodes), int(seed)
+    render = None
+    if video_dir is not None:
+        # Rendering to rgb arrays needs no display; keep SDL from looking for one.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        import moviepy  # noqa: F401  (RecordVideo needs it; fail before any episode runs)
+
+        render = "rgb_array"
+
+    def make_env(i: int):
+        env = gym.make(env_id, render_mode=render) if render else gym.make(env_id)
+        if video_dir is not None:
+            with warnings.catch_warnings():  # every env records into the same folder, by design
+                warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
+                env = gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,
+                                               name_prefix=f"eval-{i}", disable_logger=True)
+        return env
+
+    result: dict[str, Any] = {"env": env_id, "episodes": episodes,
+                              "deterministic": bool(deterministic), "seed": seed,
+                              "video_dir": None if video_dir is None else str(video_dir)}
+    if attack is None:
+        result.update(_summary(*run_episodes(policy, make_env, episodes, seed, deterministic)))
+    else:
+        result["attack"] = robustness(policy, make_env, attack, epsilons, episodes, seed,
+                                      deterministic, pgd_steps)
+        clean = result["attack"]["rows"][0]
+        result.update(_summary(clean["returns"], clean["lengths"]))
+    if not all(math.isfinite(r) for r in result["returns"]):
+        raise ValueError(f"env {env_id!r} produced a non-finite reward during evaluation.")
+    return result
+
+
+def robustness(policy: Policy, make_env, kind: str, epsilons: Sequence[float], episodes: int,
+               seed: int, deterministic: bool, pgd_steps: int = 10) -> dict[str, Any]:
+    """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes."""
+    import tensorflow as tf
+
+    if int(pgd_steps) < 1:
+        raise ValueError(f"pgd_steps must be >= 1; got {pgd_steps}.")
+    eps_list = sorted({float(e) for e in epsilons} | {0.0})
+    if any(not math.isfinite(e) or e < 0 for e in eps_list):
+        raise ValueError(f"epsilons must be finite and >= 0; got {list(epsilons)}.")
+    attack = attack_function(policy, kind, int(pgd_steps))
+    rows = []
+    for eps in eps_list:
+        perturb = None
+        if eps > 0:
+            e = tf.constant(eps, tf.float32)
+            perturb = lambda flat, e=e: attack(tf.constant(flat), e).numpy()  # noqa: E731
+        returns, lengths = run_episodes(policy, make_env, episodes, seed, deterministic, perturb)
+        rows.append({"epsilon": eps, **_summary(returns, lengths)})
+    return {
+        "kind": kind,
+        "space": "raw observation units (before observation normalisation), L-inf",
+        "pgd_steps": int(pgd_steps) if kind == "pgd" else None,
+        "target": "log-prob of the greedy action at the clean observation",
+        "epsilons": [r["epsilon"] for r in rows],
+        "return_mean": [r["return_mean"] for r in rows],
+        "return_std": [r["return_std"] for r in rows],
+        "length_mean": [r["length_mean"] for r in rows],
+        "rows": rows,
+    }

@@ -1,0 +1,175 @@
+"""Export a trained actor as a self-contained SavedModel, and load it back as a policy.
+
+The SavedModel holds copies of the actor's weights and the observation normaliser's statistics,
+and plain TensorFlow ops only: ``tf.saved_model.load(path)`` needs neither pgrad nor Keras.
+
+* ``action(observation)`` (also the serving signature): deterministic env actions from raw
+  batched observations ``[N, *shape]`` (Box), ``[N]`` int64 (Discrete), or the flat float32
+  vector of :mod:`pgrad.rl.spaces` ``[N, flat_dim]`` (other spaces);
+* ``params(flat_observation)``: the distribution parameters ``[N, param_size]`` from flat raw
+  observations (normaliser inside) -- differentiable, so observation attacks and sampled
+  evaluation work from an export alone (:class:`ExportedPolicy`).
+
+Beside it, ``pgrad_policy.json`` records what the export is of (env id, head, spaces), data only.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+from pgrad.rl import distributions as dist_lib
+from pgrad.rl import spaces
+from pgrad.rl.networks import ActorCritic
+from pgrad.rl.policy import Policy, dense_layers
+
+META_FILE = "pgrad_policy.json"
+
+
+def _tf_activation(name: str):
+    return tf.tanh if name == "tanh" else tf.nn.relu
+
+
+class _ExportedPolicy(tf.Module):
+    """Deterministic policy with copies of the weights and normaliser statistics."""
+
+    def __init__(self, net: ActorCritic, obs_norm, obs_space):
+        super().__init__(name="policy")
+        self._acts = []
+        self.weights, self.biases = [], []
+        for key in ("trunk", "actor"):
+            for w, b, act in dense_layers(getattr(net, key)):
+                self.weights.append(tf.Variable(w.numpy(), trainable=False))
+                self.biases.append(tf.Variable(b.numpy(), trainable=False))
+                self._acts.append(act)
+        if isinstance(net.head, dist_lib.GaussianHead):
+            self.log_std = tf.Variable(net.head.log_std.numpy(), trainable=False)
+        self.norm_mean = self.norm_std = None
+        self._clip = 0.0
+        if obs_norm is not None:
+            self.norm_mean = tf.Variable(obs_norm.mean.numpy().astype(np.float32), trainable=False)
+            std = np.sqrt(obs_norm.var.numpy() + obs_norm.eps).astype(np.float32)
+            self.norm_std = tf.Variable(std, trainable=False)
+            self._clip = obs_norm.clip
+        # Plain-Python context for tracing only; kept off the module so that nothing but the
+        # variables above is saved (no Keras objects in the SavedModel).
+        self._context = types.SimpleNamespace(head=net.head, space=obs_space)
+        self.action = tf.function(self._action, input_signature=[_obs_spec(obs_space)])
+        flat = tf.TensorSpec([None, spaces.flat_dim(obs_space)], tf.float32,
+                             name="flat_observation")
+        self.params = tf.function(self._params, input_signature=[flat])
+
+    def _preprocess(self, obs):
+        space = self._context.space
+        if isinstance(space, gym.spaces.Discrete):
+            return tf.one_hot(tf.cast(obs, tf.int32) - int(space.start), int(space.n))
+        x = tf.cast(obs, tf.float32)
+        return tf.reshape(x, [tf.shape(x)[0], -1])
+
+    def _params(self, x):
+        if self.norm_mean is not None:
+            x = tf.clip_by_value((x - self.norm_mean) / self.norm_std, -self._clip, self._clip)
+        for w, b, act in zip(self.weights, self.biases, self._acts):
+            x = tf.matmul(x, w) + b
+            if act is not None:
+                x = _tf_activation(act)(x)
+        return x
+
+    def _action(self, observation):
+        x = self._params(self._preprocess(observation))
+        h = self._context.head
+        if isinstance(h, dist_lib.CategoricalHead):
+            return tf.argmax(x, axis=1) + h.start
+        if isinstance(h, dist_lib.GaussianHead):
+            return tf.clip_by_value(tf.reshape(x, _batch_shape(x, h.space_shape)), h.low, h.high)
+        if isinstance(h, dist_lib.MultiCategoricalHead):
+            parts = tf.split(x, [int(n) for n in h.nvec], axis=1)
+            modes = tf.stack([tf.argmax(p, axis=1) for p in parts], axis=1)
+            return modes + tf.constant(np.asarray(h.start, np.int64))
+        if isinstance(h, dist_lib.BernoulliHead):
+            a = tf.cast(x > 0, tf.int8)
+            return tf.reshape(a, _batch_shape(x, h.space_shape))
+        raise ValueError(f"cannot export head {type(h).__name__}")
+
+
+def _batch_shape(x: tf.Tensor, shape) -> tf.Tensor:
+    return tf.concat([tf.shape(x)[:1], tf.constant(shape, tf.int32)], 0)
+
+
+def _obs_spec(space) -> tf.TensorSpec:
+    """Input signature: raw batched obs for Box/Discrete, the flat vector for the others."""
+    if isinstance(space, gym.spaces.Box):
+        return tf.TensorSpec([None, *space.shape], tf.as_dtype(space.dtype), name="observation")
+    if isinstance(space, gym.spaces.Discrete):
+        return tf.TensorSpec([None], tf.int64, name="observation")
+    return tf.TensorSpec([None, spaces.flat_dim(space)], tf.float32, name="observation")
+
+
+def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
+                  metadata: dict[str, Any] | None = None) -> None:
+    """Writes a SavedModel whose ``action(observation)`` returns deterministic env actions.
+
+    Load with ``tf.saved_model.load(path).action(obs)``; pgrad is not needed. The observation
+    normaliser (if any) is inside. Actions: argmax (Discrete, MultiDiscrete), the Gaussian mean
+    clipped to the bounds (Box), ``logit > 0`` (MultiBinary). ``metadata`` (JSON values, e.g.
+    the env id) goes into ``pgrad_policy.json`` beside it.
+    """
+    module = _ExportedPolicy(net, obs_norm, obs_space)
+    tf.saved_model.save(module, str(path),
+                        signatures={"action": module.action.get_concrete_function()})
+    meta = {"format": 1, "observation_space": str(obs_space), **(metadata or {})}
+    (Path(path) / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def find_export(path: str | Path) -> Path | None:
+    """The export directory at ``path`` or its ``policy/`` subdirectory, if there is one."""
+    path = Path(path)
+    for candidate in (path, path / "policy"):
+        if (candidate / "saved_model.pb").is_file():
+            return candidate
+    return None
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """``pgrad_policy.json`` of an export (``{}`` if absent or unreadable)."""
+    try:
+        data = json.loads((Path(path) / META_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class ExportedPolicy(Policy):
+    """A :class:`pgrad.rl.policy.Policy` read from an export (no agent, no Keras model).
+
+    Args:
+      path: the export directory (or a directory holding ``policy/``).
+      observation_space, action_space: the spaces it acts in (e.g. from ``gym.make(env_id)``).
+    """
+
+    def __init__(self, path: str | Path, observation_space: gym.Space, action_space: gym.Space):
+        found = find_export(path)
+        if found is None:
+            raise ValueError(f"{path} holds no exported policy (no saved_model.pb).")
+        try:
+            self._module = tf.saved_model.load(str(found))
+        except Exception as err:  # noqa: BLE001  (a damaged file fails in many ways)
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ValueError(f"cannot load the exported policy in {found}: {first}") from None
+        if not hasattr(self._module, "params"):
+            raise ValueError(f"the export in {found} predates pgrad 0.2 (no params function); "
+                             "evaluate it from its checkpoint or export it again.")
+        head = dist_lib.make_head(action_space)
+        if isinstance(head, dist_lib.GaussianHead):
+            head.log_std.assign(self._module.log_std)
+        super().__init__(observation_space, action_space, head)
+        self.path = found
+
+    def params(self, flat: tf.Tensor) -> tf.Tensor:
+        return self._module.params(tf.cast(flat, tf.float32))

@@ -1,0 +1,130 @@
+"""Keras networks: MLPs and the actor-critic pair the agents train.
+
+Layout of :class:`ActorCritic`, in both modes ``params = actor(trunk(obs))`` and
+``value = critic(trunk(obs))``:
+
+* separate (default): ``trunk`` is empty; ``actor`` and ``critic`` are full MLPs.
+* shared: ``trunk`` holds the hidden layers; ``actor`` / ``critic`` are single output layers.
+  The critic's gradient into the trunk is scaled by ``trunk_grad_scale`` (a custom-gradient
+  identity) so the value loss cannot swamp the policy gradient in the shared features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pgrad.rl import distributions as dist_lib
+from pgrad.tools.ops import scale_gradient
+
+ACTIVATIONS = ("tanh", "relu")
+
+
+def mlp(
+    input_dim: int,
+    hidden: Sequence[int],
+    output_dim: int | None,
+    activation: str = "tanh",
+    output_gain: float = 1.0,
+    name: str = "mlp",
+    seed: int | None = None,
+) -> keras.Sequential:
+    """``[N, input_dim] -> [N, output_dim]`` multilayer perceptron of ``Dense`` layers.
+
+    Orthogonal initialisation as in SB3/CleanRL: gain sqrt(2) for hidden layers, ``output_gain``
+    for the last (0.01 for policy logits, 1 for values), zero biases. ``output_dim=None`` leaves
+    out the output layer (a trunk). With ``seed`` the initialisers are seeded (hidden layer ``i``
+    with ``seed + i``, the output with ``seed + 100``); without, they follow Keras' global seed.
+    """
+    def init(gain, offset):
+        return keras.initializers.Orthogonal(gain, seed=None if seed is None else seed + offset)
+
+    layers: list = [keras.layers.Input((input_dim,))]
+    for i, width in enumerate(hidden):
+        layers.append(keras.layers.Dense(width, activation, kernel_initializer=init(np.sqrt(2.0), i),
+                                         name=f"{name}_hidden{i}"))
+    if output_dim is not None:
+        layers.append(keras.layers.Dense(output_dim, kernel_initializer=init(output_gain, 100),
+                                         name=f"{name}_out"))
+    return keras.Sequential(layers, name=name)
+
+
+class ActorCritic:
+    """Policy (and optionally value) networks over flat float32 observations.
+
+    Args:
+      obs_dim: observation width.
+      head: the action head (``pgrad.make_head``); its variables (Gaussian log-std) are policy
+        variables.
+      hidden: hidden layer widths.
+      activation: ``"tanh"`` or ``"relu"``.
+      shared: one trunk for actor and critic.
+      critic: build a value network at all (REINFORCE without baseline does not).
+      trunk_grad_scale: factor on the critic's gradient into a shared trunk.
+      seed: initialiser seed.
+    """
+
+    def __init__(self, obs_dim: int, head: dist_lib.ActionHead, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", shared: bool = False, critic: bool = True,
+                 trunk_grad_scale: float = 1.0, seed: int = 0):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
+        hidden = tuple(int(h) for h in hidden)
+        self.head, self.activation, self.shared = head, activation, shared and bool(hidden)
+        self.trunk_grad_scale = float(trunk_grad_scale)
+        self.obs_dim = int(obs_dim)
+        if self.shared:
+            self.trunk = mlp(obs_dim, hidden, None, activation, 1.0, "trunk", seed=seed)
+            feat, widths = hidden[-1], ()
+        else:
+            self.trunk, feat, widths = None, obs_dim, hidden
+        self.actor = mlp(feat, widths, head.param_size, activation, 0.01, "actor",
+                         seed=seed + 1000)
+        self.critic = (mlp(feat, widths, 1, activation, 1.0, "critic", seed=seed + 2000)
+                       if critic else None)
+        if not head.built:
+            head.build((None, head.param_size))
+
+    def _features(self, obs: tf.Tensor) -> tf.Tensor:
+        return obs if self.trunk is None else self.trunk(obs)
+
+    def params(self, obs: tf.Tensor) -> tf.Tensor:
+        """``[N, obs_dim] -> [N, param_size]`` distribution parameters."""
+        return self.actor(self._features(obs))
+
+    def value(self, obs: tf.Tensor) -> tf.Tensor:
+        """``[N, obs_dim] -> [N]`` state values (trunk gradient scaled when shared)."""
+        feat = self._features(obs)
+        if self.trunk is not None and self.trunk_grad_scale != 1.0:
+            feat = scale_gradient(feat, self.trunk_grad_scale)
+        return self.critic(feat)[:, 0]
+
+    @property
+    def policy_variables(self) -> list[tf.Variable]:
+        """Everything the policy's log-probabilities depend on (trunk, actor, head)."""
+        trunk = list(self.trunk.trainable_variables) if self.trunk is not None else []
+        return trunk + list(self.actor.trainable_variables) + list(self.head.trainable_variables)
+
+    @property
+    def value_only_variables(self) -> list[tf.Variable]:
+        """Critic variables the policy does not use."""
+        return list(self.critic.trainable_variables) if self.critic is not None else []
+
+    @property
+    def variables(self) -> list[tf.Variable]:
+        """All trainable variables: policy variables first, then value-only ones."""
+        return self.policy_variables + self.value_only_variables
+
+    def modules(self) -> dict[str, object]:
+        """Trackable pieces for checkpoints."""
+        out = {"actor": self.actor, "head": self.head}
+        if self.trunk is not None:
+            out["trunk"] = self.trunk
+        if self.critic is not None:
+            out["critic"] = self.critic
+        return out
+
+

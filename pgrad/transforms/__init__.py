@@ -1,0 +1,61 @@
+"""Transforms: what happens to per-step gradients between the tape and the optimizer.
+
+``GradientTransform(init, update)`` and its per-step-scale subtype, ``chain``, the built-ins,
+natural gradient and trust region, and a registry that rebuilds chains from JSON specs.
+"""
+
+from pgrad.transforms.base import (
+    EmptyState,
+    FusedForm,
+    GradientTransform,
+    StepScale,
+    TransformError,
+    context_value,
+    empty_init,
+    global_norm,
+    per_step_scale,
+    scale_rows,
+)
+from pgrad.transforms.builtins import (
+    ClipState,
+    RatioState,
+    RunningStats,
+    clip_by_global_norm,
+    clip_per_step,
+    clip_ratio,
+    from_function,
+    identity,
+    mean_steps,
+    scale,
+    scale_steps,
+    standardized,
+    stateless,
+    sum_steps,
+    weight_by,
+    weight_by_running,
+)
+from pgrad.transforms.chain import Chain, chain, check_outputs, flatten, run_updates, state_metrics
+from pgrad.transforms.natural import (
+    FisherState,
+    natural_gradient,
+    natural_policy_gradient,
+    trust_region,
+)
+from pgrad.transforms.registry import (
+    normalize_spec,
+    register_transform,
+    registered_transforms,
+    transform_from_spec,
+)
+from pgrad.transforms.state import TransformState
+
+__all__ = [
+    "Chain", "ClipState", "EmptyState", "FisherState", "FusedForm", "GradientTransform",
+    "RatioState", "RunningStats", "StepScale", "TransformError", "chain", "check_outputs",
+    "clip_by_global_norm", "clip_per_step", "clip_ratio", "context_value", "empty_init",
+    "flatten", "from_function", "global_norm", "identity", "mean_steps", "natural_gradient",
+    "natural_policy_gradient", "normalize_spec", "per_step_scale", "register_transform",
+    "registered_transforms", "run_updates", "scale", "scale_rows", "scale_steps",
+    "standardized", "state_metrics", "stateless", "sum_steps", "transform_from_spec",
+    "TransformState", "trust_region", "weight_by", "weight_by_running",
+]
