@@ -26,10 +26,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-quick: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not subprocess"
 
 lint: $(STAMP)
-	$(PY) -m ruff check pgrad agents scripts tests examples
+	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples
+	$(PY) -m pytest -q tests/contracts  # the import contract (layers) and an inert import pgrad
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py

@@ -53,7 +53,7 @@ def make_optimizer(cfg: ActorCriticConfig) -> keras.optimizers.Optimizer:
 
 
 def linear_decay(start: float, decay_steps: int, env_steps: tf.Tensor) -> tf.Tensor:
-    """``start * max(0, 1 - env_steps / decay_steps)`` (constant ``start`` if ``decay_steps`` is 0)."""
+    """``start * max(0, 1 - env_steps / decay_steps)``; ``start`` if ``decay_steps`` is 0."""
     if not decay_steps:
         return tf.constant(start, tf.float32)
     progress = tf.cast(env_steps, tf.float32) / float(decay_steps)

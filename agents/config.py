@@ -131,7 +131,8 @@ class ActorCriticConfig:
              f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
         need(0 < self.learning_rate <= 10.0,
              f"learning_rate must be in (0, 10]; got {self.learning_rate}")
-        need(0 < self.optimizer_eps < 1, f"optimizer_eps must be in (0, 1); got {self.optimizer_eps}")
+        need(0 < self.optimizer_eps < 1,
+             f"optimizer_eps must be in (0, 1); got {self.optimizer_eps}")
         need(0.0 < self.rmsprop_rho < 1.0, f"rmsprop_rho must be in (0, 1); got {self.rmsprop_rho}")
         need(int(self.lr_decay_steps) >= 0,
              f"lr_decay_steps must be >= 0; got {self.lr_decay_steps}")

@@ -48,7 +48,8 @@ class AdversarialActing:
     """Wraps an agent's numpy acting function so it acts on FGSM-perturbed observations.
 
     Args:
-      agent: an :class:`agents.base.ActorCriticAgent` (its TensorFlow networks hold the current weights).
+      agent: an :class:`agents.base.ActorCriticAgent` (its TensorFlow networks hold the current
+        weights).
       epsilon: L-inf radius in raw observation units (> 0).
     """
 

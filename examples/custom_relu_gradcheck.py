@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 # isort: off
-import pgrad  # (first: silences TensorFlow's start-up noise)
+import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
+import pgrad
 import tensorflow as tf
 
 # isort: on

@@ -24,7 +24,8 @@ import argparse
 import numpy as np
 
 # isort: off
-import pgrad  # (first: silences TensorFlow's start-up noise)
+import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
+import pgrad
 import keras
 import tensorflow as tf
 

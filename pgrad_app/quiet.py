@@ -1,8 +1,9 @@
 """Silence TensorFlow's start-up noise before TensorFlow is imported: the scripts' job.
 
 Importing this module does it; the scripts and installed commands import it first, before
-anything imports TensorFlow (the library itself changes nothing global). TensorFlow's C++ runtime writes "Could not find cuda
-drivers" and absl's "All log messages before absl::InitializeLog()" straight to file descriptor
+anything imports TensorFlow (the library itself changes nothing global). TensorFlow's C++
+runtime writes "Could not find cuda drivers" and absl's "All log messages before
+absl::InitializeLog()" straight to file descriptor
 2 while it loads, before ``TF_CPP_MIN_LOG_LEVEL`` is read, so we point fd 2 at /dev/null for the
 duration of the import only. Python-level errors still surface: they are raised after fd 2 is
 restored. Set ``PGRAD_TF_LOGS=1`` to see everything TensorFlow says.
@@ -18,14 +19,16 @@ _VERBOSE = os.environ.get("PGRAD_TF_LOGS", "") not in ("", "0")
 if not _VERBOSE:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # its notice, and stable CPU maths
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(tensorflow|keras|tf_keras|tensorflow_probability|absl|google).*")
+    noisy = r"(tensorflow|keras|tf_keras|tensorflow_probability|absl|google|gymnasium)"
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=noisy + r".*")
     warnings.filterwarnings("ignore", module=r"tensorflow_probability.*")
     warnings.filterwarnings("ignore", module=r"tf_keras.*")
 
-# TensorFlow's pooled (BFC) CPU allocator, for the processes the scripts start. With the default malloc-based one, every large tensor
-# (per-step gradients are [T, params]: ~38 MB for a 64-64 MLP at T=2048) is a fresh mmap whose
+# TensorFlow's pooled (BFC) CPU allocator, for the processes the scripts start. With the default
+# malloc-based one, every large tensor (per-step gradients are [T, params]: ~38 MB for a 64-64
+# MLP at T=2048) is a fresh mmap whose
 # page faults cost more than computing it; measured in docs/performance.md. Has effect only if
-# TensorFlow is imported after pgrad.
+# TensorFlow is imported after this module.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 

@@ -80,7 +80,7 @@ class GaussianHead(ActionHead):
 
     def distribution(self, params):
         # Broadcast explicitly: the per-step gradient of log_std is the gradient of this tensor.
-        # (a pgrad.core.taps per-step copy: per-step gradients of log_std come from the batched pass)
+        # (a per-step copy, pgrad.core.taps: its per-step gradients come from the batched pass)
         log_std = per_step_variable(self.log_std, tf.shape(params)[0])  # [N, A]
         return tfd.Independent(tfd.Normal(params, tf.exp(log_std)), reinterpreted_batch_ndims=1)
 

@@ -44,8 +44,8 @@ def mlp(
 
     layers: list = [keras.layers.Input((input_dim,))]
     for i, width in enumerate(hidden):
-        layers.append(keras.layers.Dense(width, activation, kernel_initializer=init(np.sqrt(2.0), i),
-                                         name=f"{name}_hidden{i}"))
+        layers.append(keras.layers.Dense(width, activation, name=f"{name}_hidden{i}",
+                                         kernel_initializer=init(np.sqrt(2.0), i)))
     if output_dim is not None:
         layers.append(keras.layers.Dense(output_dim, kernel_initializer=init(output_gain, 100),
                                          name=f"{name}_out"))

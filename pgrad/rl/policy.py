@@ -20,7 +20,8 @@ def np_activation(name: str):
     return np.tanh if name == "tanh" else (lambda x: np.maximum(x, 0.0))
 
 
-def dense_layers(model: keras.Sequential | None) -> list[tuple[tf.Variable, tf.Variable, str | None]]:
+def dense_layers(model: keras.Sequential | None) -> list[tuple]:
+    """``(kernel, bias, activation name or None)`` per Dense layer of ``model``."""
     if model is None:
         return []
     out = []

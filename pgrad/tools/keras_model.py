@@ -72,7 +72,7 @@ class PerSampleModel(keras.Model):
       path: engine path, ``"auto"`` (cheapest exact) or force ``"fused"`` / ``"full"``.
       chunk_size: samples per block when per-sample gradients or norms are materialised.
       use_taps: take per-sample gradients and norms of ``Dense`` layers from one batched pass
-        (``pgrad.core.taps``); set ``False`` for a model that feeds a Dense layer ``B`` rows that are
+        (``pgrad.core.taps``); ``False`` for a model that feeds a Dense layer ``B`` rows that are
         not the samples.
 
     Attributes:

@@ -92,7 +92,7 @@ class GradientTransform:
         return None
 
     def metrics(self, state) -> dict[str, tf.Tensor]:
-        """``{"<name>/<field>": value}`` for the state fields the state class lists in ``METRICS``."""
+        """``{"<name>/<field>": value}`` for the fields the state's class lists in ``METRICS``."""
         return {f"{self.name}/{f}": getattr(state, f) for f in getattr(type(state), "METRICS", ())}
 
 

@@ -20,7 +20,9 @@ from pgrad.core.errors import UserError
 from pgrad_app.evaluate import evaluate_run
 from pgrad_app.robustness import parse_epsilons
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[2]
 DIAG_COLUMNS = ("diag_step_norm_min", "diag_step_norm_median", "diag_step_norm_p90",
                 "diag_step_norm_max", "diag_clip_fraction", "diag_grad_snr", "diag_mean_cosine",
                 "diag_mean_grad_norm")

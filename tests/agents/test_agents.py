@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import agents
 import pgrad
+from pgrad.rl import spaces
 
 
 class ToyEnv(gym.Env):
@@ -105,7 +106,13 @@ def test_every_action_space(cls, space):
 ], ids=["discrete", "dict", "tuple"])
 def test_observation_spaces(obs_space):
     agent = agents.A2C(small(agents.A2C), env_id=factory(ACTION_SPACES["discrete"], obs_space))
-    agent.step()
+    info = agent.step()
+    assert agent.env_steps == 8 and np.isfinite(list(info["metrics"].values())).all()
+    # The policy sees the flattened observation and acts on one raw observation or a batch.
+    one = obs_space.sample()
+    assert agent.predict(one) in ACTION_SPACES["discrete"]
+    batch = agent.predict(spaces.batch_of_one(one))
+    assert batch.shape == (1,) and batch[0] in ACTION_SPACES["discrete"]
     agent.close()
 
 

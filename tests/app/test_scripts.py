@@ -18,7 +18,9 @@ import yaml
 
 from pgrad_app.evaluate import evaluate_run
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 EXAMPLE = ROOT / "examples" / "custom_transform.py"
 STEPS = 2000

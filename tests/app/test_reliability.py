@@ -22,7 +22,9 @@ import pgrad  # noqa: F401
 from pgrad.core.errors import run_cli
 from pgrad.rl.checkpoint import CheckpointStore
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 

@@ -211,7 +211,8 @@ def test_natural_policy_gradient_sgd_step_respects_the_kl_bound(categorical):
 
     obs, act = categorical.batch(24)
     adv = tf.constant(np.random.default_rng(3).normal(size=24), tf.float32)
-    chain = pgrad.transforms.natural.natural_policy_gradient(damping=0.1, max_kl=1e-4, learning_rate=0.05)
+    chain = pgrad.transforms.natural.natural_policy_gradient(damping=0.1, max_kl=1e-4,
+                                                             learning_rate=0.05)
     rows = flat(jacobian_reference(categorical.log_prob, categorical.variables, obs, act))
     before = [v.numpy().copy() for v in categorical.variables]
     grads, state, _ = pgrad.policy_gradients(
