@@ -1,4 +1,4 @@
-"""Agents: one actor-critic agent and its presets (REINFORCE, A2C, PPO), looked up by name.
+"""Agents: one actor-critic agent and its presets (REINFORCE, A2C, PPO, NPG), looked up by name.
 
 The layer above pgrad: it builds on ``pgrad.rl`` (rollouts, networks, returns) and
 ``pgrad.engine`` (per-step gradients through a transform chain); nothing in pgrad imports it.
@@ -47,11 +47,13 @@ from typing import Any
 from agents.a2c import A2C, A2CConfig
 from agents.base import ActorCriticAgent
 from agents.config import ActorCriticConfig
+from agents.npg import NPG, NPGConfig
 from agents.persistence import load
 from agents.ppo import PPO, PPOConfig
 from agents.reinforce import Reinforce, ReinforceConfig
 
-_REGISTRY: dict[str, type[ActorCriticAgent]] = {"a2c": A2C, "ppo": PPO, "reinforce": Reinforce}
+_REGISTRY: dict[str, type[ActorCriticAgent]] = {
+    "a2c": A2C, "npg": NPG, "ppo": PPO, "reinforce": Reinforce}
 
 
 def names() -> list[str]:
@@ -75,6 +77,7 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None,
 
 
 __all__ = [
-    "A2C", "A2CConfig", "ActorCriticAgent", "ActorCriticConfig", "PPO", "PPOConfig",
+    "A2C", "A2CConfig", "ActorCriticAgent", "ActorCriticConfig", "NPG", "NPGConfig", "PPO",
+    "PPOConfig",
     "Reinforce", "ReinforceConfig", "get", "load", "make", "names",
 ]

@@ -102,7 +102,8 @@ class ActorCriticAgent:
             self.observation_space = envs.single_observation_space
             self.action_space = envs.single_action_space
             obs_dim = spaces.flat_dim(self.observation_space)  # ValueError: unsupported space
-            self.head = pgrad.make_head(self.action_space, cfg.log_std_init)
+            self.head = pgrad.make_head(self.action_space, cfg.log_std_init,
+                                        cfg.state_dependent_std, cfg.squash)
         except Exception:
             envs.close()
             raise
@@ -112,10 +113,14 @@ class ActorCriticAgent:
         self.collector = rollout.Collector(envs, self.env_name, self.obs_norm, self.reward_norm)
         self.net = ActorCritic(obs_dim, self.head, cfg.hidden, cfg.activation, cfg.shared_trunk,
                                critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
-                               seed=self.seed)
+                               seed=self.seed, ortho_init=cfg.ortho_init)
         self.mirror = NumpyPolicy(self.net)
         self.optimizer = make_optimizer(cfg)
         self.optimizer.build(self.net.variables)  # slots exist before any checkpoint restore
+        self.critic_optimizer = None
+        if cfg.critic_updates:  # NPG/TRPO style: the critic has its own optimizer and passes
+            self.critic_optimizer = keras.optimizers.Adam(cfg.critic_learning_rate, epsilon=1e-5)
+            self.critic_optimizer.build(self.net.value_only_variables)
         self.custom_transform = transform is not None
         self.transform = transform if transform is not None else self.default_transform()
         if not isinstance(self.transform, pgrad.GradientTransform):
@@ -310,6 +315,9 @@ class ActorCriticAgent:
         if cfg.lr_decay_steps:
             self.optimizer.learning_rate.assign(
                 linear_decay(cfg.learning_rate, cfg.lr_decay_steps, env_steps))
+            if self.critic_optimizer is not None:
+                self.critic_optimizer.learning_rate.assign(
+                    linear_decay(cfg.critic_learning_rate, cfg.lr_decay_steps, env_steps))
         scalars = self.context_scalars(env_steps)
         T, B = tf.shape(rewards)[0], tf.shape(rewards)[1]
         flat = lambda x: tf.reshape(x, tf.concat([[T * B], tf.shape(x)[2:]], 0))  # noqa: E731
@@ -336,6 +344,8 @@ class ActorCriticAgent:
             extra_out = (step_norms,)
         sums, count = self._epochs(data, scalars)
         metrics = {k: v / tf.maximum(count, 1.0) for k, v in sums.items()}
+        if self.critic_optimizer is not None:
+            metrics["value_loss"] = self._critic_epochs(data)
         metrics.update(
             learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32),
             batch_steps=tf.cast(tf.shape(data["advantages"])[0], tf.float32),
@@ -394,6 +404,39 @@ class ActorCriticAgent:
             body, (tf.constant(0), tf.constant(False), tf.constant(0.0), zeros))
         return dict(zip(keys, sums)), count
 
+    def _critic_epochs(self, data: dict) -> tf.Tensor:
+        """``critic_updates`` passes of the critic alone over the rollout (after the policy
+        step, targets fixed at collection); returns the mean value loss over the steps."""
+        cfg, net = self.cfg, self.net
+        variables = net.value_only_variables
+        n = tf.shape(data["returns"])[0]
+        mb = int(cfg.critic_minibatch_size)
+        n_static = data["returns"].shape[0]
+        whole = mb == 0 or (n_static is not None and mb >= n_static)
+        size = n if whole else tf.minimum(tf.constant(mb), n)
+        per_pass = n // size
+        seed = tf.cast(self.seed_var, tf.int32) * 7919 + 104729
+        update = tf.cast(self.updates_var, tf.int32)
+
+        def body(i, total):
+            p = i // per_pass
+            start = (i % per_pass) * size
+            order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + p, update])))
+            idx = order[start: start + size]
+            obs, ret = tf.gather(data["obs"], idx), tf.gather(data["returns"], idx)
+            with tf.GradientTape() as tape:
+                loss = loss_lib.value_loss(net.value(obs), ret)
+            grads = zeros_for_unconnected(tape.gradient(loss, variables), variables)
+            if cfg.max_grad_norm > 0:
+                grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
+            self.critic_optimizer.apply(grads, variables)
+            return i + 1, total + loss
+
+        steps = per_pass * int(cfg.critic_updates)
+        _, total = tf.while_loop(lambda i, total: i < steps, body,
+                                 (tf.constant(0), tf.constant(0.0)))
+        return total / tf.cast(tf.maximum(steps, 1), tf.float32)
+
     def _minibatch_keys(self) -> list[str]:
         """The metric names one minibatch step reports (fixed: they are loop variables)."""
         form = self.transform.fused_form()
@@ -423,7 +466,9 @@ class ActorCriticAgent:
         value_term = tf.constant(0.0)
         value_grads = []
         value_vars = net.variables if net.trunk is not None else net.value_only_variables
-        if net.critic is not None:
+        if net.critic is not None and self.critic_optimizer is not None:
+            value_term = loss_lib.value_loss(net.value(mb["obs"]), mb["returns"])  # reported
+        elif net.critic is not None:
             with tf.GradientTape() as tape:
                 value_term = loss_lib.value_loss(net.value(mb["obs"]), mb["returns"],
                                                  mb["values"], cfg.clip_range_vf)
@@ -500,6 +545,8 @@ class ActorCriticAgent:
         """
         self._synced_updates = -1
         out: dict[str, Any] = dict(self.net.modules())
+        if self.critic_optimizer is not None:
+            out["critic_optimizer"] = self.critic_optimizer
         out.update(optimizer=self.optimizer, transform_state=self.transform_state,
                    env_steps=self.env_steps_var, updates=self.updates_var, seed=self.seed_var)
         if self.obs_norm is not None:

@@ -56,6 +56,13 @@ class ActorCriticConfig:
         "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
     log_std_init: float = field(default=0.0, metadata=_help(
         "initial log standard deviation of Gaussian (Box) actions"))
+    state_dependent_std: bool = field(default=False, metadata=_help(
+        "Box actions: the actor outputs a log-std per state (else one learned log-std vector)"))
+    squash: bool = field(default=False, metadata=_help(
+        "Box actions: squash the Gaussian into the bounds with tanh (exact log-det-jacobian); "
+        "else samples are clipped to the bounds"))
+    ortho_init: bool = field(default=True, metadata=_help(
+        "orthogonal initialisation (gains sqrt 2, 0.01 policy, 1 value); else PyTorch's default"))
     # -- optimisation --------------------------------------------------------------------------
     optimizer: str = field(default="rmsprop", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
     learning_rate: float = field(default=7e-4, metadata=_help("optimizer learning rate"))
@@ -78,6 +85,13 @@ class ActorCriticConfig:
     clip_range_vf: float = field(default=0.0, metadata=_help(
         "clip the new value to old value +- this in the value loss (PPO2's max form); 0 = off"))
     ent_coef: float = field(default=0.0, metadata=_help("weight of the entropy bonus"))
+    critic_updates: int = field(default=0, metadata=_help(
+        "train the critic separately, after the policy step: this many passes over each rollout "
+        "with its own Adam (as NPG/TRPO do); 0 = one joint loss with vf_coef"))
+    critic_learning_rate: float = field(default=1e-3, metadata=_help(
+        "with critic_updates: the critic's Adam learning rate (decays with lr_decay_steps)"))
+    critic_minibatch_size: int = field(default=0, metadata=_help(
+        "with critic_updates: steps per critic minibatch; 0 = the whole rollout"))
     # -- normalisation -------------------------------------------------------------------------
     normalize_obs: bool = field(default=False, metadata=_help(
         "normalise observations with running mean/std (saved in checkpoints and the export)"))
@@ -149,6 +163,15 @@ class ActorCriticConfig:
         need(self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}")
         need(self.clip_range_vf >= 0, f"clip_range_vf must be >= 0; got {self.clip_range_vf}")
         need(self.ent_coef >= 0, f"ent_coef must be >= 0; got {self.ent_coef}")
+        need(0 <= int(self.critic_updates) <= 1000,
+             f"critic_updates must be in [0, 1000]; got {self.critic_updates}")
+        need(0 < self.critic_learning_rate <= 10.0,
+             f"critic_learning_rate must be in (0, 10]; got {self.critic_learning_rate}")
+        need(int(self.critic_minibatch_size) >= 0,
+             f"critic_minibatch_size must be >= 0; got {self.critic_minibatch_size}")
+        if self.critic_updates:
+            need(self.baseline and not self.shared_trunk,
+                 "critic_updates needs a separate critic (baseline on, shared_trunk off)")
         need(self.clip_obs > 0 and self.clip_reward > 0, "clip_obs and clip_reward must be > 0")
         need(self.engine_path in PATHS,
              f"engine_path must be one of {PATHS}; got {self.engine_path!r}")

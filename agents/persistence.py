@@ -132,7 +132,8 @@ def restore(agent, directory: str | Path, acting_only: bool = False,
     """
     wanted = agent.trackables()
     if acting_only:
-        wanted = {k: v for k, v in wanted.items() if k not in ("optimizer", "transform_state")}
+        learning_only = ("optimizer", "critic_optimizer", "transform_state")
+        wanted = {k: v for k, v in wanted.items() if k not in learning_only}
     found = CheckpointStore(directory).restore(wanted, warn=warn, partial=acting_only)
     if found is None:
         raise ValueError(f"{directory} holds no checkpoint.")

@@ -61,32 +61,103 @@ class CategoricalHead(ActionHead):
         return np.asarray(actions, dtype=np.int64) + self.start
 
 
-class GaussianHead(ActionHead):
-    """``Box``: diagonal Gaussian, state-independent learned log-std.
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # bounds of a state-dependent log-std (as SAC/SB3)
 
-    Log-probs are of the unclipped sample; the env receives the sample clipped to the bounds.
+
+def log1m_tanh_sq(u):
+    """``log(1 - tanh(u)^2)``, stably: ``2 (log 2 - u - softplus(-2u))`` (numpy or TensorFlow)."""
+    if isinstance(u, np.ndarray):
+        return 2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))
+    return 2.0 * (np.log(2.0) - u - tf.nn.softplus(-2.0 * u))
+
+
+class SquashedGaussian:
+    """A diagonal Gaussian over ``u`` pushed through ``a = center + half_range * tanh(u)``.
+
+    Actions are stored as the pre-squash ``u`` (so no ``atanh`` of a saturated action is ever
+    needed); ``log_prob(u)`` is the log-density of the squashed action ``a``, with the
+    log-det-jacobian ``sum log(half_range (1 - tanh(u)^2))``. ``entropy`` has no closed form; it
+    is estimated at the mean (the Gaussian's entropy plus the log-det-jacobian at ``u = mean``).
     """
 
-    def __init__(self, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0, **kwargs):
+    def __init__(self, mean, log_std, half_range):
+        self.base = tfd.Independent(tfd.Normal(mean, tf.exp(log_std)), 1)
+        self.mean = mean
+        self.log_half_range = tf.constant(np.log(half_range).sum(), mean.dtype)
+
+    def log_prob(self, u):
+        u = tf.cast(u, self.mean.dtype)
+        return (self.base.log_prob(u) - tf.reduce_sum(log1m_tanh_sq(u), -1)
+                - self.log_half_range)
+
+    def entropy(self):
+        return (self.base.entropy() + tf.reduce_sum(log1m_tanh_sq(self.mean), -1)
+                + self.log_half_range)
+
+    def mode(self):
+        return self.mean
+
+    def sample(self, seed=None):
+        return self.base.sample(seed=seed)
+
+
+class GaussianHead(ActionHead):
+    """``Box``: diagonal Gaussian; learned log-std; optionally state-dependent and tanh-squashed.
+
+    Args:
+      low, high: the action bounds.
+      log_std_init: initial log standard deviation.
+      state_dependent_std: the network outputs ``[mean, log_std offset]`` per state (param size
+        ``2A``, log-std clipped to [-20, 2]) instead of one learned log-std vector.
+      squash: squash samples into the bounds with tanh (:class:`SquashedGaussian`; the bounds
+        must be finite); else the env receives the sample clipped to the bounds. Either way the
+        log-probs are of the stored (unclipped, pre-squash) sample.
+    """
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0,
+                 state_dependent_std: bool = False, squash: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.low = np.asarray(low, np.float32)
         self.high = np.asarray(high, np.float32)
         self.space_shape = self.low.shape
+        self.state_dependent_std, self.squash = bool(state_dependent_std), bool(squash)
+        self.log_std_init = float(log_std_init)
+        if self.squash and not (np.isfinite(self.low).all() and np.isfinite(self.high).all()):
+            raise ValueError("a squashed Gaussian needs finite action bounds; this Box has "
+                             f"low={self.low.tolist()} high={self.high.tolist()}.")
         size = int(np.prod(self.space_shape))
-        self.param_size, self.action_shape, self.action_dtype = size, (size,), tf.float32
-        self.log_std = self.add_weight(
-            shape=(size,), initializer=keras.initializers.Constant(log_std_init), name="log_std"
-        )
+        self.size = size
+        self.param_size = 2 * size if self.state_dependent_std else size
+        self.action_shape, self.action_dtype = (size,), tf.float32
+        self.center = ((self.high + self.low) / 2).reshape(-1) if self.squash else None
+        self.half_range = ((self.high - self.low) / 2).reshape(-1) if self.squash else None
+        self.log_std = None
+        if not self.state_dependent_std:
+            self.log_std = self.add_weight(shape=(size,), name="log_std",
+                                           initializer=keras.initializers.Constant(log_std_init))
+
+    def mean_and_log_std(self, params):
+        """``[N, param_size]`` -> ``([N, A]`` mean, ``[N, A]`` log-std)."""
+        if self.state_dependent_std:
+            mean = params[:, : self.size]
+            log_std = tf.clip_by_value(self.log_std_init + params[:, self.size:], LOG_STD_MIN,
+                                       LOG_STD_MAX)
+            return mean, log_std
+        # Broadcast explicitly: the per-step gradient of log_std is the gradient of this tensor
+        # (a per-step copy, pgrad.core.taps: its per-step gradients come from the batched pass).
+        return params, per_step_variable(self.log_std, tf.shape(params)[0])  # [N, A]
 
     def distribution(self, params):
-        # Broadcast explicitly: the per-step gradient of log_std is the gradient of this tensor.
-        # (a per-step copy, pgrad.core.taps: its per-step gradients come from the batched pass)
-        log_std = per_step_variable(self.log_std, tf.shape(params)[0])  # [N, A]
-        return tfd.Independent(tfd.Normal(params, tf.exp(log_std)), reinterpreted_batch_ndims=1)
+        mean, log_std = self.mean_and_log_std(params)
+        if self.squash:
+            return SquashedGaussian(mean, log_std, self.half_range)
+        return tfd.Independent(tfd.Normal(mean, tf.exp(log_std)), reinterpreted_batch_ndims=1)
 
     def to_env(self, actions):
-        a = np.asarray(actions, np.float32).reshape((-1, *self.space_shape))
-        return np.clip(a, self.low, self.high)
+        a = np.asarray(actions, np.float32)
+        if self.squash:
+            a = self.center + self.half_range * np.tanh(a)
+        return np.clip(a.reshape((-1, *self.space_shape)), self.low, self.high)
 
 
 class MultiCategoricalHead(ActionHead):
@@ -134,8 +205,9 @@ class BernoulliHead(ActionHead):
         return np.asarray(actions, np.int8).reshape((-1, *self.space_shape))
 
 
-def make_head(space: gym.Space, log_std_init: float = 0.0) -> ActionHead:
-    """The distribution head for a Gymnasium action space.
+def make_head(space: gym.Space, log_std_init: float = 0.0, state_dependent_std: bool = False,
+              squash: bool = False) -> ActionHead:
+    """The distribution head for a Gymnasium action space (the Gaussian options apply to Box).
 
     Raises:
       ValueError: for a space pgrad does not support, naming it and what is supported.
@@ -146,7 +218,7 @@ def make_head(space: gym.Space, log_std_init: float = 0.0) -> ActionHead:
         if not np.issubdtype(space.dtype, np.floating):
             raise ValueError(f"action space {space} has integer dtype; supported: {SUPPORTED} "
                              "(Box with a float dtype).")
-        return GaussianHead(space.low, space.high, log_std_init)
+        return GaussianHead(space.low, space.high, log_std_init, state_dependent_std, squash)
     if isinstance(space, gym.spaces.MultiDiscrete):
         return MultiCategoricalHead(space.nvec, getattr(space, "start", None))
     if isinstance(space, gym.spaces.MultiBinary):

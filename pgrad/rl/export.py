@@ -48,7 +48,7 @@ class _ExportedPolicy(tf.Module):
                 self.weights.append(tf.Variable(w.numpy(), trainable=False))
                 self.biases.append(tf.Variable(b.numpy(), trainable=False))
                 self._acts.append(act)
-        if isinstance(net.head, dist_lib.GaussianHead):
+        if getattr(net.head, "log_std", None) is not None:
             self.log_std = tf.Variable(net.head.log_std.numpy(), trainable=False)
         self.norm_mean = self.norm_std = None
         self._clip = 0.0
@@ -87,7 +87,11 @@ class _ExportedPolicy(tf.Module):
         if isinstance(h, dist_lib.CategoricalHead):
             return tf.argmax(x, axis=1) + h.start
         if isinstance(h, dist_lib.GaussianHead):
-            return tf.clip_by_value(tf.reshape(x, _batch_shape(x, h.space_shape)), h.low, h.high)
+            mean = x[:, : h.size]
+            if h.squash:
+                mean = h.center + h.half_range * tf.tanh(mean)
+            return tf.clip_by_value(tf.reshape(mean, _batch_shape(x, h.space_shape)),
+                                    h.low, h.high)
         if isinstance(h, dist_lib.MultiCategoricalHead):
             parts = tf.split(x, [int(n) for n in h.nvec], axis=1)
             modes = tf.stack([tf.argmax(p, axis=1) for p in parts], axis=1)
@@ -123,8 +127,17 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     module = _ExportedPolicy(net, obs_norm, obs_space)
     tf.saved_model.save(module, str(path),
                         signatures={"action": module.action.get_concrete_function()})
-    meta = {"format": 1, "observation_space": str(obs_space), **(metadata or {})}
+    meta = {"format": 1, "observation_space": str(obs_space), "head": head_options(net.head),
+            **(metadata or {})}
     (Path(path) / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def head_options(head) -> dict[str, Any]:
+    """The options :func:`pgrad.rl.distributions.make_head` needs to rebuild ``head``."""
+    if isinstance(head, dist_lib.GaussianHead):
+        return {"log_std_init": head.log_std_init,
+                "state_dependent_std": head.state_dependent_std, "squash": head.squash}
+    return {}
 
 
 def find_export(path: str | Path) -> Path | None:
@@ -165,8 +178,8 @@ class ExportedPolicy(Policy):
         if not hasattr(self._module, "params"):
             raise ValueError(f"the export in {found} predates pgrad 0.2 (no params function); "
                              "evaluate it from its checkpoint or export it again.")
-        head = dist_lib.make_head(action_space)
-        if isinstance(head, dist_lib.GaussianHead):
+        head = dist_lib.make_head(action_space, **read_metadata(found).get("head", {}))
+        if getattr(head, "log_std", None) is not None:
             head.log_std.assign(self._module.log_std)
         super().__init__(observation_space, action_space, head)
         self.path = found

@@ -31,6 +31,7 @@ def mlp(
     output_gain: float = 1.0,
     name: str = "mlp",
     seed: int | None = None,
+    ortho_init: bool = True,
 ) -> keras.Sequential:
     """``[N, input_dim] -> [N, output_dim]`` multilayer perceptron of ``Dense`` layers.
 
@@ -38,9 +39,14 @@ def mlp(
     for the last (0.01 for policy logits, 1 for values), zero biases. ``output_dim=None`` leaves
     out the output layer (a trunk). With ``seed`` the initialisers are seeded (hidden layer ``i``
     with ``seed + i``, the output with ``seed + 100``); without, they follow Keras' global seed.
+    ``ortho_init=False`` uses PyTorch's default ``nn.Linear`` kernel init instead (uniform in
+    +-1/sqrt(fan_in), as Stable-Baselines3's ``ortho_init=False``), biases still zero.
     """
     def init(gain, offset):
-        return keras.initializers.Orthogonal(gain, seed=None if seed is None else seed + offset)
+        layer_seed = None if seed is None else seed + offset
+        if not ortho_init:
+            return keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform", seed=layer_seed)
+        return keras.initializers.Orthogonal(gain, seed=layer_seed)
 
     layers: list = [keras.layers.Input((input_dim,))]
     for i, width in enumerate(hidden):
@@ -65,11 +71,12 @@ class ActorCritic:
       critic: build a value network at all (REINFORCE without baseline does not).
       trunk_grad_scale: factor on the critic's gradient into a shared trunk.
       seed: initialiser seed.
+      ortho_init: orthogonal initialisation (else PyTorch's default; see :func:`mlp`).
     """
 
     def __init__(self, obs_dim: int, head: dist_lib.ActionHead, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared: bool = False, critic: bool = True,
-                 trunk_grad_scale: float = 1.0, seed: int = 0):
+                 trunk_grad_scale: float = 1.0, seed: int = 0, ortho_init: bool = True):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
         hidden = tuple(int(h) for h in hidden)
@@ -77,13 +84,15 @@ class ActorCritic:
         self.trunk_grad_scale = float(trunk_grad_scale)
         self.obs_dim = int(obs_dim)
         if self.shared:
-            self.trunk = mlp(obs_dim, hidden, None, activation, 1.0, "trunk", seed=seed)
+            self.trunk = mlp(obs_dim, hidden, None, activation, 1.0, "trunk", seed=seed,
+                             ortho_init=ortho_init)
             feat, widths = hidden[-1], ()
         else:
             self.trunk, feat, widths = None, obs_dim, hidden
         self.actor = mlp(feat, widths, head.param_size, activation, 0.01, "actor",
-                         seed=seed + 1000)
-        self.critic = (mlp(feat, widths, 1, activation, 1.0, "critic", seed=seed + 2000)
+                         seed=seed + 1000, ortho_init=ortho_init)
+        self.critic = (mlp(feat, widths, 1, activation, 1.0, "critic", seed=seed + 2000,
+                            ortho_init=ortho_init)
                        if critic else None)
         if not head.built:
             head.build((None, head.param_size))

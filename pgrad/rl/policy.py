@@ -44,7 +44,7 @@ class NumpyPolicy:
         self.net, self.head = net, net.head
         self._spec = {k: dense_layers(getattr(net, k)) for k in ("trunk", "actor", "critic")}
         self._vars = [v for k in self._spec for w, b, _ in self._spec[k] for v in (w, b)]
-        if isinstance(self.head, dist_lib.GaussianHead):
+        if getattr(self.head, "log_std", None) is not None:
             self._vars.append(self.head.log_std)
         self._shapes = [tuple(v.shape) for v in self._vars]
         ends = np.cumsum([int(np.prod(s)) for s in self._shapes]).tolist()
@@ -71,7 +71,7 @@ class NumpyPolicy:
         for key, layers in self._spec.items():
             self._weights[key] = [(next(it), next(it), np_activation(a) if a else None)
                                   for _, _, a in layers]
-        if isinstance(self.head, dist_lib.GaussianHead):
+        if getattr(self.head, "log_std", None) is not None:
             self.log_std = next(it)
 
     def _run(self, key: str, x: np.ndarray) -> np.ndarray:
@@ -108,9 +108,13 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator):
         a, lp = _categorical(params, rng.random(n))
         return a, lp.astype(np.float32)
     if isinstance(h, dist_lib.GaussianHead):
-        std = np.exp(log_std)
-        a = (params + std * rng.standard_normal(params.shape)).astype(np.float32)
-        return a, _gauss_log_prob(a, params, log_std)
+        mean, log_std = gaussian_numpy(h, params, log_std)
+        u = (mean + np.exp(log_std) * rng.standard_normal(mean.shape)).astype(np.float32)
+        lp = _gauss_log_prob(u, mean, log_std)
+        if h.squash:  # density of the squashed action: minus the log-det-jacobian
+            lp = lp - (dist_lib.log1m_tanh_sq(u.astype(np.float64)).sum(1)
+                       + np.log(h.half_range).sum()).astype(np.float32)
+        return u, lp.astype(np.float32)
     if isinstance(h, dist_lib.MultiCategoricalHead):
         u = rng.random((n, len(h.nvec)))
         draws = [_categorical(b, u[:, d]) for d, b in enumerate(_split(params, h.nvec))]
@@ -122,13 +126,23 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator):
     raise ValueError(f"no numpy sampler for head {type(h).__name__}")
 
 
+def gaussian_numpy(head, params: np.ndarray, log_std) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, log_std)`` ``[N, A]`` of a Gaussian head, in numpy (as ``mean_and_log_std``)."""
+    if head.state_dependent_std:
+        a = head.size
+        log_std = np.clip(head.log_std_init + params[:, a:], dist_lib.LOG_STD_MIN,
+                          dist_lib.LOG_STD_MAX)
+        return params[:, :a], log_std
+    return params, np.broadcast_to(log_std, params.shape)
+
+
 def mode_numpy(head, params: np.ndarray) -> np.ndarray:
     """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0), in numpy."""
     h = head
     if isinstance(h, dist_lib.CategoricalHead):
         return params.argmax(1).astype(np.int32)
     if isinstance(h, dist_lib.GaussianHead):
-        return params.astype(np.float32)
+        return params[:, : h.size].astype(np.float32)  # the mean (pre-squash)
     if isinstance(h, dist_lib.MultiCategoricalHead):
         return np.stack([b.argmax(1) for b in _split(params, h.nvec)], 1).astype(np.int32)
     if isinstance(h, dist_lib.BernoulliHead):
@@ -170,8 +184,8 @@ class Policy:
         if deterministic:
             actions = mode_numpy(self.head, params)
         else:
-            log_std = (self.head.log_std.numpy() if isinstance(self.head, dist_lib.GaussianHead)
-                       else None)
+            log_std = (self.head.log_std.numpy()
+                       if getattr(self.head, "log_std", None) is not None else None)
             actions = sample_numpy(self.head, params, log_std, rng or np.random.default_rng())[0]
         return self.head.to_env(actions)
 

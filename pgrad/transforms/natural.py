@@ -52,13 +52,72 @@ class FisherState(NamedTuple):
 
     kl: tf.Tensor  # [] float32, 0.5 x^T F x of the returned update x
     scale: tf.Tensor  # [] float32, factor applied to meet max_kl (1.0 when not limited)
+    cg_iterations: tf.Tensor  # [] float32, conjugate-gradient iterations (0: direct solve)
+    cg_residual: tf.Tensor  # [] float32, ||b - A x|| / ||b|| of the solve (0: direct solve)
 
-    METRICS = ("kl", "scale")
+    METRICS = ("kl", "scale", "cg_iterations", "cg_residual")
 
 
 def _fisher_init(variables):
     del variables
-    return FisherState(tf.constant(0.0), tf.constant(1.0))
+    return FisherState(tf.constant(0.0), tf.constant(1.0), tf.constant(0.0), tf.constant(0.0))
+
+
+SOLVERS = ("auto", "cholesky", "cg")
+#: ``solver="auto"`` uses the direct (Cholesky) solve up to this min(T, P), CG beyond.
+DIRECT_MAX = 2048
+
+
+def conjugate_gradient(matvec, b: tf.Tensor, iterations: int, tol: float = 1e-10
+                       ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Solves ``A x = b`` for symmetric positive-definite ``A`` given only ``matvec(v) = A v``.
+
+    Standard CG from ``x = 0`` (Hestenes and Stiefel), at most ``iterations`` steps, stopping
+    once ``||r||^2 <= tol`` (as the TRPO/NPG references do).
+
+    Returns:
+      ``(x, iterations run, relative residual ||b - A x|| / ||b||)``.
+    """
+    b = tf.convert_to_tensor(b)
+    x = tf.zeros_like(b)
+    r, p = b, b
+    rr = tf.reduce_sum(r * r)
+
+    def body(i, x, r, p, rr):
+        ap = matvec(p)
+        alpha = rr / tf.maximum(tf.reduce_sum(p * ap), tf.cast(1e-30, b.dtype))
+        x = x + alpha * p
+        r = r - alpha * ap
+        rr_new = tf.reduce_sum(r * r)
+        p = r + (rr_new / tf.maximum(rr, tf.cast(1e-30, b.dtype))) * p
+        return i + 1, x, r, p, rr_new
+
+    i, x, _, _, _ = tf.while_loop(lambda i, x, r, p, rr: tf.logical_and(i < iterations, rr > tol),
+                                  body, (tf.constant(0), x, r, p, rr))
+    residual = tf.norm(b - matvec(x)) / tf.maximum(tf.norm(b), tf.cast(1e-30, b.dtype))
+    return x, i, residual
+
+
+def fisher_cg_solve(g_rows: tf.Tensor, v: tf.Tensor, damping: float, iterations: int,
+                    tol: float = 1e-10) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(G^T G / T + damping I) x = G^T v`` by conjugate gradient, in float64.
+
+    Fisher-vector products come from the per-step gradients, ``F u = G^T (G u) / T``: two
+    ``[T, P]`` mat-vecs per iteration, never a ``P x P`` (or ``T x T``) matrix.
+
+    Returns:
+      ``(x [P], G x [T], iterations, relative residual)``.
+    """
+    rows = tf.cast(g_rows, tf.float64)
+    t = tf.cast(tf.shape(rows)[0], tf.float64)
+    d = tf.cast(damping, tf.float64)
+
+    def fvp(u):
+        return tf.linalg.matvec(rows, tf.linalg.matvec(rows, u), transpose_a=True) / t + d * u
+
+    b = tf.linalg.matvec(rows, tf.cast(v, tf.float64), transpose_a=True)  # [P] = G^T v
+    x, its, residual = conjugate_gradient(fvp, b, iterations, tol)
+    return x, tf.linalg.matvec(rows, x), its, residual
 
 
 def flatten_steps(grads: Sequence[tf.Tensor], dtype: tf.DType | None = None) -> tf.Tensor:
@@ -122,9 +181,13 @@ def damped_fisher_solve(
 
 def _fisher_transform(
     damping: float | None, max_kl: float | None, weights_key: str | None, standardize: bool,
-    eps: float, name: str,
+    eps: float, name: str, solver: str = "auto", cg_iters: int = 10,
 ) -> GradientTransform:
     """Shared body of ``natural_gradient`` (``damping`` set) and ``trust_region`` (``None``)."""
+    if solver not in SOLVERS:
+        raise ValueError(f"{name}: solver must be one of {SOLVERS}; got {solver!r}.")
+    if int(cg_iters) < 1:
+        raise ValueError(f"{name}: cg_iters must be >= 1; got {cg_iters}.")
     if damping is not None and not damping > 0:
         raise ValueError(f"{name}: damping must be > 0 (the Fisher is singular); got {damping}.")
     if max_kl is not None and not max_kl > 0:
@@ -144,21 +207,32 @@ def _fisher_transform(
                 mean, var = tf.nn.moments(w, axes=[0])
                 w = (w - mean) / (tf.sqrt(var) + eps)
             v = w / t_float
+        its = residual = tf.constant(0.0, tf.float64)
         if damping is None:
             # [P] plain (weighted) mean gradient, and G x, in float64 (two mat-vecs).
             rows64 = tf.cast(rows, tf.float64)
             x = tf.linalg.matvec(rows64, v, transpose_a=True)
             g_x = tf.linalg.matvec(rows64, x)  # [T]
         else:
-            x, g_x = damped_fisher_solve(rows, v, damping)
-            x = tf.cast(x, tf.float64)
+            direct = solver == "cholesky"
+            if solver == "auto":
+                # The direct solve's system is min(T, P) square; P is static even when T is not.
+                num_params = sum(math.prod(g.shape[1:]) for g in grads)
+                direct = min(grads[0].shape[0] or num_params, num_params) <= DIRECT_MAX
+            if direct:
+                x, g_x = damped_fisher_solve(rows, v, damping)
+                x = tf.cast(x, tf.float64)
+            else:
+                x, g_x, its, residual = fisher_cg_solve(rows, v, damping, cg_iters)
+                its, residual = tf.cast(its, tf.float64), tf.cast(residual, tf.float64)
         kl = 0.5 * tf.reduce_sum(tf.square(g_x)) / t_float  # 0.5 x^T F x
         factor = tf.ones([], tf.float64)
         if max_kl is not None:
             limit = tf.constant(max_kl, tf.float64)
             # sqrt(max_kl / kl) makes the quadratic KL exactly max_kl; never scale up.
             factor = tf.where(kl > limit, tf.sqrt(limit / tf.maximum(kl, limit)), factor)
-        new_state = FisherState(tf.cast(kl * factor**2, tf.float32), tf.cast(factor, tf.float32))
+        new_state = FisherState(tf.cast(kl * factor**2, tf.float32), tf.cast(factor, tf.float32),
+                                tf.cast(its, tf.float32), tf.cast(residual, tf.float32))
         return unflatten(x * factor, grads), new_state
 
     return GradientTransform(_fisher_init, update, name=name, step_axis="aggregates")
@@ -171,6 +245,8 @@ def natural_gradient(
     max_kl: float | None = None,
     standardize: bool = False,
     eps: float = 1e-8,
+    solver: str = "auto",
+    cg_iters: int = 10,
 ) -> GradientTransform:
     """Aggregates per-step gradients into the damped natural gradient ``(F + damping I)^-1 g``.
 
@@ -187,13 +263,19 @@ def natural_gradient(
       max_kl: if set, the update is scaled down so ``0.5 x^T F x <= max_kl`` (trust region).
       standardize: standardise the weights over the batch first (as ``weight_by``).
       eps: guards a constant batch when standardising.
+      solver: ``"cholesky"`` (exact, through the ``T x T`` or ``P x P`` system), ``"cg"``
+        (conjugate gradient with Fisher-vector products ``G^T (G u) / T``: no ``P x P`` or
+        ``T x T`` matrix, for large ``T * P``), or ``"auto"`` (Cholesky up to
+        ``min(T, P) = 2048``, else CG).
+      cg_iters: conjugate-gradient iterations at most.
 
     Returns:
       An aggregating ``GradientTransform``; its ``FisherState`` reports ``kl`` (of the returned
-      update) and ``scale`` (applied for ``max_kl``) as metrics.
+      update), ``scale`` (applied for ``max_kl``), ``cg_iterations`` and ``cg_residual``.
     """
     name = f"natural_gradient({damping})"  # no commas or quotes: it names metric columns
-    return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name)
+    return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name, solver,
+                             cg_iters)
 
 
 def trust_region(

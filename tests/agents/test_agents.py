@@ -59,13 +59,14 @@ def small(cls, **kw):
     return cls.Config(**{**base, **kw})
 
 
-AGENTS = [agents.A2C, agents.Reinforce, agents.PPO]
+AGENTS = [agents.A2C, agents.Reinforce, agents.PPO, agents.NPG]
 
 
 def test_registry():
-    assert agents.names() == ["a2c", "ppo", "reinforce"]
+    assert agents.names() == ["a2c", "npg", "ppo", "reinforce"]
     assert agents.get("A2C") is agents.A2C and agents.get("reinforce") is agents.Reinforce
-    with pytest.raises(ValueError, match="unknown agent 'sac'; known agents: a2c, ppo, reinforce"):
+    with pytest.raises(ValueError,
+                       match="unknown agent 'sac'; known agents: a2c, npg, ppo, reinforce"):
         agents.get("sac")
 
 
@@ -268,10 +269,16 @@ def test_checkpoint_round_trip(cls, tmp_path):
     dst.close()
 
 
-@pytest.mark.parametrize("space", ["discrete", "box", "multidiscrete", "multibinary"])
+GAUSSIAN = {"box-state-std": {"state_dependent_std": True}, "box-squash": {"squash": True},
+            "box-state-std-squash": {"state_dependent_std": True, "squash": True}}
+
+
+@pytest.mark.parametrize("space", ["discrete", "box", "multidiscrete", "multibinary",
+                                   *GAUSSIAN])
 def test_export_policy_loads_with_plain_tensorflow(space, tmp_path):
-    action_space = ACTION_SPACES[space]
-    agent = agents.A2C(small(agents.A2C, normalize_obs=True), env_id=factory(action_space))
+    action_space = ACTION_SPACES.get(space, ACTION_SPACES["box"])
+    agent = agents.A2C(small(agents.A2C, normalize_obs=True, **GAUSSIAN.get(space, {})),
+                       env_id=factory(action_space))
     agent.step()
     agent.export_policy(str(tmp_path / "policy"))
     loaded = tf.saved_model.load(str(tmp_path / "policy"))
@@ -325,4 +332,45 @@ def test_linear_learning_rate_decay():
     agent = agents.A2C(cfg, env_id=factory(ACTION_SPACES["discrete"]))
     rates = [agent.step()["metrics"]["learning_rate"] for _ in range(3)]
     np.testing.assert_allclose(rates, [9e-4, 8e-4, 7e-4], rtol=1e-5)
+    agent.close()
+
+
+@pytest.mark.parametrize("options", list(GAUSSIAN.values()), ids=list(GAUSSIAN))
+def test_gaussian_options_train_save_load_and_evaluate(options, tmp_path):
+    """Continuous-control options through the whole path: update, save, load, export, and
+    pgrad.evaluate from the export gives the agent's own greedy actions."""
+    env = "Pendulum-v1"
+    agent = agents.make("ppo", env, seed=0, num_envs=2, n_steps=16, minibatch_size=16, epochs=2,
+                        **options)
+    agent.step()
+    agent.save(tmp_path / "saved")
+    loaded = agents.load(tmp_path / "saved")
+    obs = np.random.default_rng(0).uniform(-1, 1, size=(5, 3)).astype(np.float32)
+    np.testing.assert_array_equal(agent.predict(obs), loaded.predict(obs))
+    assert np.all(np.abs(agent.predict(obs)) <= 2.0)
+    a = pgrad.evaluate(agent, episodes=2, seed=3)
+    b = pgrad.evaluate(tmp_path / "saved", episodes=2, seed=3)
+    np.testing.assert_allclose(a["returns"], b["returns"], rtol=1e-4)
+    sampled = pgrad.evaluate(tmp_path / "saved", episodes=2, seed=3, deterministic=False)
+    assert np.isfinite(sampled["return_mean"])
+    agent.close()
+    loaded.close()
+
+
+def test_separate_critic_updates_train_only_the_critic_with_its_optimizer():
+    env = factory(ACTION_SPACES["discrete"])
+    cfg = small(agents.A2C, critic_updates=3, critic_minibatch_size=4, optimizer="sgd",
+                learning_rate=1e-9)
+    agent = agents.A2C(cfg, env_id=env, seed=0)
+    critic = [v.numpy() for v in agent.net.value_only_variables]
+    actor = [v.numpy() for v in agent.net.policy_variables]
+    agent.step()
+    # 3 passes x 2 minibatches of 4 steps: 6 critic optimizer steps; the policy barely moves.
+    assert int(agent.critic_optimizer.iterations.numpy()) == 6
+    assert all(not np.array_equal(b, v.numpy())
+               for b, v in zip(critic, agent.net.value_only_variables))
+    for b, v in zip(actor, agent.net.policy_variables):
+        np.testing.assert_allclose(b, v.numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="critic_updates needs a separate critic"):
+        small(agents.A2C, critic_updates=2, shared_trunk=True).validate()
     agent.close()

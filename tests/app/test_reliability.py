@@ -153,7 +153,7 @@ BAD = [
     (["--total-steps", "0"], "total_steps must be >= 1"),
     (["--set", "gama=0.9"], "unknown key 'gama'. Did you mean 'gamma'?"),
     (["--set", "hidden=wide"], "--set hidden: expected a list"),
-    (["--agent", "sac"], "unknown agent 'sac'; known agents: a2c, ppo, reinforce"),
+    (["--agent", "sac"], "unknown agent 'sac'; known agents: a2c, npg, ppo, reinforce"),
     (["--transform", "no_such_module_xyz:fn"], "cannot import module 'no_such_module_xyz'"),
     (["--transform", "user_tf:tf"], "expected a GradientTransform"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),

@@ -211,12 +211,20 @@ def test_reward_normalizer_scales_by_return_std():
 # -- numpy mirror ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("space", [
-    gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32),
-    gym.spaces.MultiDiscrete([2, 4]), gym.spaces.MultiBinary(3)])
+BOX = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+
+@pytest.mark.parametrize("space, options", [
+    (gym.spaces.Discrete(3), {}), (BOX, {}), (BOX, {"state_dependent_std": True}),
+    (gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32)),
+     {"squash": True}),
+    (BOX, {"state_dependent_std": True, "squash": True}),
+    (gym.spaces.MultiDiscrete([2, 4]), {}), (gym.spaces.MultiBinary(3), {})],
+    ids=["discrete", "box", "box-state-std", "box-squash", "box-state-std-squash",
+         "multidiscrete", "multibinary"])
 @pytest.mark.parametrize("shared", [False, True])
-def test_numpy_mirror_equals_tensorflow(space, shared):
-    head = pgrad.make_head(space, log_std_init=-0.5)
+def test_numpy_mirror_equals_tensorflow(space, options, shared):
+    head = pgrad.make_head(space, log_std_init=-0.5, **options)
     net = ActorCritic(5, head, (16, 8), "tanh", shared=shared, seed=3)
     mirror = NumpyPolicy(net)
     obs = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
@@ -232,6 +240,22 @@ def test_numpy_mirror_equals_tensorflow(space, shared):
     mirror.load_flat(mirror.flat_weights().numpy())
     np.testing.assert_allclose(mirror.forward(obs)[0], net.params(tf.constant(obs)).numpy(),
                                atol=1e-5)
+
+
+def test_squashed_gaussian_log_prob_is_the_density_of_the_squashed_action():
+    """log_prob(u) = log density of a = c + h tanh(u), checked by the change of variables on a
+    fine grid (the density integrates to 1 over the bounds)."""
+    space = gym.spaces.Box(np.array([-2.0], np.float32), np.array([1.0], np.float32))
+    head = pgrad.make_head(space, log_std_init=0.3, squash=True)
+    head.build(None)
+    params = tf.constant([[0.7]], tf.float32)
+    a = np.linspace(-2 + 1e-4, 1 - 1e-4, 200001)
+    u = np.arctanh((a - (-0.5)) / 1.5)
+    lp = head.distribution(tf.repeat(params, len(u), 0)).log_prob(u[:, None]).numpy()
+    assert np.trapezoid(np.exp(lp), a) == pytest.approx(1.0, abs=2e-3)
+    env_a = head.to_env(u[:, None])
+    np.testing.assert_allclose(env_a[:, 0], a, atol=1e-4)
+    assert env_a.min() >= -2 and env_a.max() <= 1
 
 
 def test_numpy_categorical_sampling_frequencies():

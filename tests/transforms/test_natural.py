@@ -191,7 +191,8 @@ def test_metrics_surface_through_state_metrics():
     _, state = chain.update(grads, chain.init(None))
     metrics = pgrad.state_metrics(chain, state)
     assert set(metrics) == {"clip_per_step(1.0)/clip_fraction", "trust_region(0.001)/kl",
-                            "trust_region(0.001)/scale"}
+                            "trust_region(0.001)/scale", "trust_region(0.001)/cg_iterations",
+                            "trust_region(0.001)/cg_residual"}
 
 
 def test_errors_are_clear():
@@ -245,3 +246,38 @@ def test_composes_with_per_step_clipping(categorical):
     want = dense_natural(clipped, adv / 10, 1e-2)
     np.testing.assert_allclose(flat([g[None] for g in grads])[0], want, rtol=2e-3, atol=2e-4)
     assert float(info["clip_per_step(0.5)/clip_fraction"]) == np.mean(norms > 0.5)
+
+
+def test_conjugate_gradient_matches_the_dense_damped_solve():
+    """CG with Fisher-vector products from the rows equals the dense P x P solve."""
+    from pgrad.transforms.natural import fisher_cg_solve
+
+    rng = np.random.default_rng(3)
+    t, p, damping = 40, 25, 0.1
+    rows = rng.normal(size=(t, p))
+    w = rng.normal(size=t)
+    v = w / t
+    dense = np.linalg.solve(rows.T @ rows / t + damping * np.eye(p), rows.T @ v)
+    x, g_x, its, residual = fisher_cg_solve(tf.constant(rows, tf.float32), tf.constant(v), damping,
+                                            iterations=100, tol=1e-20)
+    np.testing.assert_allclose(x.numpy(), dense, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g_x.numpy(), rows @ dense, rtol=1e-4, atol=1e-6)
+    assert 0 < int(its) <= 100 and float(residual) < 1e-5
+
+
+def test_natural_gradient_cg_and_cholesky_agree_and_report():
+    rng = np.random.default_rng(4)
+    grads = [tf.constant(rng.normal(size=(30, 4, 3)), tf.float32),
+             tf.constant(rng.normal(size=(30, 5)), tf.float32)]
+    adv = tf.constant(rng.normal(size=30), tf.float32)
+    outs = {}
+    for solver in ("cholesky", "cg"):
+        t = pgrad.natural_gradient(0.05, weights_key="advantages", solver=solver, cg_iters=200)
+        outs[solver] = t.update(grads, t.init(None), advantages=adv)
+    for a, b in zip(outs["cholesky"][0], outs["cg"][0]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
+    state = outs["cg"][1]
+    assert float(state.cg_iterations) > 0 and float(state.cg_residual) < 1e-4
+    assert float(outs["cholesky"][1].cg_iterations) == 0
+    with pytest.raises(ValueError, match="solver must be one of"):
+        pgrad.natural_gradient(0.1, solver="lu")
