@@ -217,7 +217,9 @@ class ActorCriticAgent:
         return NetworkPolicy(self.net, self.mirror, self.obs_norm, self.observation_space,
                              self.action_space)
 
-    def _policy_fn(self, rng: np.random.Generator):
+    def acting_fn(self, rng: np.random.Generator):
+        """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
+        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
         mirror, head = self.mirror, self.head
 
         # No critic here: the update computes V on the same weights, so storing it would only
@@ -241,7 +243,7 @@ class ActorCriticAgent:
         updates = self._sync()
         rng = np.random.default_rng([self.seed, updates])
         before = self.collector.env_steps
-        policy_fn = self._policy_fn(rng)
+        policy_fn = self.acting_fn(rng)
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
         traj, episodes = self._collect(policy_fn)

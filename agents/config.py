@@ -20,7 +20,7 @@ MAX_ENVS = 4096
 MAX_WIDTH = 16384
 
 
-def _help(text: str) -> dict:
+def help_text(text: str) -> dict:
     return {"help": text}
 
 
@@ -29,84 +29,84 @@ class ActorCriticConfig:
     """Every hyperparameter of the actor-critic agent (the presets change defaults only)."""
 
     # -- rollouts ------------------------------------------------------------------------------
-    num_envs: int = field(default=8, metadata=_help("parallel environments in the vector env"))
-    vector_mode: str = field(default="sync", metadata=_help(
+    num_envs: int = field(default=8, metadata=help_text("parallel environments in the vector env"))
+    vector_mode: str = field(default="sync", metadata=help_text(
         "'sync' (all envs in this process) or 'async' (one subprocess per env)"))
-    rollout: str = field(default="steps", metadata=_help(
+    rollout: str = field(default="steps", metadata=help_text(
         "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
-    n_steps: int = field(default=5, metadata=_help(
+    n_steps: int = field(default=5, metadata=help_text(
         "with rollout 'steps': rollout length per env between updates"))
-    batch_steps: int = field(default=1000, metadata=_help(
+    batch_steps: int = field(default=1000, metadata=help_text(
         "with rollout 'episodes': minimum env steps per update; every env's part ends at an "
         "episode end"))
     # -- returns -------------------------------------------------------------------------------
-    gamma: float = field(default=0.99, metadata=_help("discount factor in [0, 1]"))
-    gae_lambda: float = field(default=1.0, metadata=_help(
+    gamma: float = field(default=0.99, metadata=help_text("discount factor in [0, 1]"))
+    gae_lambda: float = field(default=1.0, metadata=help_text(
         "GAE lambda in [0, 1]; 1 = n-step / Monte-Carlo returns, 0 = one-step TD"))
-    baseline: bool = field(default=True, metadata=_help(
+    baseline: bool = field(default=True, metadata=help_text(
         "learn a value function (critic); off: no critic, advantages are the returns"))
-    normalize_advantage: bool = field(default=False, metadata=_help(
+    normalize_advantage: bool = field(default=False, metadata=help_text(
         "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
     # -- networks ------------------------------------------------------------------------------
-    hidden: tuple[int, ...] = field(default=(64, 64), metadata=_help("hidden layer widths"))
-    activation: str = field(default="tanh", metadata=_help("'tanh' or 'relu'"))
-    shared_trunk: bool = field(default=False, metadata=_help(
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=help_text("hidden layer widths"))
+    activation: str = field(default="tanh", metadata=help_text("'tanh' or 'relu'"))
+    shared_trunk: bool = field(default=False, metadata=help_text(
         "actor and critic share the hidden layers (else two separate networks)"))
-    trunk_grad_scale: float = field(default=0.5, metadata=_help(
+    trunk_grad_scale: float = field(default=0.5, metadata=help_text(
         "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
-    log_std_init: float = field(default=0.0, metadata=_help(
+    log_std_init: float = field(default=0.0, metadata=help_text(
         "initial log standard deviation of Gaussian (Box) actions"))
-    state_dependent_std: bool = field(default=False, metadata=_help(
+    state_dependent_std: bool = field(default=False, metadata=help_text(
         "Box actions: the actor outputs a log-std per state (else one learned log-std vector)"))
-    squash: bool = field(default=False, metadata=_help(
+    squash: bool = field(default=False, metadata=help_text(
         "Box actions: squash the Gaussian into the bounds with tanh (exact log-det-jacobian); "
         "else samples are clipped to the bounds"))
-    ortho_init: bool = field(default=True, metadata=_help(
+    ortho_init: bool = field(default=True, metadata=help_text(
         "orthogonal initialisation (gains sqrt 2, 0.01 policy, 1 value); else PyTorch's default"))
     # -- optimisation --------------------------------------------------------------------------
-    optimizer: str = field(default="rmsprop", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=7e-4, metadata=_help("optimizer learning rate"))
-    optimizer_eps: float = field(default=1e-10, metadata=_help(
+    optimizer: str = field(default="rmsprop", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
+    learning_rate: float = field(default=7e-4, metadata=help_text("optimizer learning rate"))
+    optimizer_eps: float = field(default=1e-10, metadata=help_text(
         "epsilon of RMSprop/Adam; Keras adds it inside RMSprop's square root, so 1e-10 here is "
         "about PyTorch's (SB3's) 1e-5 outside it"))
-    rmsprop_rho: float = field(default=0.99, metadata=_help("RMSprop decay of the squared mean"))
-    lr_decay_steps: int = field(default=0, metadata=_help(
+    rmsprop_rho: float = field(default=0.99, metadata=help_text("RMSprop decay of the squared mean"))
+    lr_decay_steps: int = field(default=0, metadata=help_text(
         "decay the learning rate linearly to 0 over this many env steps (rl-zoo's 'lin_'); "
         "0 = constant"))
-    epochs: int = field(default=1, metadata=_help("passes over each rollout"))
-    minibatch_size: int = field(default=0, metadata=_help(
+    epochs: int = field(default=1, metadata=help_text("passes over each rollout"))
+    minibatch_size: int = field(default=0, metadata=help_text(
         "steps per minibatch, shuffled each epoch; 0 = the whole rollout in one update"))
-    target_kl: float = field(default=0.0, metadata=_help(
+    target_kl: float = field(default=0.0, metadata=help_text(
         "stop an update's epochs early once the approximate KL to the behaviour policy exceeds "
         "1.5 x this (as SB3); 0 = off"))
-    max_grad_norm: float = field(default=0.5, metadata=_help(
+    max_grad_norm: float = field(default=0.5, metadata=help_text(
         "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
-    vf_coef: float = field(default=0.5, metadata=_help("weight of the value loss"))
-    clip_range_vf: float = field(default=0.0, metadata=_help(
+    vf_coef: float = field(default=0.5, metadata=help_text("weight of the value loss"))
+    clip_range_vf: float = field(default=0.0, metadata=help_text(
         "clip the new value to old value +- this in the value loss (PPO2's max form); 0 = off"))
-    ent_coef: float = field(default=0.0, metadata=_help("weight of the entropy bonus"))
-    critic_updates: int = field(default=0, metadata=_help(
+    ent_coef: float = field(default=0.0, metadata=help_text("weight of the entropy bonus"))
+    critic_updates: int = field(default=0, metadata=help_text(
         "train the critic separately, after the policy step: this many passes over each rollout "
         "with its own Adam (as NPG/TRPO do); 0 = one joint loss with vf_coef"))
-    critic_learning_rate: float = field(default=1e-3, metadata=_help(
+    critic_learning_rate: float = field(default=1e-3, metadata=help_text(
         "with critic_updates: the critic's Adam learning rate (decays with lr_decay_steps)"))
-    critic_minibatch_size: int = field(default=0, metadata=_help(
+    critic_minibatch_size: int = field(default=0, metadata=help_text(
         "with critic_updates: steps per critic minibatch; 0 = the whole rollout"))
     # -- normalisation -------------------------------------------------------------------------
-    normalize_obs: bool = field(default=False, metadata=_help(
+    normalize_obs: bool = field(default=False, metadata=help_text(
         "normalise observations with running mean/std (saved in checkpoints and the export)"))
-    normalize_reward: bool = field(default=False, metadata=_help(
+    normalize_reward: bool = field(default=False, metadata=help_text(
         "scale rewards by the running std of the discounted return"))
-    clip_obs: float = field(default=10.0, metadata=_help("clip normalised observations to +-this"))
-    clip_reward: float = field(default=10.0, metadata=_help("clip normalised rewards to +-this"))
+    clip_obs: float = field(default=10.0, metadata=help_text("clip normalised observations to +-this"))
+    clip_reward: float = field(default=10.0, metadata=help_text("clip normalised rewards to +-this"))
     # -- engine and opt-in extras --------------------------------------------------------------
-    engine_path: str = field(default="auto", metadata=_help(
+    engine_path: str = field(default="auto", metadata=help_text(
         "policy-gradient engine path: 'auto' (cheapest exact), 'fused' or 'full'"))
-    diagnostics: bool = field(default=False, metadata=_help(
+    diagnostics: bool = field(default=False, metadata=help_text(
         "log per-step gradient diagnostics (diag_* in updates.csv) each update"))
-    diagnostics_max_norm: float = field(default=1.0, metadata=_help(
+    diagnostics_max_norm: float = field(default=1.0, metadata=help_text(
         "with diagnostics: per-step norm threshold of diag_clip_fraction; 0 = leave it out"))
-    adversarial_epsilon: float = field(default=0.0, metadata=_help(
+    adversarial_epsilon: float = field(default=0.0, metadata=help_text(
         "act on FGSM-perturbed observations (L-inf radius in raw observation units); 0 = off"))
 
     def steps_per_update(self) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, _help
+from agents.config import ActorCriticConfig, help_text
 from pgrad.transforms.natural import SOLVERS
 
 
@@ -24,27 +24,27 @@ from pgrad.transforms.natural import SOLVERS
 class NPGConfig(ActorCriticConfig):
     """NPG hyperparameters (every field of the actor-critic agent; NPG's defaults)."""
 
-    num_envs: int = field(default=16, metadata=_help("parallel environments in the vector env"))
-    n_steps: int = field(default=64, metadata=_help(
+    num_envs: int = field(default=16, metadata=help_text("parallel environments in the vector env"))
+    n_steps: int = field(default=64, metadata=help_text(
         "with rollout 'steps': rollout length per env between updates"))
-    gae_lambda: float = field(default=0.95, metadata=_help(
+    gae_lambda: float = field(default=0.95, metadata=help_text(
         "GAE lambda in [0, 1]; 1 = n-step / Monte-Carlo returns, 0 = one-step TD"))
-    normalize_advantage: bool = field(default=True, metadata=_help(
+    normalize_advantage: bool = field(default=True, metadata=help_text(
         "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
-    optimizer: str = field(default="sgd", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=0.1, metadata=_help(
+    optimizer: str = field(default="sgd", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
+    learning_rate: float = field(default=0.1, metadata=help_text(
         "step size of the natural-gradient step (SGD learning rate)"))
-    max_grad_norm: float = field(default=0.0, metadata=_help(
+    max_grad_norm: float = field(default=0.0, metadata=help_text(
         "clip the combined gradient to this global norm; 0 = off (it would distort the step)"))
-    critic_updates: int = field(default=20, metadata=_help(
+    critic_updates: int = field(default=20, metadata=help_text(
         "train the critic separately, after the policy step: this many passes over each rollout "
         "with its own Adam (as NPG/TRPO do); 0 = one joint loss with vf_coef"))
-    damping: float = field(default=0.1, metadata=_help("Tikhonov damping of the Fisher, > 0"))
-    max_kl: float = field(default=0.0, metadata=_help(
+    damping: float = field(default=0.1, metadata=help_text("Tikhonov damping of the Fisher, > 0"))
+    max_kl: float = field(default=0.0, metadata=help_text(
         "scale each step so its estimated KL is <= this (a trust region); 0 = off"))
-    solver: str = field(default="auto", metadata=_help(
+    solver: str = field(default="auto", metadata=help_text(
         "'cholesky' (direct), 'cg' (conjugate gradient on Fisher-vector products) or 'auto'"))
-    cg_iters: int = field(default=10, metadata=_help("conjugate-gradient iterations at most"))
+    cg_iters: int = field(default=10, metadata=help_text("conjugate-gradient iterations at most"))
 
     def validate(self) -> None:
         super().validate()

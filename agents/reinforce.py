@@ -14,21 +14,21 @@ from dataclasses import dataclass, field
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, _help
+from agents.config import ActorCriticConfig, help_text
 
 
 @dataclass
 class ReinforceConfig(ActorCriticConfig):
     """REINFORCE hyperparameters (every field of the actor-critic agent; REINFORCE's defaults)."""
 
-    rollout: str = field(default="episodes", metadata=_help(
+    rollout: str = field(default="episodes", metadata=help_text(
         "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
-    standardize: bool = field(default=True, metadata=_help(
+    standardize: bool = field(default=True, metadata=help_text(
         "standardise the weights (returns or advantages) over each batch in the default chain"))
-    optimizer: str = field(default="adam", metadata=_help("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=3e-3, metadata=_help("optimizer learning rate"))
-    optimizer_eps: float = field(default=1e-7, metadata=_help("epsilon of RMSprop/Adam"))
-    max_grad_norm: float = field(default=1.0, metadata=_help(
+    optimizer: str = field(default="adam", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
+    learning_rate: float = field(default=3e-3, metadata=help_text("optimizer learning rate"))
+    optimizer_eps: float = field(default=1e-7, metadata=help_text("epsilon of RMSprop/Adam"))
+    max_grad_norm: float = field(default=1.0, metadata=help_text(
         "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
 
 

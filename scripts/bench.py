@@ -287,7 +287,7 @@ def rollout_ratio(repeats: int) -> dict:
             raw_envs.step(a)
 
     def policy():
-        agent.collector.collect(agent._policy_fn(rng), steps)
+        agent.collector.collect(agent.acting_fn(rng), steps)
 
     times = interleaved({"raw": raw, "policy": policy}, max(5, repeats // 6), warmup=1)
     value = ratio(times, "raw", "policy")  # throughput ratio = inverse time ratio

@@ -130,7 +130,7 @@ def rollout_ratio(repeats: int = 7, vector_steps: int = 400) -> dict:
         fn()
         return time.perf_counter() - start
 
-    policy_fn = agent._policy_fn(rng)
+    policy_fn = agent.acting_fn(rng)
     agent.collector.collect(naive_fn, 5)  # trace
     ratios, naive = [], []
     for _ in range(repeats):

@@ -170,7 +170,7 @@ def test_update_matches_hand_written_a2c_loss():
     agent = agents.A2C(cfg, env_id=env, seed=0)
     # Re-collect with the agent's own rng so we know the batch the update will see.
     rng = np.random.default_rng([agent.seed, 0])  # what step() uses for update 0
-    traj, _ = agent.collector.collect(agent._policy_fn(rng), 4)
+    traj, _ = agent.collector.collect(agent.acting_fn(rng), 4)
     agent.collector.reset(seed=0)  # same episodes again for step()
     net, head = agent.net, agent.head
     flat = lambda x: tf.reshape(tf.constant(x), [8, *x.shape[2:]])  # noqa: E731
