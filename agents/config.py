@@ -20,7 +20,7 @@ MAX_ENVS = 4096
 MAX_WIDTH = 16384
 
 
-def help_text(text: str) -> dict:
+def doc(text: str) -> dict:
     return {"help": text}
 
 
@@ -29,84 +29,84 @@ class ActorCriticConfig:
     """Every hyperparameter of the actor-critic agent (the presets change defaults only)."""
 
     # -- rollouts ------------------------------------------------------------------------------
-    num_envs: int = field(default=8, metadata=help_text("parallel environments in the vector env"))
-    vector_mode: str = field(default="sync", metadata=help_text(
+    num_envs: int = field(default=8, metadata=doc("parallel environments in the vector env"))
+    vector_mode: str = field(default="sync", metadata=doc(
         "'sync' (all envs in this process) or 'async' (one subprocess per env)"))
-    rollout: str = field(default="steps", metadata=help_text(
+    rollout: str = field(default="steps", metadata=doc(
         "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
-    n_steps: int = field(default=5, metadata=help_text(
+    n_steps: int = field(default=5, metadata=doc(
         "with rollout 'steps': rollout length per env between updates"))
-    batch_steps: int = field(default=1000, metadata=help_text(
+    batch_steps: int = field(default=1000, metadata=doc(
         "with rollout 'episodes': minimum env steps per update; every env's part ends at an "
         "episode end"))
     # -- returns -------------------------------------------------------------------------------
-    gamma: float = field(default=0.99, metadata=help_text("discount factor in [0, 1]"))
-    gae_lambda: float = field(default=1.0, metadata=help_text(
+    gamma: float = field(default=0.99, metadata=doc("discount factor in [0, 1]"))
+    gae_lambda: float = field(default=1.0, metadata=doc(
         "GAE lambda in [0, 1]; 1 = n-step / Monte-Carlo returns, 0 = one-step TD"))
-    baseline: bool = field(default=True, metadata=help_text(
+    baseline: bool = field(default=True, metadata=doc(
         "learn a value function (critic); off: no critic, advantages are the returns"))
-    normalize_advantage: bool = field(default=False, metadata=help_text(
+    normalize_advantage: bool = field(default=False, metadata=doc(
         "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
     # -- networks ------------------------------------------------------------------------------
-    hidden: tuple[int, ...] = field(default=(64, 64), metadata=help_text("hidden layer widths"))
-    activation: str = field(default="tanh", metadata=help_text("'tanh' or 'relu'"))
-    shared_trunk: bool = field(default=False, metadata=help_text(
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=doc("hidden layer widths"))
+    activation: str = field(default="tanh", metadata=doc("'tanh' or 'relu'"))
+    shared_trunk: bool = field(default=False, metadata=doc(
         "actor and critic share the hidden layers (else two separate networks)"))
-    trunk_grad_scale: float = field(default=0.5, metadata=help_text(
+    trunk_grad_scale: float = field(default=0.5, metadata=doc(
         "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
-    log_std_init: float = field(default=0.0, metadata=help_text(
+    log_std_init: float = field(default=0.0, metadata=doc(
         "initial log standard deviation of Gaussian (Box) actions"))
-    state_dependent_std: bool = field(default=False, metadata=help_text(
+    state_dependent_std: bool = field(default=False, metadata=doc(
         "Box actions: the actor outputs a log-std per state (else one learned log-std vector)"))
-    squash: bool = field(default=False, metadata=help_text(
+    squash: bool = field(default=False, metadata=doc(
         "Box actions: squash the Gaussian into the bounds with tanh (exact log-det-jacobian); "
         "else samples are clipped to the bounds"))
-    ortho_init: bool = field(default=True, metadata=help_text(
+    ortho_init: bool = field(default=True, metadata=doc(
         "orthogonal initialisation (gains sqrt 2, 0.01 policy, 1 value); else PyTorch's default"))
     # -- optimisation --------------------------------------------------------------------------
-    optimizer: str = field(default="rmsprop", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=7e-4, metadata=help_text("optimizer learning rate"))
-    optimizer_eps: float = field(default=1e-10, metadata=help_text(
+    optimizer: str = field(default="rmsprop", metadata=doc("'rmsprop', 'adam' or 'sgd'"))
+    learning_rate: float = field(default=7e-4, metadata=doc("optimizer learning rate"))
+    optimizer_eps: float = field(default=1e-10, metadata=doc(
         "epsilon of RMSprop/Adam; Keras adds it inside RMSprop's square root, so 1e-10 here is "
         "about PyTorch's (SB3's) 1e-5 outside it"))
-    rmsprop_rho: float = field(default=0.99, metadata=help_text("RMSprop decay of the squared mean"))
-    lr_decay_steps: int = field(default=0, metadata=help_text(
+    rmsprop_rho: float = field(default=0.99, metadata=doc("RMSprop decay of the squared mean"))
+    lr_decay_steps: int = field(default=0, metadata=doc(
         "decay the learning rate linearly to 0 over this many env steps (rl-zoo's 'lin_'); "
         "0 = constant"))
-    epochs: int = field(default=1, metadata=help_text("passes over each rollout"))
-    minibatch_size: int = field(default=0, metadata=help_text(
+    epochs: int = field(default=1, metadata=doc("passes over each rollout"))
+    minibatch_size: int = field(default=0, metadata=doc(
         "steps per minibatch, shuffled each epoch; 0 = the whole rollout in one update"))
-    target_kl: float = field(default=0.0, metadata=help_text(
+    target_kl: float = field(default=0.0, metadata=doc(
         "stop an update's epochs early once the approximate KL to the behaviour policy exceeds "
         "1.5 x this (as SB3); 0 = off"))
-    max_grad_norm: float = field(default=0.5, metadata=help_text(
+    max_grad_norm: float = field(default=0.5, metadata=doc(
         "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
-    vf_coef: float = field(default=0.5, metadata=help_text("weight of the value loss"))
-    clip_range_vf: float = field(default=0.0, metadata=help_text(
+    vf_coef: float = field(default=0.5, metadata=doc("weight of the value loss"))
+    clip_range_vf: float = field(default=0.0, metadata=doc(
         "clip the new value to old value +- this in the value loss (PPO2's max form); 0 = off"))
-    ent_coef: float = field(default=0.0, metadata=help_text("weight of the entropy bonus"))
-    critic_updates: int = field(default=0, metadata=help_text(
+    ent_coef: float = field(default=0.0, metadata=doc("weight of the entropy bonus"))
+    critic_updates: int = field(default=0, metadata=doc(
         "train the critic separately, after the policy step: this many passes over each rollout "
         "with its own Adam (as NPG/TRPO do); 0 = one joint loss with vf_coef"))
-    critic_learning_rate: float = field(default=1e-3, metadata=help_text(
+    critic_learning_rate: float = field(default=1e-3, metadata=doc(
         "with critic_updates: the critic's Adam learning rate (decays with lr_decay_steps)"))
-    critic_minibatch_size: int = field(default=0, metadata=help_text(
+    critic_minibatch_size: int = field(default=0, metadata=doc(
         "with critic_updates: steps per critic minibatch; 0 = the whole rollout"))
     # -- normalisation -------------------------------------------------------------------------
-    normalize_obs: bool = field(default=False, metadata=help_text(
+    normalize_obs: bool = field(default=False, metadata=doc(
         "normalise observations with running mean/std (saved in checkpoints and the export)"))
-    normalize_reward: bool = field(default=False, metadata=help_text(
+    normalize_reward: bool = field(default=False, metadata=doc(
         "scale rewards by the running std of the discounted return"))
-    clip_obs: float = field(default=10.0, metadata=help_text("clip normalised observations to +-this"))
-    clip_reward: float = field(default=10.0, metadata=help_text("clip normalised rewards to +-this"))
+    clip_obs: float = field(default=10.0, metadata=doc("clip normalised observations to +-this"))
+    clip_reward: float = field(default=10.0, metadata=doc("clip normalised rewards to +-this"))
     # -- engine and opt-in extras --------------------------------------------------------------
-    engine_path: str = field(default="auto", metadata=help_text(
+    engine_path: str = field(default="auto", metadata=doc(
         "policy-gradient engine path: 'auto' (cheapest exact), 'fused' or 'full'"))
-    diagnostics: bool = field(default=False, metadata=help_text(
+    diagnostics: bool = field(default=False, metadata=doc(
         "log per-step gradient diagnostics (diag_* in updates.csv) each update"))
-    diagnostics_max_norm: float = field(default=1.0, metadata=help_text(
+    diagnostics_max_norm: float = field(default=1.0, metadata=doc(
         "with diagnostics: per-step norm threshold of diag_clip_fraction; 0 = leave it out"))
-    adversarial_epsilon: float = field(default=0.0, metadata=help_text(
+    adversarial_epsilon: float = field(default=0.0, metadata=doc(
         "act on FGSM-perturbed observations (L-inf radius in raw observation units); 0 = off"))
 
     def steps_per_update(self) -> int:
@@ -179,3 +179,14 @@ class ActorCriticConfig:
              f"adversarial_epsilon must be >= 0; got {self.adversarial_epsilon}")
         need(self.diagnostics_max_norm >= 0,
              f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")
+
+
+def preset(name: str, value) -> object:
+    """A preset's own default for an :class:`ActorCriticConfig` field, keeping its help text.
+
+    ``num_envs: int = preset("num_envs", 16)`` in a subclass changes the default only.
+    """
+    base = {f.name: f for f in fields(ActorCriticConfig)}
+    if name not in base:
+        raise KeyError(f"ActorCriticConfig has no field {name!r}")
+    return field(default=value, metadata=base[name].metadata)

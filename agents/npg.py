@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, help_text
+from agents.config import ActorCriticConfig, doc, preset
 from pgrad.transforms.natural import SOLVERS
 
 
@@ -24,27 +24,20 @@ from pgrad.transforms.natural import SOLVERS
 class NPGConfig(ActorCriticConfig):
     """NPG hyperparameters (every field of the actor-critic agent; NPG's defaults)."""
 
-    num_envs: int = field(default=16, metadata=help_text("parallel environments in the vector env"))
-    n_steps: int = field(default=64, metadata=help_text(
-        "with rollout 'steps': rollout length per env between updates"))
-    gae_lambda: float = field(default=0.95, metadata=help_text(
-        "GAE lambda in [0, 1]; 1 = n-step / Monte-Carlo returns, 0 = one-step TD"))
-    normalize_advantage: bool = field(default=True, metadata=help_text(
-        "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
-    optimizer: str = field(default="sgd", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=0.1, metadata=help_text(
-        "step size of the natural-gradient step (SGD learning rate)"))
-    max_grad_norm: float = field(default=0.0, metadata=help_text(
-        "clip the combined gradient to this global norm; 0 = off (it would distort the step)"))
-    critic_updates: int = field(default=20, metadata=help_text(
-        "train the critic separately, after the policy step: this many passes over each rollout "
-        "with its own Adam (as NPG/TRPO do); 0 = one joint loss with vf_coef"))
-    damping: float = field(default=0.1, metadata=help_text("Tikhonov damping of the Fisher, > 0"))
-    max_kl: float = field(default=0.0, metadata=help_text(
+    num_envs: int = preset("num_envs", 16)
+    n_steps: int = preset("n_steps", 64)
+    gae_lambda: float = preset("gae_lambda", 0.95)
+    normalize_advantage: bool = preset("normalize_advantage", True)
+    optimizer: str = preset("optimizer", "sgd")
+    learning_rate: float = preset("learning_rate", 0.1)
+    max_grad_norm: float = preset("max_grad_norm", 0.0)
+    critic_updates: int = preset("critic_updates", 20)
+    damping: float = field(default=0.1, metadata=doc("Tikhonov damping of the Fisher, > 0"))
+    max_kl: float = field(default=0.0, metadata=doc(
         "scale each step so its estimated KL is <= this (a trust region); 0 = off"))
-    solver: str = field(default="auto", metadata=help_text(
+    solver: str = field(default="auto", metadata=doc(
         "'cholesky' (direct), 'cg' (conjugate gradient on Fisher-vector products) or 'auto'"))
-    cg_iters: int = field(default=10, metadata=help_text("conjugate-gradient iterations at most"))
+    cg_iters: int = field(default=10, metadata=doc("conjugate-gradient iterations at most"))
 
     def validate(self) -> None:
         super().validate()

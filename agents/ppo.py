@@ -16,30 +16,25 @@ import tensorflow as tf
 
 import pgrad
 from agents.base import ActorCriticAgent, linear_decay
-from agents.config import ActorCriticConfig, help_text
+from agents.config import ActorCriticConfig, doc, preset
 
 
 @dataclass
 class PPOConfig(ActorCriticConfig):
     """PPO hyperparameters (every field of the actor-critic agent; PPO's defaults)."""
 
-    num_envs: int = field(default=1, metadata=help_text("parallel environments in the vector env"))
-    n_steps: int = field(default=2048, metadata=help_text(
-        "with rollout 'steps': rollout length per env between updates"))
-    gae_lambda: float = field(default=0.95, metadata=help_text(
-        "GAE lambda in [0, 1]; 1 = n-step / Monte-Carlo returns, 0 = one-step TD"))
-    normalize_advantage: bool = field(default=True, metadata=help_text(
-        "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
-    optimizer: str = field(default="adam", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=3e-4, metadata=help_text("optimizer learning rate"))
-    optimizer_eps: float = field(default=1e-5, metadata=help_text(
-        "epsilon of Adam (outside the square root, as PyTorch's)"))
-    epochs: int = field(default=10, metadata=help_text("passes over each rollout"))
-    minibatch_size: int = field(default=64, metadata=help_text(
-        "steps per minibatch, shuffled each epoch; 0 = the whole rollout in one update"))
-    clip_range: float = field(default=0.2, metadata=help_text(
+    num_envs: int = preset("num_envs", 1)
+    n_steps: int = preset("n_steps", 2048)
+    gae_lambda: float = preset("gae_lambda", 0.95)
+    normalize_advantage: bool = preset("normalize_advantage", True)
+    optimizer: str = preset("optimizer", "adam")
+    learning_rate: float = preset("learning_rate", 3e-4)
+    optimizer_eps: float = preset("optimizer_eps", 1e-5)
+    epochs: int = preset("epochs", 10)
+    minibatch_size: int = preset("minibatch_size", 64)
+    clip_range: float = field(default=0.2, metadata=doc(
         "PPO's clip range epsilon of the probability ratio"))
-    clip_decay_steps: int = field(default=0, metadata=help_text(
+    clip_decay_steps: int = field(default=0, metadata=doc(
         "decay the clip range linearly to 0 over this many env steps; 0 = constant"))
 
     def validate(self) -> None:

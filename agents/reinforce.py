@@ -14,22 +14,20 @@ from dataclasses import dataclass, field
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, help_text
+from agents.config import ActorCriticConfig, doc, preset
 
 
 @dataclass
 class ReinforceConfig(ActorCriticConfig):
     """REINFORCE hyperparameters (every field of the actor-critic agent; REINFORCE's defaults)."""
 
-    rollout: str = field(default="episodes", metadata=help_text(
-        "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
-    standardize: bool = field(default=True, metadata=help_text(
+    rollout: str = preset("rollout", "episodes")
+    standardize: bool = field(default=True, metadata=doc(
         "standardise the weights (returns or advantages) over each batch in the default chain"))
-    optimizer: str = field(default="adam", metadata=help_text("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=3e-3, metadata=help_text("optimizer learning rate"))
-    optimizer_eps: float = field(default=1e-7, metadata=help_text("epsilon of RMSprop/Adam"))
-    max_grad_norm: float = field(default=1.0, metadata=help_text(
-        "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
+    optimizer: str = preset("optimizer", "adam")
+    learning_rate: float = preset("learning_rate", 3e-3)
+    optimizer_eps: float = preset("optimizer_eps", 1e-7)
+    max_grad_norm: float = preset("max_grad_norm", 1.0)
 
 
 class Reinforce(ActorCriticAgent):
