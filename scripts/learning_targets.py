@@ -9,7 +9,10 @@ the end of training (at the target, or at the budget).
     python scripts/learning_targets.py --rows a2c-cartpole  # one row
     python scripts/learning_targets.py --rows a2c-cartpole --seeds 0 1 2 --set n_steps=8
 
-Prints one JSON object per run and a markdown table at the end.
+Prints one JSON object per run and a markdown table at the end. The hyperparameters of each row
+are the agent's tuned entry for the env (pgrad_app/configs/AGENT.yaml, the rl-zoo-style tables
+that train.py and benchmark.py use too); the rows here add the budget and the target. For the
+multi-seed final-evaluation benchmark, see scripts/benchmark.py.
 """
 
 from __future__ import annotations
@@ -24,32 +27,30 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pgrad_app.quiet  # noqa: E402,F401,I001  (silences TensorFlow first)
 import agents  # noqa: E402
-import pgrad_app.quiet  # noqa: E402,F401  (silences TensorFlow first)
+from pgrad_app import hyperparams  # noqa: E402
 
-#: The A2C settings the non-CartPole rows were measured with.
-_A2C_V1 = {"num_envs": 8, "learning_rate": 7e-4}
-
-#: name -> (agent, env, max env steps, target last-20 training mean, overrides, eval episodes)
-ROWS: dict[str, tuple[str, str, int, float, dict, int]] = {
-    "a2c-cartpole": ("a2c", "CartPole-v1", 150_000, 475.0, {}, 0),
-    "reinforce-cartpole": ("reinforce", "CartPole-v1", 300_000, 475.0, {}, 0),
-    # rl-zoo's A2C settings where it has them, on 8 envs with RMSprop 7e-4 unless the row sets a
-    # rate: these rows were measured before the A2C defaults moved to 16 envs / 1.4e-3.
-    "a2c-acrobot": ("a2c", "Acrobot-v1", 500_000, -100.0,
-                    {**_A2C_V1, "normalize_obs": True}, 10),
-    "a2c-lunarlander": ("a2c", "LunarLander-v3", 300_000, 100.0,
-                        {**_A2C_V1, "gamma": 0.995, "learning_rate": 8.3e-4, "ent_coef": 1e-5,
-                         "lr_decay_steps": 300_000}, 10),
-    "a2c-pendulum": ("a2c", "Pendulum-v1", 300_000, -200.0,
-                     {**_A2C_V1, "normalize_obs": True, "normalize_reward": True, "gamma": 0.9,
-                      "gae_lambda": 0.9, "n_steps": 8, "vf_coef": 0.4, "log_std_init": -2.0}, 10),
-    "a2c-invertedpendulum": ("a2c", "InvertedPendulum-v5", 300_000, 1000.0, _A2C_V1, 10),
+#: name -> (agent, env, max env steps, target last-20 training mean, eval episodes)
+ROWS: dict[str, tuple[str, str, int, float, int]] = {
+    "a2c-cartpole": ("a2c", "CartPole-v1", 150_000, 475.0, 0),
+    "reinforce-cartpole": ("reinforce", "CartPole-v1", 300_000, 475.0, 0),
+    "a2c-acrobot": ("a2c", "Acrobot-v1", 500_000, -100.0, 10),
+    "a2c-lunarlander": ("a2c", "LunarLander-v3", 300_000, 100.0, 10),
+    "a2c-pendulum": ("a2c", "Pendulum-v1", 300_000, -200.0, 10),
+    "a2c-invertedpendulum": ("a2c", "InvertedPendulum-v5", 300_000, 1000.0, 10),
 }
 
 
 #: Rows whose target is a deterministic evaluation after the whole budget, not a training mean.
 FULL_BUDGET = ("a2c-lunarlander",)
+
+
+def row_hyperparameters(row: str) -> dict:
+    """The tuned hyperparameters of a row's agent on its env ({} if the table has none)."""
+    agent_name, env_id = ROWS[row][:2]
+    found = hyperparams.tuned(agent_name, env_id)
+    return dict(found[0]) if found else {}
 
 
 def evaluate(agent, env_id: str, episodes: int, seed: int) -> float:
@@ -72,9 +73,9 @@ def evaluate(agent, env_id: str, episodes: int, seed: int) -> float:
 
 
 def run(row: str, seed: int, overrides: dict) -> dict:
-    agent_name, env_id, budget, target, base, eval_eps = ROWS[row]
+    agent_name, env_id, budget, target, eval_eps = ROWS[row]
     cls = agents.get(agent_name)
-    cfg = cls.Config(**{**base, **overrides})
+    cfg = cls.Config(**{**row_hyperparameters(row), **overrides})
     agent = cls(cfg, env_id=env_id, seed=seed)
     before = evaluate(agent, env_id, eval_eps, seed) if eval_eps else None  # untrained policy
     returns: list[float] = []

@@ -4,7 +4,8 @@
     python scripts/train.py --agent a2c --env CartPole-v1 --total-steps 100000 --seed 0 \\
         --out runs/a2c-cartpole
 
-Settings are resolved in this order (later wins): defaults < --config FILE < flags < --set.
+Settings are resolved in this order (later wins): defaults < the agent's tuned hyperparameters
+for the env (pgrad_app/configs/AGENT.yaml; --no-tuned skips them) < --config FILE < flags < --set.
 Every bad input is reported in one line with exit code 2 before anything is written; --debug
 shows the traceback. See docs/scripts.md and docs/troubleshooting.md.
 """
@@ -27,7 +28,7 @@ RUN_FILES = ("config.yaml", "episodes.csv", "updates.csv", "eval.json", "learnin
 RUN_DIRS = ("checkpoints", "policy", "tb")
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
-                   "adversarial_epsilon")
+                   "adversarial_epsilon", "no_tuned")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +74,9 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         help="parallel envs (default: the agent's num_envs: 16 for a2c, 8 for reinforce)")
     add("--config", metavar="FILE", help="YAML file with run settings and hyperparameters "
         "(default: none; a run's config.yaml works)")
+    add("--no-tuned", action="store_true", help="ignore the agent's tuned hyperparameters "
+        "for the env (pgrad_app/configs/AGENT.yaml) and start from the plain defaults "
+        "(default: use them when the env has an entry)")
     add("--set", action="append", default=[], metavar="KEY=VALUE",
         help="override one setting or hyperparameter, typed from its field (repeatable; "
         "default: none)")
@@ -166,14 +170,31 @@ FLAG_KEYS = {  # argparse dest -> run setting
 }
 
 
-def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict]:
-    """Merges defaults < file < flags < --set into (RunSettings, agent Config, agent class)."""
+def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | None]:
+    """Merges defaults < tuned < file < flags < --set into (RunSettings, agent Config, agent
+    class, where each value came from, the tuned file used or None).
+
+    The tuned layer is the agent's entry for the env in ``pgrad_app/configs/AGENT.yaml``
+    (``pgrad_app.hyperparams``), skipped with ``--no-tuned``.
+    """
+    from pgrad_app import hyperparams
+
     file_values = config_lib.load_yaml(args.config) if args.config else {}
     set_pairs = [config_lib.parse_set(p) for p in args.set]
     agent_name = args.agent or dict(set_pairs).get("agent") or file_values.get("agent") or "a2c"
     agent_cls = _get_agent(str(agent_name))
+    env = (args.env or dict(set_pairs).get("env") or file_values.get("env")
+           or _defaults()["env"])
     source: dict[str, str] = {}
     run_values, hyper = {}, {}
+    try:
+        found = None if args.no_tuned else hyperparams.tuned(str(agent_name), str(env))
+    except UserError as err:
+        raise UserError(f"{err} (--no-tuned skips the tuned hyperparameters)") from None
+    if found is not None:
+        tuned_values, tuned_path = found
+        hyper.update(tuned_values)
+        source.update({k: f"{tuned_path}: {env}: {k}" for k in tuned_values})
     if args.config:
         run_f, hyper_f = config_lib.split_keys(file_values, agent_cls.Config, args.config)
         run_values.update(run_f)
@@ -201,7 +222,17 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict]:
     run_values["agent"] = str(agent_name)
     settings = config_lib.build(config_lib.RunSettings, run_values, source)
     cfg = config_lib.build(agent_cls.Config, hyper, source)
-    return settings, cfg, agent_cls, source
+    # The tuned file counts only if one of its values survived the later layers.
+    tuned_path = found[1] if found is not None else None
+    if tuned_path is not None and not any(v.startswith(f"{tuned_path}: ") for v in source.values()):
+        tuned_path = None
+    return settings, cfg, agent_cls, source, tuned_path
+
+
+def tuned_note(agent: str, env: str, path: Path) -> str:
+    """The line train.py prints when a tuned entry applies."""
+    return (f"using tuned hyperparameters for {agent} on {env} from {path} "
+            "(--no-tuned for the plain defaults)")
 
 
 def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
@@ -271,9 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--resume continues a run and --overwrite replaces one; choose one.")
     if resume:
         settings, cfg, agent_cls = resolve_resume(args)
+        tuned_path = None  # a resumed run's config.yaml holds every value already
         out = Path(args.resume)
     else:
-        settings, cfg, agent_cls, _ = resolve(args)
+        settings, cfg, agent_cls, _, tuned_path = resolve(args)
         out = Path(args.out or f"runs/{settings.agent}-{settings.env.split(':')[-1]}"
                    f"-seed{settings.seed}")
         if holds_run(out) and not args.overwrite:
@@ -285,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     env_id = config_lib.resolve_env(settings.env, forbid_dir=out if resume else None)
     transform = config_lib.load_transform(settings.transform) if settings.transform else None
     agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
+    if tuned_path is not None:  # printed after every check, so that an error stays one line
+        print(tuned_note(settings.agent, settings.env, tuned_path), file=sys.stderr)
     try:
         text = config_lib.dump_run_config(settings, cfg)
         if not resume:

@@ -1,0 +1,265 @@
+"""Multi-seed benchmark: agents x envs x seeds, one subprocess per run, one JSON per finished run.
+
+:func:`plan` resolves every run's hyperparameters in this process (defaults < the tuned entry of
+``pgrad_app/configs/AGENT.yaml`` < ``--set``) and checks them before anything starts;
+:func:`launch` runs the runs that have no result yet, ``jobs`` at a time, each in its own
+process (``python -m pgrad_app.bench_run SPEC``) with its BLAS/TensorFlow thread pools sized to
+``cores // jobs``, so concurrent runs don't oversubscribe the cores. A run writes its result
+atomically, so the results folder is resumable: a run whose JSON exists is skipped, and one that
+crashed leaves only its log (``logs/NAME.log``). ``pgrad_app.bench_report`` turns the folder into
+tables and plots. Layout of a results folder::
+
+    RESULTS/AGENT__ENV__seedS.json     one finished run (schema: pgrad_app/bench_run.py)
+    RESULTS/logs/AGENT__ENV__seedS.spec.json, .log   what was launched, and its output
+    RESULTS/README.md, curves_ENV.png  the report
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from pgrad.core.errors import UserError, one_line
+from pgrad_app import hyperparams
+from pgrad_app import settings as config_lib
+
+ROOT = Path(__file__).resolve().parents[1]  # the folder holding pgrad/, agents/ and pgrad_app/
+LOG_TAIL_LINES = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run, fully resolved: what the child process is told (as JSON)."""
+
+    agent: str
+    env: str  # as given: an id, or module:EnvId
+    seed: int
+    budget: int  # env steps to train for
+    hyperparameters: dict[str, Any]  # every Config field, plain YAML/JSON values
+    tuned_from: str | None  # the tuned table used, if any
+    overrides: dict[str, Any]  # the --set values
+    eval_episodes: int = 20
+
+    @property
+    def name(self) -> str:
+        env = self.env.split(":")[-1].replace("/", "_")
+        return f"{self.agent}__{env}__seed{self.seed}"
+
+
+def result_path(results: Path, spec: RunSpec) -> Path:
+    return Path(results) / f"{spec.name}.json"
+
+
+def plan(agent_names: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int],
+         steps: int | None = None, sets: Sequence[str] = (), no_tuned: bool = False,
+         eval_episodes: int = 20) -> list[RunSpec]:
+    """Every run, hyperparameters resolved and validated (defaults < tuned < ``--set``).
+
+    Raises:
+      UserError: an unknown agent, env or key, a bad value, or no budget (no ``steps`` and no
+        ``n_timesteps`` in the tuned entry), naming where it came from.
+    """
+    import agents
+
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps must be >= 1; got {steps}.")
+    if eval_episodes < 1:
+        raise UserError(f"--eval-episodes must be >= 1; got {eval_episodes}.")
+    if any(s < 0 for s in seeds):
+        raise UserError(f"--seeds must be >= 0; got {list(seeds)}.")
+    pairs = [config_lib.parse_set(p) for p in sets]
+    specs = []
+    for agent_name in agent_names:
+        try:
+            config_cls = agents.get(agent_name).Config
+        except ValueError as err:
+            raise UserError(f"--agents: {one_line(err)}") from None
+        overrides = {}
+        for key, value in pairs:
+            run, hyper = config_lib.split_keys({key: value}, config_cls,
+                                               f"--set {key} (agent {agent_name})")
+            if run:
+                raise UserError(f"--set {key}: not a hyperparameter (the benchmark sets the "
+                                "run itself: --agents, --envs, --seeds, --steps).")
+            overrides.update(hyper)
+        for env in env_ids:
+            config_lib.resolve_env(env)  # imports module:EnvId plug-ins, checks the id
+            found = None if no_tuned else hyperparams.tuned(agent_name, env)
+            tuned_values, tuned_from = found or ({}, None)
+            source = {k: f"{tuned_from}: {env}: {k}" for k in tuned_values}
+            source.update({k: f"--set {k} (agent {agent_name})" for k in overrides})
+            cfg = config_lib.build(config_cls, {**tuned_values, **overrides}, source)
+            budget = steps or hyperparams.budget(agent_name, env)
+            if budget is None:
+                raise UserError(f"no budget for {agent_name} on {env}: "
+                                f"{hyperparams.path_for(agent_name)} has no n_timesteps for "
+                                "it; pass --steps N.")
+            hyper = {f.name: config_lib.to_plain(getattr(cfg, f.name))
+                     for f in dataclasses.fields(cfg)}
+            specs.extend(RunSpec(agent_name.lower(), env, int(seed), int(budget), hyper,
+                                 str(tuned_from) if tuned_from else None,
+                                 config_lib.to_plain(overrides), eval_episodes)
+                         for seed in seeds)
+    return specs
+
+
+def mismatch(spec: RunSpec, result: dict) -> str | None:
+    """What differs between a planned run and the result on disk of the same name, or None."""
+    for key in ("budget", "eval_episodes"):
+        if result.get(key) != getattr(spec, key):
+            return f"{key} {result.get(key)!r} there, {getattr(spec, key)!r} now"
+    stored = result.get("hyperparameters", {})
+    diff = sorted(k for k in {*stored, *spec.hyperparameters}
+                  if stored.get(k) != spec.hyperparameters.get(k))
+    if diff:
+        k = diff[0]
+        return f"hyperparameter {k} {stored.get(k)!r} there, {spec.hyperparameters.get(k)!r} now"
+    return None
+
+
+def check_existing(specs: Sequence[RunSpec], results: Path) -> list[RunSpec]:
+    """The runs still to do; refuses a results folder whose finished runs had other settings.
+
+    Raises:
+      UserError: naming the first result file made with different settings.
+    """
+    todo = []
+    for spec in specs:
+        path = result_path(results, spec)
+        if not path.is_file():
+            todo.append(spec)
+            continue
+        try:
+            diff = mismatch(spec, json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            raise UserError(f"{path}: unreadable result ({one_line(err)}); delete it to "
+                            "rerun that run.") from None
+        if diff:
+            raise UserError(f"{path} was made with other settings ({diff}); use another "
+                            "--results folder, or delete it to rerun.")
+    return todo
+
+
+def threads_per_run(jobs: int) -> int:
+    """Cores available to this process divided among ``jobs`` concurrent runs (>= 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, jobs))
+
+
+def git_commit() -> str | None:
+    """``git rev-parse HEAD`` of the checkout holding this package (``+dirty`` if modified)."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def child_env(threads: int) -> dict[str, str]:
+    """The environment of a run: thread pools capped, this checkout's packages first."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        env[var] = str(threads)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclasses.dataclass
+class Finished:
+    """How one launched run ended."""
+
+    spec: RunSpec
+    returncode: int
+    result: dict | None  # the result JSON, if the run wrote it
+    log: Path
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def run_one(spec: RunSpec, results: Path, threads: int, context: dict) -> Finished:
+    """Runs ``spec`` in a child process; its stdout and stderr go to ``logs/NAME.log``."""
+    logs = Path(results) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    spec_file = logs / f"{spec.name}.spec.json"
+    payload = {**dataclasses.asdict(spec), **context, "threads": threads,
+               "out": str(result_path(results, spec))}
+    spec_file.write_text(json.dumps(payload, indent=1))
+    log = logs / f"{spec.name}.log"
+    with open(log, "w") as f:
+        proc = subprocess.run([sys.executable, "-m", "pgrad_app.bench_run", str(spec_file)],
+                              stdout=f, stderr=subprocess.STDOUT, env=child_env(threads),
+                              stdin=subprocess.DEVNULL)
+    out = result_path(results, spec)
+    result = json.loads(out.read_text()) if proc.returncode == 0 and out.is_file() else None
+    return Finished(spec, proc.returncode if result is not None else (proc.returncode or 1),
+                    result, log)
+
+
+def describe(done: Finished) -> str:
+    """One progress line for a finished run."""
+    s = done.spec
+    head = f"{s.agent} {s.env} seed {s.seed}"
+    if done.result is None:
+        return f"FAILED {head} (exit {done.returncode}; log {done.log}):\n{done.tail()}"
+    r, ev = done.result, done.result["eval"]
+    return (f"{head}: eval {ev['return_mean']:.1f} ± {ev['return_std']:.1f} after "
+            f"{r['steps']:,} steps, {r['wall_s']:.0f} s ({r['steps_per_s']:.0f} steps/s)")
+
+
+def launch(specs: Sequence[RunSpec], results: Path, jobs: int = 2, command: str = "",
+           echo: Callable[[str], None] = print) -> list[Finished]:
+    """Runs ``specs`` (those without a result), ``jobs`` at a time; returns how each ended.
+
+    ``echo`` gets one line per finished run (with the log's tail for a failed one).
+    """
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
+    threads = threads_per_run(jobs)
+    context = {"command": command, "pgrad_commit": git_commit(), "jobs": jobs}
+    finished = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(run_one, spec, results, threads, context) for spec in specs]
+        try:
+            for i, future in enumerate(as_completed(futures), 1):
+                done = future.result()
+                finished.append(done)
+                echo(f"[{i}/{len(specs)}] {describe(done)}")
+        except BaseException:  # Ctrl-C: the children got SIGINT too; start no new ones
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return finished
+
+
+def command_line(argv: Sequence[str], script: str = "scripts/benchmark.py") -> str:
+    """The command as a user would type it again (recorded in every result)."""
+    return shlex.join(["python", script, *argv])
+
+
+def elapsed(start: float) -> str:
+    seconds = int(time.perf_counter() - start)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
