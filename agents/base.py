@@ -102,8 +102,10 @@ class ActorCriticAgent:
             self.observation_space = envs.single_observation_space
             self.action_space = envs.single_action_space
             obs_dim = spaces.flat_dim(self.observation_space)  # ValueError: unsupported space
+            latent = int(cfg.hidden[-1]) if cfg.hidden else obs_dim
             self.head = pgrad.make_head(self.action_space, cfg.log_std_init,
-                                        cfg.state_dependent_std, cfg.squash)
+                                        cfg.state_dependent_std, cfg.squash,
+                                        latent if cfg.use_sde else 0)
         except Exception:
             envs.close()
             raise
@@ -221,12 +223,18 @@ class ActorCriticAgent:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
         mirror, head = self.mirror, self.head
+        sde = {"noise": None, "steps": 0}
+        freq = int(self.cfg.sde_sample_freq)
 
         # No critic here: the update computes V on the same weights, so storing it would only
         # add a forward pass per env step.
         def policy_fn(obs):
             params, _ = mirror.forward(obs)
-            actions, log_probs = mirror.sample(params, rng)
+            if head.uses_latent:  # gSDE: exploration matrices held per env, resampled on time
+                if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
+                    sde["noise"] = mirror.sde_noise(obs.shape[0], rng)
+                sde["steps"] += 1
+            actions, log_probs = mirror.sample(params, rng, sde["noise"])
             return actions, head.to_env(actions), log_probs, None
 
         return policy_fn

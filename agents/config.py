@@ -61,6 +61,12 @@ class ActorCriticConfig:
     squash: bool = field(default=False, metadata=doc(
         "Box actions: squash the Gaussian into the bounds with tanh (exact log-det-jacobian); "
         "else samples are clipped to the bounds"))
+    use_sde: bool = field(default=False, metadata=doc(
+        "Box actions: generalised state-dependent exploration (gSDE): noise latent(s) @ W, W "
+        "held for sde_sample_freq steps, a [latent, A] learned log-std"))
+    sde_sample_freq: int = field(default=-1, metadata=doc(
+        "with use_sde: resample the exploration matrices every this many steps; -1 = once per "
+        "rollout"))
     ortho_init: bool = field(default=True, metadata=doc(
         "orthogonal initialisation (gains sqrt 2, 0.01 policy, 1 value); else PyTorch's default"))
     # -- optimisation --------------------------------------------------------------------------
@@ -137,6 +143,10 @@ class ActorCriticConfig:
              f"hidden widths must be in [1, {MAX_WIDTH}] (at most 16 layers); got {self.hidden}")
         need(self.activation in ("tanh", "relu"),
              f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
+        need(not (self.use_sde and self.state_dependent_std),
+             "use_sde and state_dependent_std are alternatives; choose one")
+        need(int(self.sde_sample_freq) >= -1 and int(self.sde_sample_freq) != 0,
+             f"sde_sample_freq must be -1 or >= 1; got {self.sde_sample_freq}")
         need(self.trunk_grad_scale >= 0,
              f"trunk_grad_scale must be >= 0; got {self.trunk_grad_scale}")
         need(-20.0 <= self.log_std_init <= 5.0,

@@ -100,9 +100,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     episodes: list[tuple[int, float]] = []
     try:
         start = time.perf_counter()
-        while agent.env_steps < spec["budget"]:
+        budget, next_report = int(spec["budget"]), int(spec["budget"]) // 20
+        while agent.env_steps < budget:
             info = agent.step()
             episodes.extend((int(step), float(ret)) for step, ret, _ in info["episodes"])
+            if agent.env_steps >= next_report:  # progress in the run's log, every 5%
+                next_report += budget // 20
+                recent = [r for _, r in episodes[-20:]]
+                mean = f"{sum(recent) / len(recent):.1f}" if recent else "-"
+                print(f"step {agent.env_steps} wall {time.perf_counter() - start:.0f} s "
+                      f"last-20 return {mean}", file=sys.stderr, flush=True)
         wall = time.perf_counter() - start
         steps = int(agent.env_steps)
         start = time.perf_counter()

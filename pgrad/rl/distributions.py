@@ -34,6 +34,14 @@ class ActionHead(keras.layers.Layer):
     param_size: int
     action_shape: tuple[int, ...]
     action_dtype: tf.DType
+    #: The head reads the actor's last hidden features too: the network's parameters are then
+    #: ``[output_size outputs, latent features]`` (gSDE), ``param_size = output_size + latent``.
+    uses_latent: bool = False
+
+    @property
+    def output_size(self) -> int:
+        """Width of the actor's output layer (``param_size`` unless the head uses the latent)."""
+        return self.param_size
 
     def distribution(self, params: tf.Tensor) -> tfd.Distribution:
         raise NotImplementedError
@@ -62,6 +70,7 @@ class CategoricalHead(ActionHead):
 
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # bounds of a state-dependent log-std (as SAC/SB3)
+SDE_EPS = 1e-6  # added to gSDE's variance (as Stable-Baselines3)
 
 
 def log1m_tanh_sq(u):
@@ -112,10 +121,17 @@ class GaussianHead(ActionHead):
       squash: squash samples into the bounds with tanh (:class:`SquashedGaussian`; the bounds
         must be finite); else the env receives the sample clipped to the bounds. Either way the
         log-probs are of the stored (unclipped, pre-squash) sample.
+      sde_latent_dim: > 0 turns on generalised state-dependent exploration (gSDE, Raffin et
+        al. 2022) over the actor's last hidden features (this many): the exploration noise is
+        ``latent(s) @ W`` with ``W ~ N(0, exp(log_std)^2)`` (``log_std`` is ``[latent, A]``),
+        held for several steps by the acting code; log-probs are those of the per-state marginal
+        ``N(mean, sqrt(latent^2 @ exp(2 log_std) + 1e-6))``, as Stable-Baselines3's. The
+        latent is not trained through the std (SB3's ``learn_features=False``).
     """
 
     def __init__(self, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0,
-                 state_dependent_std: bool = False, squash: bool = False, **kwargs):
+                 state_dependent_std: bool = False, squash: bool = False,
+                 sde_latent_dim: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.low = np.asarray(low, np.float32)
         self.high = np.asarray(high, np.float32)
@@ -127,17 +143,31 @@ class GaussianHead(ActionHead):
                              f"low={self.low.tolist()} high={self.high.tolist()}.")
         size = int(np.prod(self.space_shape))
         self.size = size
+        self.sde_latent_dim = int(sde_latent_dim)
+        self.uses_latent = self.sde_latent_dim > 0
+        if self.uses_latent and self.state_dependent_std:
+            raise ValueError("gSDE and a state-dependent log-std are alternatives; choose one.")
         self.param_size = 2 * size if self.state_dependent_std else size
+        self.param_size += self.sde_latent_dim
         self.action_shape, self.action_dtype = (size,), tf.float32
         self.center = ((self.high + self.low) / 2).reshape(-1) if self.squash else None
         self.half_range = ((self.high - self.low) / 2).reshape(-1) if self.squash else None
         self.log_std = None
         if not self.state_dependent_std:
-            self.log_std = self.add_weight(shape=(size,), name="log_std",
+            shape = (self.sde_latent_dim, size) if self.uses_latent else (size,)
+            self.log_std = self.add_weight(shape=shape, name="log_std",
                                            initializer=keras.initializers.Constant(log_std_init))
+
+    @property
+    def output_size(self) -> int:
+        return self.param_size - self.sde_latent_dim
 
     def mean_and_log_std(self, params):
         """``[N, param_size]`` -> ``([N, A]`` mean, ``[N, A]`` log-std)."""
+        if self.uses_latent:  # gSDE: std from the (fixed) features and the [latent, A] log-std
+            mean, latent = params[:, : self.size], tf.stop_gradient(params[:, self.size:])
+            var = tf.matmul(tf.square(latent), tf.exp(2.0 * self.log_std)) + SDE_EPS
+            return mean, 0.5 * tf.math.log(var)
         if self.state_dependent_std:
             mean = params[:, : self.size]
             log_std = tf.clip_by_value(self.log_std_init + params[:, self.size:], LOG_STD_MIN,
@@ -206,7 +236,7 @@ class BernoulliHead(ActionHead):
 
 
 def make_head(space: gym.Space, log_std_init: float = 0.0, state_dependent_std: bool = False,
-              squash: bool = False) -> ActionHead:
+              squash: bool = False, sde_latent_dim: int = 0) -> ActionHead:
     """The distribution head for a Gymnasium action space (the Gaussian options apply to Box).
 
     Raises:
@@ -218,7 +248,8 @@ def make_head(space: gym.Space, log_std_init: float = 0.0, state_dependent_std: 
         if not np.issubdtype(space.dtype, np.floating):
             raise ValueError(f"action space {space} has integer dtype; supported: {SUPPORTED} "
                              "(Box with a float dtype).")
-        return GaussianHead(space.low, space.high, log_std_init, state_dependent_std, squash)
+        return GaussianHead(space.low, space.high, log_std_init, state_dependent_std, squash,
+                            sde_latent_dim)
     if isinstance(space, gym.spaces.MultiDiscrete):
         return MultiCategoricalHead(space.nvec, getattr(space, "start", None))
     if isinstance(space, gym.spaces.MultiBinary):

@@ -75,10 +75,14 @@ class _ExportedPolicy(tf.Module):
     def _params(self, x):
         if self.norm_mean is not None:
             x = tf.clip_by_value((x - self.norm_mean) / self.norm_std, -self._clip, self._clip)
+        latent = x
         for w, b, act in zip(self.weights, self.biases, self._acts):
+            latent = x
             x = tf.matmul(x, w) + b
             if act is not None:
                 x = _tf_activation(act)(x)
+        if self._context.head.uses_latent:  # gSDE: [outputs, last hidden features]
+            return tf.concat([x, latent], axis=1)
         return x
 
     def _action(self, observation):
@@ -136,7 +140,8 @@ def head_options(head) -> dict[str, Any]:
     """The options :func:`pgrad.rl.distributions.make_head` needs to rebuild ``head``."""
     if isinstance(head, dist_lib.GaussianHead):
         return {"log_std_init": head.log_std_init,
-                "state_dependent_std": head.state_dependent_std, "squash": head.squash}
+                "state_dependent_std": head.state_dependent_std, "squash": head.squash,
+                "sde_latent_dim": head.sde_latent_dim}
     return {}
 
 

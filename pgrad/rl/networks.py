@@ -89,7 +89,7 @@ class ActorCritic:
             feat, widths = hidden[-1], ()
         else:
             self.trunk, feat, widths = None, obs_dim, hidden
-        self.actor = mlp(feat, widths, head.param_size, activation, 0.01, "actor",
+        self.actor = mlp(feat, widths, head.output_size, activation, 0.01, "actor",
                          seed=seed + 1000, ortho_init=ortho_init)
         self.critic = (mlp(feat, widths, 1, activation, 1.0, "critic", seed=seed + 2000,
                             ortho_init=ortho_init)
@@ -101,8 +101,14 @@ class ActorCritic:
         return obs if self.trunk is None else self.trunk(obs)
 
     def params(self, obs: tf.Tensor) -> tf.Tensor:
-        """``[N, obs_dim] -> [N, param_size]`` distribution parameters."""
-        return self.actor(self._features(obs))
+        """``[N, obs_dim] -> [N, param_size]`` distribution parameters (for a head that uses the
+        latent, the actor's outputs and then its last hidden features)."""
+        x = self._features(obs)
+        if not self.head.uses_latent:
+            return self.actor(x)
+        for layer in self.actor.layers[:-1]:
+            x = layer(x)
+        return tf.concat([self.actor.layers[-1](x), x], axis=1)
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         """``[N, obs_dim] -> [N]`` state values (trunk gradient scaled when shared)."""

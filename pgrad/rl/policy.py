@@ -84,20 +84,41 @@ class NumpyPolicy:
     def forward(self, obs: np.ndarray, with_value: bool = False):
         """``[N, obs_dim]`` -> ``([N, param_size], [N] values or None)``."""
         feat = self._run("trunk", obs)
-        params = self._run("actor", feat)
+        if self.head.uses_latent:  # [outputs, last hidden features], as ActorCritic.params
+            layers = self._weights["actor"]
+            latent = feat
+            for w, b, act in layers[:-1]:
+                latent = latent @ w + b
+                if act is not None:
+                    latent = act(latent)
+            w, b, _ = layers[-1]
+            params = np.concatenate([latent @ w + b, latent], axis=1)
+        else:
+            params = self._run("actor", feat)
         value = self._run("critic", feat)[:, 0] if with_value and self._spec["critic"] else None
         return params, value
 
-    def sample(self, params: np.ndarray, rng: np.random.Generator):
-        """Samples actions: ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probs)."""
-        return sample_numpy(self.head, params, self.log_std, rng)
+    def sample(self, params: np.ndarray, rng: np.random.Generator,
+               sde_noise: np.ndarray | None = None):
+        """Samples actions: ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probs).
+
+        ``sde_noise``: gSDE's exploration matrices ``[N, latent, A]`` held by the caller (see
+        :meth:`sde_noise`); without them each step draws fresh noise from the marginal.
+        """
+        return sample_numpy(self.head, params, self.log_std, rng, sde_noise)
+
+    def sde_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``[n, latent, A]`` gSDE exploration matrices ``W ~ N(0, exp(log_std)^2)``."""
+        std = np.exp(self.log_std)
+        return (std * rng.standard_normal((n, *std.shape))).astype(np.float32)
 
     def mode(self, params: np.ndarray) -> np.ndarray:
         """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0)."""
         return mode_numpy(self.head, params)
 
 
-def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator):
+def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
+                 sde_noise: np.ndarray | None = None):
     """Samples from ``head``'s distribution at ``[N, param_size]`` params, in numpy.
 
     Returns ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probabilities).
@@ -108,9 +129,13 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator):
         a, lp = _categorical(params, rng.random(n))
         return a, lp.astype(np.float32)
     if isinstance(h, dist_lib.GaussianHead):
-        mean, log_std = gaussian_numpy(h, params, log_std)
-        u = (mean + np.exp(log_std) * rng.standard_normal(mean.shape)).astype(np.float32)
-        lp = _gauss_log_prob(u, mean, log_std)
+        mean, step_log_std = gaussian_numpy(h, params, log_std)
+        if h.uses_latent and sde_noise is not None:  # gSDE: noise = latent @ W, W held
+            noise = np.einsum("nl,nla->na", params[:, h.size:], sde_noise)
+        else:
+            noise = np.exp(step_log_std) * rng.standard_normal(mean.shape)
+        u = (mean + noise).astype(np.float32)
+        lp = _gauss_log_prob(u, mean, step_log_std)
         if h.squash:  # density of the squashed action: minus the log-det-jacobian
             lp = lp - (dist_lib.log1m_tanh_sq(u.astype(np.float64)).sum(1)
                        + np.log(h.half_range).sum()).astype(np.float32)
@@ -128,6 +153,10 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator):
 
 def gaussian_numpy(head, params: np.ndarray, log_std) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, log_std)`` ``[N, A]`` of a Gaussian head, in numpy (as ``mean_and_log_std``)."""
+    if head.uses_latent:
+        latent = params[:, head.size:].astype(np.float64)
+        var = np.square(latent) @ np.exp(2.0 * np.asarray(log_std, np.float64)) + dist_lib.SDE_EPS
+        return params[:, : head.size], 0.5 * np.log(var)
     if head.state_dependent_std:
         a = head.size
         log_std = np.clip(head.log_std_init + params[:, a:], dist_lib.LOG_STD_MIN,

@@ -270,7 +270,9 @@ def test_checkpoint_round_trip(cls, tmp_path):
 
 
 GAUSSIAN = {"box-state-std": {"state_dependent_std": True}, "box-squash": {"squash": True},
-            "box-state-std-squash": {"state_dependent_std": True, "squash": True}}
+            "box-state-std-squash": {"state_dependent_std": True, "squash": True},
+            "box-sde": {"use_sde": True, "sde_sample_freq": 4},
+            "box-sde-squash": {"use_sde": True, "squash": True}}
 
 
 @pytest.mark.parametrize("space", ["discrete", "box", "multidiscrete", "multibinary",

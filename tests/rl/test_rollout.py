@@ -219,8 +219,10 @@ BOX = gym.spaces.Box(-1, 1, (2,), np.float32)
     (gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32)),
      {"squash": True}),
     (BOX, {"state_dependent_std": True, "squash": True}),
+    (BOX, {"sde_latent_dim": 8}), (BOX, {"sde_latent_dim": 8, "squash": True}),
     (gym.spaces.MultiDiscrete([2, 4]), {}), (gym.spaces.MultiBinary(3), {})],
-    ids=["discrete", "box", "box-state-std", "box-squash", "box-state-std-squash",
+    ids=["discrete", "box", "box-state-std", "box-squash", "box-state-std-squash", "box-sde",
+         "box-sde-squash",
          "multidiscrete", "multibinary"])
 @pytest.mark.parametrize("shared", [False, True])
 def test_numpy_mirror_equals_tensorflow(space, options, shared):
@@ -231,7 +233,8 @@ def test_numpy_mirror_equals_tensorflow(space, options, shared):
     params, value = mirror.forward(obs, with_value=True)
     np.testing.assert_allclose(params, net.params(tf.constant(obs)).numpy(), atol=1e-5)
     np.testing.assert_allclose(value, net.value(tf.constant(obs)).numpy(), atol=1e-5)
-    actions, log_probs = mirror.sample(params, np.random.default_rng(1))
+    noise = mirror.sde_noise(32, np.random.default_rng(2)) if head.uses_latent else None
+    actions, log_probs = mirror.sample(params, np.random.default_rng(1), noise)
     tf_logp = head.distribution(tf.constant(params)).log_prob(actions).numpy()
     np.testing.assert_allclose(log_probs, tf_logp, atol=1e-4)
     # flat-weight sync equals variable-by-variable sync
@@ -256,6 +259,27 @@ def test_squashed_gaussian_log_prob_is_the_density_of_the_squashed_action():
     env_a = head.to_env(u[:, None])
     np.testing.assert_allclose(env_a[:, 0], a, atol=1e-4)
     assert env_a.min() >= -2 and env_a.max() <= 1
+
+
+def test_sde_noise_is_latent_times_the_held_matrix():
+    """gSDE: with the exploration matrices held, action - mean = latent @ W, exactly; the
+    marginal std the log-probs use is sqrt(latent^2 @ exp(2 log_std) + 1e-6)."""
+    space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    head = pgrad.make_head(space, log_std_init=-1.0, sde_latent_dim=8)
+    net = ActorCritic(5, head, (16, 8), "tanh", seed=3)
+    mirror = NumpyPolicy(net)
+    obs = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
+    params, _ = mirror.forward(obs)
+    assert params.shape == (4, 2 + 8)
+    w = mirror.sde_noise(4, np.random.default_rng(5))
+    assert w.shape == (4, 8, 2)
+    actions, _ = mirror.sample(params, np.random.default_rng(1), w)
+    latent = params[:, 2:]
+    np.testing.assert_allclose(actions - params[:, :2], np.einsum("nl,nla->na", latent, w),
+                               atol=1e-5)
+    _, log_std = head.mean_and_log_std(tf.constant(params))
+    want = 0.5 * np.log(np.square(latent) @ np.exp(-2.0 * np.ones((8, 2))) + 1e-6)
+    np.testing.assert_allclose(log_std.numpy(), want, rtol=1e-5)
 
 
 def test_numpy_categorical_sampling_frequencies():
