@@ -3,9 +3,11 @@
 The policy step is the transform ``natural_gradient(damping, weights_key="advantages")``: the
 damped natural gradient ``(F + damping I)^-1 g`` with the empirical Fisher of the per-step
 log-probability gradients (a direct solve, or conjugate gradient on Fisher-vector products when
-``T * P`` is large), optionally scaled so its estimated KL is at most ``max_kl`` (then it is a
-trust-region step without line search). Plain SGD applies it with ``learning_rate`` as the step
-size (Tianshou's ``actor_step_size``), so ``max_grad_norm`` is off by default. The critic trains
+``T * P`` is large), scaled so that its estimated KL is exactly ``max_kl`` (the normalised step
+of Kakade's NPG and of TRPO, without TRPO's line search), or at most it, or (``max_kl = 0``)
+not at all. Plain SGD applies it (``learning_rate`` 1: the step is the transform's; with
+``max_kl = 0`` the learning rate is the step size, as Tianshou's ``actor_step_size``), so
+``max_grad_norm`` is off by default. The critic trains
 separately after each policy step (``critic_updates`` passes with its own Adam), as in the NPG
 and TRPO references. Per-env settings: ``configs/npg.yaml``.
 """
@@ -29,12 +31,16 @@ class NPGConfig(ActorCriticConfig):
     gae_lambda: float = preset("gae_lambda", 0.95)
     normalize_advantage: bool = preset("normalize_advantage", True)
     optimizer: str = preset("optimizer", "sgd")
-    learning_rate: float = preset("learning_rate", 0.1)
+    learning_rate: float = preset("learning_rate", 1.0)
     max_grad_norm: float = preset("max_grad_norm", 0.0)
     critic_updates: int = preset("critic_updates", 20)
     damping: float = field(default=0.1, metadata=doc("Tikhonov damping of the Fisher, > 0"))
-    max_kl: float = field(default=0.0, metadata=doc(
-        "scale each step so its estimated KL is <= this (a trust region); 0 = off"))
+    max_kl: float = field(default=0.01, metadata=doc(
+        "the KL of each step: scaled to exactly this (exact_kl) or at most this; 0 = unscaled "
+        "(then learning_rate is the step size)"))
+    exact_kl: bool = field(default=True, metadata=doc(
+        "scale every step to an estimated KL of exactly max_kl (the normalised NPG/TRPO step); "
+        "false: max_kl only bounds it"))
     solver: str = field(default="auto", metadata=doc(
         "'cholesky' (direct), 'cg' (conjugate gradient on Fisher-vector products) or 'auto'"))
     cg_iters: int = field(default=10, metadata=doc("conjugate-gradient iterations at most"))
@@ -62,4 +68,5 @@ class NPG(ActorCriticAgent):
         return pgrad.chain(
             pgrad.natural_gradient(cfg.damping, weights_key="advantages",
                                    max_kl=cfg.max_kl or None, solver=cfg.solver,
-                                   cg_iters=cfg.cg_iters), name=self.name)
+                                   cg_iters=cfg.cg_iters, exact_kl=cfg.exact_kl and cfg.max_kl > 0),
+            name=self.name)

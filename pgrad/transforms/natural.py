@@ -181,7 +181,7 @@ def damped_fisher_solve(
 
 def _fisher_transform(
     damping: float | None, max_kl: float | None, weights_key: str | None, standardize: bool,
-    eps: float, name: str, solver: str = "auto", cg_iters: int = 10,
+    eps: float, name: str, solver: str = "auto", cg_iters: int = 10, exact_kl: bool = False,
 ) -> GradientTransform:
     """Shared body of ``natural_gradient`` (``damping`` set) and ``trust_region`` (``None``)."""
     if solver not in SOLVERS:
@@ -229,8 +229,12 @@ def _fisher_transform(
         factor = tf.ones([], tf.float64)
         if max_kl is not None:
             limit = tf.constant(max_kl, tf.float64)
-            # sqrt(max_kl / kl) makes the quadratic KL exactly max_kl; never scale up.
-            factor = tf.where(kl > limit, tf.sqrt(limit / tf.maximum(kl, limit)), factor)
+            # sqrt(max_kl / kl) makes the quadratic KL exactly max_kl; a bound never scales up,
+            # an exact step (natural policy gradient's normalised step) does.
+            if exact_kl:
+                factor = tf.sqrt(limit / tf.maximum(kl, tf.constant(1e-30, tf.float64)))
+            else:
+                factor = tf.where(kl > limit, tf.sqrt(limit / tf.maximum(kl, limit)), factor)
         new_state = FisherState(tf.cast(kl * factor**2, tf.float32), tf.cast(factor, tf.float32),
                                 tf.cast(its, tf.float32), tf.cast(residual, tf.float32))
         return unflatten(x * factor, grads), new_state
@@ -247,6 +251,7 @@ def natural_gradient(
     eps: float = 1e-8,
     solver: str = "auto",
     cg_iters: int = 10,
+    exact_kl: bool = False,
 ) -> GradientTransform:
     """Aggregates per-step gradients into the damped natural gradient ``(F + damping I)^-1 g``.
 
@@ -268,14 +273,19 @@ def natural_gradient(
         ``T x T`` matrix, for large ``T * P``), or ``"auto"`` (Cholesky up to
         ``min(T, P) = 2048``, else CG).
       cg_iters: conjugate-gradient iterations at most.
+      exact_kl: with ``max_kl``, scale every step to an estimated KL of exactly ``max_kl`` (up
+        as well as down: the normalised step ``sqrt(2 max_kl / g^T F^-1 g) F^-1 g`` of natural
+        policy gradient and TRPO) instead of bounding it.
 
     Returns:
       An aggregating ``GradientTransform``; its ``FisherState`` reports ``kl`` (of the returned
       update), ``scale`` (applied for ``max_kl``), ``cg_iterations`` and ``cg_residual``.
     """
     name = f"natural_gradient({damping})"  # no commas or quotes: it names metric columns
+    if exact_kl and max_kl is None:
+        raise ValueError(f"{name}: exact_kl needs max_kl.")
     return _fisher_transform(damping, max_kl, weights_key, standardize, eps, name, solver,
-                             cg_iters)
+                             cg_iters, exact_kl)
 
 
 def trust_region(
