@@ -30,7 +30,11 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     """The run's ``config.yaml`` as a dict (safe YAML), or a :class:`UserError`."""
     from pgrad_app.settings import load_yaml
 
-    if not run_dir.is_dir():
+    try:
+        is_dir = run_dir.is_dir()
+    except OSError as err:  # e.g. a name too long for the file system
+        raise UserError(f"{run_dir}: {err.strerror or err}.") from None
+    if not is_dir:
         raise UserError(f"{run_dir} is not a directory; expected a run directory from train.py.")
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} holds no run (no config.yaml); expected a directory written "

@@ -106,6 +106,22 @@ def late_blowup():
 
     blow = pgrad.GradientTransform(init, update, name="late_blowup")
     return pgrad.chain(blow, pgrad.mean_steps(), name="late_blowup")
+
+
+def late_overflow():
+    """From the 5th update on, per-step gradients rescaled so the largest entry is 1e38:
+    finite, but a step of learning_rate 10 takes a weight past float32's range."""
+    def init(variables):
+        return Count(tf.zeros([], tf.int32))
+
+    def update(grads, state, **context):
+        def huge(g):
+            return g / (tf.reduce_max(tf.abs(g)) + 1e-30) * 1e38
+        grads = [tf.cond(state.n >= 4, lambda g=g: huge(g), lambda g=g: g) for g in grads]
+        return grads, Count(state.n + 1)
+
+    over = pgrad.GradientTransform(init, update, name="late_overflow")
+    return pgrad.chain(over, pgrad.mean_steps(), name="late_overflow")
 '''
 
 

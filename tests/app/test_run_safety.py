@@ -77,6 +77,21 @@ def test_a_nonfinite_state_is_never_saved_and_the_stop_names_the_good_checkpoint
     assert not list((out / "checkpoints").glob(".tmp-*"))
 
 
+def test_an_update_that_overflows_the_weights_stops_before_anything_acts_on_them(
+        plugins, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = train("--out", out, "--total-steps", 50, "--num-envs", 1, "--set", "n_steps=1",
+                         "--checkpoint-every", 1, "--quiet", "--set", "optimizer=sgd",
+                         "--set", "learning_rate=10", "--set", "max_grad_norm=0",
+                         "--transform", f"{plugins / 'user_tf.py'}:late_overflow", capsys=capsys)
+    line = one_error_line(err)
+    assert code == 1
+    assert "update 5 (env step 5) made the policy's weights non-finite" in line
+    good = out / "checkpoints" / "step-000000000004"
+    assert f"the last good checkpoint {good} is intact" in line
+    assert CheckpointStore(out / "checkpoints").newest_good() == good
+
+
 def test_checkpoint_store_refuses_nonfinite_state_and_skips_a_nonfinite_checkpoint(tmp_path):
     store = CheckpointStore(tmp_path / "ck")
     v = tf.Variable([1.0, 2.0])
