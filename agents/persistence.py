@@ -91,7 +91,12 @@ def export(agent, path: str | Path) -> Path:
 
 
 def save(agent, path: str | Path) -> Path:
-    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it."""
+    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
+
+    Raises:
+      pgrad.rl.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf (nothing saved).
+      pgrad.rl.checkpoint.CheckpointWriteError: the checkpoint could not be written.
+    """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path / AGENT_FILE, describe(agent))

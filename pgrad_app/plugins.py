@@ -94,20 +94,22 @@ def _refuse_inside(module: str, directory: Path, what: str) -> None:
 
 
 def _normal_spec(spec: str, split_last: bool) -> tuple[str, str]:
-    """``(module, rest)`` with a path-like module made absolute (for comparing two specs)."""
+    """``(module, rest)``; a path-like module reduced to its file name (see :func:`same_spec`)."""
     import os
 
     module, sep, rest = spec.rpartition(":") if split_last else spec.partition(":")
     if not sep:
         return "", spec
     if module.endswith(".py") or "/" in module or os.sep in module:
-        module = os.path.abspath(module)
+        module = "file:" + os.path.basename(module)
     return module, rest
 
 
 def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
-    """Whether two ``module:name`` specs name the same thing (paths compared absolute).
+    """Whether two ``module:name`` specs name the same plug-in.
 
+    A ``.py`` path is compared by file name: a run records the path as it was typed, relative to
+    where it was trained, and a resume from elsewhere names the same file by another path.
     ``split_last``: split at the last colon (transforms ``module:attr``) instead of the first
     (envs ``module:EnvId``).
     """

@@ -259,10 +259,10 @@ def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
     # Subprocess envs (vector_mode=async) are forked here: with SIGINT ignored while they start,
     # they inherit that, so Ctrl-C (sent to the whole process group) reaches only this process,
     # which then checkpoints and closes them in order.
-    async_envs = getattr(cfg, "vector_mode", "sync") == "async"
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None
     from pgrad.rl.rollout import EnvError
 
+    async_envs = getattr(cfg, "vector_mode", "sync") == "async"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None
     try:
         return agent_cls(cfg, env_id=env_id, seed=seed, transform=transform)
     except EnvError as err:  # the env's own code failed while being created or reset
@@ -306,10 +306,13 @@ def main(argv: list[str] | None = None) -> int:
                        f"-seed{settings.seed}")
             rundir.check_new(out, args.overwrite)
         warn_about_work(settings, cfg)
-        # Resuming, the specs come from config.yaml: allowed by resolve_resume (named again or
-        # trusted); a module inside the run directory itself is still refused.
-        env_id = config_lib.resolve_env(settings.env, forbid_dir=out if resume else None)
-        transform = config_lib.load_transform(settings.transform) if settings.transform else None
+        # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
+        # user's own spelling is imported; or trusted); a module inside the run directory itself
+        # is still refused.
+        env_spec = (args.env or settings.env) if resume else settings.env
+        transform_spec = (args.transform or settings.transform) if resume else settings.transform
+        env_id = config_lib.resolve_env(env_spec, forbid_dir=out if resume else None)
+        transform = config_lib.load_transform(transform_spec) if transform_spec else None
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
         try:
             text = config_lib.dump_run_config(settings, cfg)

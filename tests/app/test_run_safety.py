@@ -410,3 +410,12 @@ def test_transform_help_says_side_effects_run_once():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "happen once, when the graph is traced, not at every update" in text
+
+
+def test_specs_name_the_same_plugin_by_file_name_across_working_directories():
+    from pgrad_app.plugins import same_spec
+
+    assert same_spec("user_tf.py:good", "/home/me/project/user_tf.py:good", split_last=True)
+    assert not same_spec("user_tf.py:good", "user_tf.py:boom", split_last=True)
+    assert not same_spec("user_tf.py:good", None, split_last=True)
+    assert same_spec("mod:Env-v0", "mod:Env-v0") and not same_spec("mod:Env-v0", "other:Env-v0")
