@@ -109,7 +109,8 @@ class CheckpointStore:
         return sorted(found, key=lambda p: p.name, reverse=True)
 
     def newest_good(self) -> Path | None:
-        """The newest checkpoint that verifies and holds only finite values (reads no state)."""
+        """The newest checkpoint that verifies and holds only finite values (reads its files,
+        restores nothing)."""
         for path in self.checkpoints():
             try:
                 self.verify(path)

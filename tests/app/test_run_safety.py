@@ -345,6 +345,7 @@ def test_resume_refuses_another_transform_and_an_edited_config(run_copy, plugins
                          "--transform", f"{plugins / 'user_tf.py'}:good", capsys=capsys)
     assert code == 2 and "cannot be changed when resuming" in one_error_line(err)
     cases = [
+        (b"agent: a2c", b"agent: ppo", "says agent 'ppo' but the run recorded 'a2c'"),
         (b"env: CartPole-v1", b"env: Acrobot-v1",
          "says env 'Acrobot-v1' but the run recorded 'CartPole-v1'"),
         (b"seed: 0", b"seed: 7", "says seed 7 but the run recorded 0"),
