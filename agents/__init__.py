@@ -28,8 +28,9 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   chain), ``grad_norm`` (combined, before ``max_grad_norm`` clipping), ``learning_rate``,
   ``nonfinite_skipped`` (the fraction of minibatch steps skipped for NaN/Inf gradients),
   ``batch_steps``, ``advantage_mean``, ``minibatch_updates``, ``path_fused`` and what the chain
-  reports (``clip_fraction`` of ``clip_per_step`` or ``clip_ratio``). An env that emits a NaN/Inf
-  observation or reward raises ValueError naming the env and step.
+  reports (``clip_fraction`` of ``clip_per_step`` or ``clip_ratio``). An env that fails or emits
+  a NaN/Inf observation or reward raises ``pgrad.rollout.EnvError`` (a ValueError) naming the
+  env and step; an update that makes the policy's weights non-finite raises FloatingPointError.
 
 ``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` and
   ``agent.predict(obs, deterministic=True)`` return env actions. ``agent.trackables()`` -- a dict

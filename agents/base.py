@@ -31,7 +31,7 @@ import tensorflow as tf
 import pgrad
 from agents import hooks
 from agents import loss as loss_lib
-from agents.config import ActorCriticConfig
+from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from pgrad.core.per_step import zeros_for_unconnected
 from pgrad.rl import rollout, spaces
 from pgrad.rl.export import export_policy
@@ -97,7 +97,7 @@ class ActorCriticAgent:
         cfg.validate()
         self.cfg, self.env_id, self.seed = cfg, env_id, int(seed)
         self.env_name = rollout.env_name(env_id)
-        envs = rollout.make_vec_env(env_id, cfg.num_envs, cfg.vector_mode)
+        envs = rollout.make_vec_env(env_id, cfg.num_envs, cfg.vector_mode, MAX_OBS_DIM)
         try:
             self.observation_space = envs.single_observation_space
             self.action_space = envs.single_action_space
@@ -250,7 +250,8 @@ class ActorCriticAgent:
         """Collects one rollout and updates on it. See ``agents/__init__.py``."""
         updates = self._sync()
         rng = np.random.default_rng([self.seed, updates])
-        before = self.collector.env_steps
+        base = self._env_steps  # == env_steps_var, without a TensorFlow call
+        self.collector.env_steps = before = base  # so env errors name the run's env step
         policy_fn = self.acting_fn(rng)
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
@@ -258,9 +259,6 @@ class ActorCriticAgent:
         if self.cfg.adversarial_epsilon > 0:
             traj = hooks.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
-        base = self._env_steps  # == env_steps_var, without a TensorFlow call
-        # Episode end steps are counted from this collector's start; rebase on the total.
-        episodes = [(base + s - before, r, n) for s, r, n in episodes]
         mask = None if traj.mask is None else tf.constant(traj.mask)
         # Tensors, never Python numbers: a Python float argument would retrace every call.
         norm_stats = tuple(tuple(tf.constant(x, tf.float64) for x in (n.rms.mean, n.rms.var,
@@ -271,7 +269,12 @@ class ActorCriticAgent:
                 tf.constant(traj.truncated), tf.constant(traj.next_observations),
                 tf.constant(traj.log_probs), mask, tf.constant(taken, tf.int64), norm_stats)
         values, flat, *step_norms = self._call_update(args, fixed_shape=traj.mask is None)
-        self.mirror.load_flat(flat.numpy())
+        flat = flat.numpy()
+        if not np.isfinite(flat).all():  # finite gradients, but the step overflowed the weights
+            raise FloatingPointError(
+                f"update {updates + 1} (env step {base + taken}) made the policy's weights "
+                "non-finite (NaN/Inf); lower learning_rate or keep max_grad_norm > 0.")
+        self.mirror.load_flat(flat)
         self._synced_updates = updates + 1
         self._env_steps = base + taken
         metrics = dict(zip(self._metric_keys, values.numpy().tolist()))

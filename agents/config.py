@@ -18,6 +18,10 @@ ROLLOUTS = ("steps", "episodes")
 #: Sizes past which a setting is refused as a mistake (a typo such as num_envs=100000).
 MAX_ENVS = 4096
 MAX_WIDTH = 16384
+#: Env steps in one update (n_steps x num_envs, or batch_steps): its arrays are held in memory.
+MAX_BATCH_STEPS = 1 << 24
+#: Flat observation width the MLP policies accept (the first layer is width x hidden[0]).
+MAX_OBS_DIM = 1 << 20
 
 
 def doc(text: str) -> dict:
@@ -137,6 +141,9 @@ class ActorCriticConfig:
         need(self.rollout in ROLLOUTS, f"rollout must be one of {ROLLOUTS}; got {self.rollout!r}")
         need(int(self.n_steps) >= 1, f"n_steps must be >= 1; got {self.n_steps}")
         need(int(self.batch_steps) >= 1, f"batch_steps must be >= 1; got {self.batch_steps}")
+        need(self.steps_per_update() <= MAX_BATCH_STEPS,
+             f"{'batch_steps' if self.rollout == 'episodes' else 'n_steps x num_envs'} must be "
+             f"<= {MAX_BATCH_STEPS:,} env steps per update; got {self.steps_per_update():,}")
         need(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}")
         need(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1]; got {self.gae_lambda}")
         need(len(self.hidden) <= 16 and all(0 < int(h) <= MAX_WIDTH for h in self.hidden),

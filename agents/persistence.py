@@ -64,14 +64,26 @@ def save_checkpoint(agent, directory: str | Path, meta: dict[str, Any] | None = 
     return store.save(agent.trackables(), record, agent.env_steps)
 
 
+def _keep_others(old: Path, new: Path) -> None:
+    """Moves what the new export did not write (e.g. a user's notes) from ``old`` into ``new``."""
+    for entry in old.iterdir():
+        target = new / entry.name
+        if not target.exists():
+            os.rename(entry, target)
+        elif entry.is_dir() and target.is_dir() and not entry.is_symlink():
+            _keep_others(entry, target)
+
+
 def export(agent, path: str | Path) -> Path:
-    """Exports the policy to ``path`` (written aside, then swapped in)."""
+    """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
+    ``path`` that the export does not write are kept."""
     final = Path(path)
     tmp = final.with_name(f".{final.name}-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     agent.export_policy(str(tmp))
     old = final.with_name(f".{final.name}-old-{os.getpid()}")
     if final.exists():
+        _keep_others(final, tmp)
         os.rename(final, old)
     os.rename(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
@@ -79,7 +91,12 @@ def export(agent, path: str | Path) -> Path:
 
 
 def save(agent, path: str | Path) -> Path:
-    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it."""
+    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
+
+    Raises:
+      pgrad.rl.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf (nothing saved).
+      pgrad.rl.checkpoint.CheckpointWriteError: the checkpoint could not be written.
+    """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path / AGENT_FILE, describe(agent))

@@ -1,6 +1,9 @@
 """Plug-ins the user names on the command line: ``--env module:EnvId`` and ``--transform``.
 
-Only code the user names explicitly is imported, and never from inside a run directory.
+Only code the user names explicitly is imported. A run directory's ``config.yaml`` may name code
+too (an env module, a transform); that code is imported only when the user gives the same spec
+again on the command line, or passes ``--trust-run-code`` (:func:`check_run_code`), and never
+from a file inside the run directory itself.
 """
 
 from __future__ import annotations
@@ -88,6 +91,59 @@ def _refuse_inside(module: str, directory: Path, what: str) -> None:
     if origin.resolve().is_relative_to(directory.resolve()):
         raise UserError(f"{what}: refusing to import {module!r} from the run directory "
                         f"{directory} (a run is data; install or move the module).")
+
+
+def _normal_spec(spec: str, split_last: bool) -> tuple[str, str]:
+    """``(module, rest)``; a path-like module reduced to its file name (see :func:`same_spec`)."""
+    import os
+
+    module, sep, rest = spec.rpartition(":") if split_last else spec.partition(":")
+    if not sep:
+        return "", spec
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        module = "file:" + os.path.basename(module)
+    return module, rest
+
+
+def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
+    """Whether two ``module:name`` specs name the same plug-in.
+
+    A ``.py`` path is compared by file name: a run records the path as it was typed, relative to
+    where it was trained, and a resume from elsewhere names the same file by another path.
+    ``split_last``: split at the last colon (transforms ``module:attr``) instead of the first
+    (envs ``module:EnvId``).
+    """
+    if a is None or b is None:
+        return a is b
+    return a == b or _normal_spec(a, split_last) == _normal_spec(b, split_last)
+
+
+def names_code(env_spec: str | None) -> bool:
+    """Whether an env spec names a module to import (``module:EnvId``)."""
+    return bool(env_spec) and ":" in str(env_spec)
+
+
+def check_run_code(what: str, spec: str, given: str | None, trust: bool, run_dir: str | Path,
+                   flag: str) -> None:
+    """Refuses to import code named by a run directory unless the user named it too.
+
+    Args:
+      what: ``"env"`` or ``"transform"`` (for the message).
+      spec: what the run directory's config names.
+      given: the same setting from the command line, if given.
+      trust: ``--trust-run-code`` was passed.
+      run_dir: the run directory.
+      flag: the command-line flag that names it (``--env``, ``--transform``).
+
+    Raises:
+      UserError: saying how to allow it.
+    """
+    if trust or same_spec(given, spec, split_last=what == "transform"):
+        return
+    raise UserError(
+        f"{run_dir} names code to import: {what} {spec}. pgrad imports code named by a run "
+        f"directory only when you name it again: pass {flag} {spec} (after checking it), or "
+        "--trust-run-code.")
 
 
 def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:

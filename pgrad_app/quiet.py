@@ -7,10 +7,14 @@ absl::InitializeLog()" straight to file descriptor
 2 while it loads, before ``TF_CPP_MIN_LOG_LEVEL`` is read, so we point fd 2 at /dev/null for the
 duration of the import only. Python-level errors still surface: they are raised after fd 2 is
 restored. Set ``PGRAD_TF_LOGS=1`` to see everything TensorFlow says.
+
+Python warnings (e.g. Gymnasium's env checker) are printed as one ``warning: ...`` line each,
+without the source line and colour codes, like pgrad's own warnings.
 """
 
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -23,6 +27,16 @@ if not _VERBOSE:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=noisy + r".*")
     warnings.filterwarnings("ignore", module=r"tensorflow_probability.*")
     warnings.filterwarnings("ignore", module=r"tf_keras.*")
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(message)).strip()
+    text = text.removeprefix("WARN: ")
+    return f"warning: {' '.join(text.split())}\n"
+
+
+if not _VERBOSE:
+    warnings.formatwarning = _one_line_warning
 
 # TensorFlow's pooled (BFC) CPU allocator, for the processes the scripts start. With the default
 # malloc-based one, every large tensor (per-step gradients are [T, params]: ~38 MB for a 64-64

@@ -7,12 +7,18 @@
 * ``tb/`` -- TensorBoard scalars for both, histograms for array-valued metrics (e.g. per-step
   gradient norms);
 * ``learning_curve.png`` -- episode return against env steps with a rolling mean.
+
+On resume both CSV files are repaired before anything is appended (:func:`repair_csv`): a lost or
+damaged header is restored, a last line cut off mid-row (a crash or a full disk) and rows that do
+not parse are dropped, and rows after the resumed checkpoint's step are cut (they are replayed).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,24 +39,60 @@ def _fmt(x: Any) -> str:
     return repr(x) if math.isfinite(x) else str(x)
 
 
-def truncate_csv(path: Path, max_step: int) -> int:
-    """Drops rows whose ``step`` is beyond ``max_step`` (after resuming from a checkpoint, the
-    rows logged after it are replayed). Returns how many rows remain."""
+def _step_of(row: list[str]) -> int | None:
+    try:
+        return int(row[0]) if row else None
+    except ValueError:
+        return None
+
+
+def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = None
+               ) -> tuple[list[str] | None, int, int]:
+    """Repairs a run's CSV log in place (atomically); returns ``(header, kept, dropped)``.
+
+    * a last line without its newline (cut off mid-row) is dropped;
+    * the header is kept if it is there, restored if ``header`` is given and the file lost it
+      (emptied, or truncated into the header), else inferred from the first line;
+    * rows are kept if their first field is an integer step ``<= max_step`` (any step if
+      ``max_step`` is None) and, with a known header, they have as many fields as it has.
+
+    ``header`` is None in the result if the file has none and none was given (then rows are kept
+    as they are, for the caller to head once it knows the columns).
+    """
     if not path.exists():
-        return 0
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows:
-        return 0
-    header, body = rows[0], rows[1:]
-    kept = [r for r in body if r and r[0].lstrip("-").isdigit() and int(r[0]) <= max_step]
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(kept)
-    tmp.replace(path)
-    return len(kept)
+        return (list(header) if header else None), 0, 0
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    lines = raw.split("\n")
+    partial = lines.pop()  # "" if the file ends with a newline (or is empty)
+    dropped = 1 if partial.strip() else 0
+    rows = [r for r in csv.reader(lines)]
+    found = None
+    if rows and _step_of(rows[0]) is None:  # a header line (or the damaged remains of one)
+        first = rows.pop(0)
+        if header is None or first == list(header):
+            found = first
+        else:
+            dropped += 1
+    head = list(header) if header is not None else found
+    kept = []
+    for row in rows:
+        step = _step_of(row)
+        ok = step is not None and (max_step is None or step <= max_step)
+        if ok and head is not None and len(row) != len(head):
+            ok = False
+        if ok:
+            kept.append(row)
+        elif step is None or max_step is None or step <= max_step:
+            dropped += 1  # unreadable, not merely after the resumed step
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    if head is not None:
+        writer.writerow(head)
+    writer.writerows(kept)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(buf.getvalue())
+    os.replace(tmp, path)
+    return head, len(kept), dropped
 
 
 class RunLog:
@@ -58,25 +100,36 @@ class RunLog:
 
     Args:
       out: the run directory.
-      resume_step: when resuming, rows after this env step are dropped and new rows appended.
+      resume_step: when resuming, both files are repaired (:func:`repair_csv`): rows after this
+        env step are dropped, then new rows appended.
+      update_columns: when resuming, the metric columns of ``updates.csv`` as the checkpoint
+        recorded them (restores a lost header); None: read from the file, or the next update.
       tensorboard: write TensorBoard event files under ``out/tb``.
+      warn: called with one line for each repair that dropped something.
     """
 
-    def __init__(self, out: str | Path, resume_step: int | None = None, tensorboard: bool = True):
+    def __init__(self, out: str | Path, resume_step: int | None = None, tensorboard: bool = True,
+                 update_columns: Sequence[str] | None = None, warn=None):
         self.out = Path(out)
         self.episodes_path = self.out / "episodes.csv"
         self.updates_path = self.out / "updates.csv"
+        self._update_columns: list[str] | None = None
         if resume_step is not None:
-            truncate_csv(self.episodes_path, resume_step)
-            truncate_csv(self.updates_path, resume_step)
-        fresh = not self.episodes_path.exists()
+            known = ["step", *update_columns] if update_columns else None
+            for path, header in ((self.episodes_path, list(EPISODE_COLUMNS)),
+                                 (self.updates_path, known)):
+                head, _, dropped = repair_csv(path, resume_step, header)
+                if dropped and warn is not None:
+                    warn(f"{path}: dropped {dropped} damaged line(s) while resuming.")
+                if path == self.updates_path and head:
+                    self._update_columns = head[1:]
+        fresh = not self.episodes_path.exists() or self.episodes_path.stat().st_size == 0
         self._episodes = open(self.episodes_path, "a", newline="")
         self._episodes_csv = csv.writer(self._episodes)
         if fresh:
             self._episodes_csv.writerow(EPISODE_COLUMNS)
             self._episodes.flush()
-        self._update_columns: list[str] | None = None
-        if self.updates_path.exists():
+        if resume_step is None and self.updates_path.exists():
             with open(self.updates_path, newline="") as f:
                 header = next(csv.reader(f), None)
             self._update_columns = header[1:] if header else None
@@ -111,7 +164,7 @@ class RunLog:
                 arrays[k] = a
         if self._update_columns is None:
             self._update_columns = list(scalars)
-            self._updates_csv.writerow(["step", *self._update_columns])
+            self._head_updates(["step", *self._update_columns])
         row = [int(step)] + [
             _fmt(scalars[c]) if c in scalars else "" for c in self._update_columns
         ]
@@ -126,6 +179,23 @@ class RunLog:
                 for k, a in arrays.items():
                     tf.summary.histogram(f"update/{k}", a.astype(np.float32))
 
+    @property
+    def update_columns(self) -> list[str] | None:
+        """The metric columns of ``updates.csv`` (after ``step``), once known."""
+        return None if self._update_columns is None else list(self._update_columns)
+
+    def _head_updates(self, header: list[str]) -> None:
+        """Writes the header of ``updates.csv``: first line of a new file; for a resumed file
+        that had lost it, put in front of the rows that fit it."""
+        self._updates.flush()
+        if self.updates_path.stat().st_size == 0:
+            self._updates_csv.writerow(header)
+            return
+        self._updates.close()
+        repair_csv(self.updates_path, None, header)
+        self._updates = open(self.updates_path, "a", newline="")
+        self._updates_csv = csv.writer(self._updates)
+
     def close(self) -> None:
         for f in (self._episodes, self._updates):
             if not f.closed:
@@ -137,12 +207,20 @@ class RunLog:
 
 
 def read_episodes(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(steps [N], returns [N])`` from an ``episodes.csv``."""
+    """``(steps [N], returns [N])`` from an ``episodes.csv``; rows that do not parse are skipped
+    (a damaged or headerless file gives fewer points, never an error)."""
     steps, returns = [], []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            steps.append(int(row["step"]))
-            returns.append(float(row["return"]))
+    try:
+        with open(path, newline="", errors="replace") as f:
+            for row in csv.DictReader(f):
+                try:
+                    step, ret = int(row["step"]), float(row["return"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                steps.append(step)
+                returns.append(ret)
+    except OSError:
+        pass
     return np.asarray(steps, np.int64), np.asarray(returns, np.float64)
 
 

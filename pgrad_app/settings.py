@@ -28,6 +28,10 @@ from pgrad.core.errors import UserError, suggest
 from pgrad_app.plugins import TRANSFORM_KINDS, load_transform, resolve_env  # noqa: F401  (re-exported)
 
 HYPER_KEY = "hyperparameters"
+#: A config file larger than this is not a config (e.g. ``--config /dev/zero``).
+MAX_CONFIG_BYTES = 1 << 20
+#: Upper bounds of the run settings (a typo such as an extra zero is refused, not run).
+MAX_TOTAL_STEPS = 10**12
 
 
 @dataclass
@@ -63,6 +67,9 @@ class RunSettings:
         for name in ("total_steps", "checkpoint_every", "max_nonfinite_skips"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}.")
+            if getattr(self, name) > MAX_TOTAL_STEPS:
+                raise ValueError(f"{name} must be <= {MAX_TOTAL_STEPS:,}; "
+                                 f"got {getattr(self, name):,}.")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0; got {self.seed}.")
         if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
@@ -194,11 +201,23 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise UserError(f"config file {str(path)!r} is larger than "
+                            f"{MAX_CONFIG_BYTES // 1024} KiB; it is not a pgrad config.")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"config file {str(path)!r} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"cannot read config file {str(path)!r}: {err}.") from None
+    except IsADirectoryError:
+        raise UserError(f"config file {str(path)!r} is a directory.") from None
+    except OSError as err:
+        raise UserError(f"cannot read config file {str(path)!r}: {err.strerror or err}.") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"config file {str(path)!r} is not UTF-8 text ({err.reason} at byte "
+                        f"{err.start}).") from None
+    if "\0" in text:
+        raise UserError(f"config file {str(path)!r} holds NUL bytes; it is not a YAML file.")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -6,9 +6,12 @@ the agent's business; this module only records and protects the run:
 
 * every finished episode goes to ``episodes.csv``, every update to ``updates.csv`` + TensorBoard;
 * a checkpoint every ``checkpoint_every`` env steps and at the end (atomic, see checkpoint.py);
+  one that cannot be written (disk full) or whose state is non-finite stops the run naming the
+  last good checkpoint, which stays as it was;
 * an update the agent skipped for NaN/Inf gradients is counted and warned about once; after
   ``max_nonfinite_skips`` consecutive ones the run stops with :class:`RunError`;
-* a NaN/Inf episode return stops the run naming the env and the step;
+* a NaN/Inf episode return, or an env that fails or returns what pgrad cannot use, stops the
+  run naming the env and the step;
 * a failing user transform stops the run naming the transform (the agent's ``TransformError``);
 * SIGINT/SIGTERM finish the current update, write a checkpoint and raise :class:`Interrupted`
   (exit 130/143); a second signal aborts at once (the previous checkpoint is still intact).
@@ -29,7 +32,7 @@ import numpy as np
 
 from agents import persistence
 from pgrad.core.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, one_line
-from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
 from pgrad.transforms import TransformError
 from pgrad_app.runlog import ROLLING, RunLog, plot_learning_curve
 from pgrad_app.settings import RunSettings
@@ -166,6 +169,8 @@ class Trainer:
         self._warned_nonfinite = False
         self._signal: int | None = None
         self.last_checkpoint: Path | None = None
+        self._saved_step: int | None = None  # env step of the checkpoint this process wrote
+        self._resume_meta: dict[str, Any] = {}
         self.resumed_from: int | None = None
         if resume:
             self._restore()
@@ -184,17 +189,22 @@ class Trainer:
             "agent": self.settings.agent,
             "env": self.settings.env,
             "seed": self.settings.seed,
+            "transform": self.settings.transform,
+            "update_columns": self.log.update_columns if hasattr(self, "log") else None,
         }
 
     def _restore(self) -> None:
-        warn = lambda text: print(f"warning: {text}", file=sys.stderr, flush=True)
+        skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
         try:
-            found = self.store.restore(self.agent.trackables(), warn=warn)
+            found = self.store.restore(self.agent.trackables(), warn=skipped.append)
         except ValueError as err:
             raise RunError(f"cannot resume from {self.out}: {one_line(err)}") from err
         if found is None:
             raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet.")
+        for text in skipped:
+            print(f"warning: {text}", file=sys.stderr, flush=True)
         meta, path = found
+        self._resume_meta = meta
         self.updates = int(meta.get("updates", 0))
         self.episodes = int(meta.get("episodes", 0))
         self.wall_offset = float(meta.get("wall_s", 0.0))
@@ -210,10 +220,22 @@ class Trainer:
             )
 
     def checkpoint(self) -> Path:
-        """Writes a checkpoint now (atomically) and returns its directory."""
-        self.last_checkpoint = persistence.save_checkpoint(
-            self.agent, self.store.directory, self._meta(), keep=self.store.keep)
-        return self.last_checkpoint
+        """Writes a checkpoint now (atomically) and returns its directory.
+
+        Raises:
+          RunError: it could not be written (disk full) or the state is non-finite; the last
+            good checkpoint is unchanged and named.
+        """
+        step = int(self.agent.env_steps)
+        if self._saved_step == step and self.last_checkpoint is not None:
+            return self.last_checkpoint  # this process saved this very state already
+        try:
+            path = persistence.save_checkpoint(self.agent, self.store.directory, self._meta(),
+                                               keep=self.store.keep)
+        except (NonFiniteCheckpoint, CheckpointWriteError) as err:
+            raise RunError(f"{one_line(err)}; {self._where()}.") from err
+        self.last_checkpoint, self._saved_step = path, step
+        return path
 
     def export(self) -> Path:
         """Exports the policy to ``out/policy`` (written aside, then swapped in)."""
@@ -233,9 +255,18 @@ class Trainer:
         self._signal = signum
 
     def _where(self) -> str:
+        """Which checkpoint a stopped run can be resumed from (every checkpoint this process
+        saved or restored was verified and finite)."""
         if self.last_checkpoint is None:
             return "no checkpoint had been written yet"
         return f"the last good checkpoint {self.last_checkpoint} is intact"
+
+    def _warn(self, text: str) -> None:
+        progress = getattr(self, "progress", None)
+        if progress is not None:
+            progress.log(f"warning: {text}")
+        else:
+            print(f"warning: {text}", file=sys.stderr, flush=True)
 
     def _step(self) -> dict[str, Any]:
         step = int(self.agent.env_steps)
@@ -295,9 +326,15 @@ class Trainer:
         s = self.settings
         self._t0 = time.monotonic()
         start = int(self.agent.env_steps)
-        persistence.write_json_atomic(self.out / persistence.AGENT_FILE,
-                                      persistence.describe(self.agent))
-        self.log = RunLog(self.out, resume_step=self.resumed_from)
+        try:
+            persistence.write_json_atomic(self.out / persistence.AGENT_FILE,
+                                          persistence.describe(self.agent))
+            self.log = RunLog(self.out, resume_step=self.resumed_from,
+                              update_columns=self._resume_meta.get("update_columns"),
+                              warn=self._warn)
+        except OSError as err:
+            raise RunError(f"cannot write the run's logs in {self.out}: {err.strerror or err} "
+                           f"({self._where()}).") from err
         self.progress = _Progress(s.total_steps, start, self.quiet)
         old_handlers = {sig: signal.signal(sig, self._on_signal)
                         for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -323,16 +360,31 @@ class Trainer:
             if self._signal is not None:
                 reason = "interrupted"
             self.checkpoint()
+        except OSError as err:  # the logs (disk full, ...); checkpoints raise RunError
+            raise RunError(f"writing to {self.out} failed: {err.strerror or err} "
+                           f"({self._where()}).") from err
         finally:
             self.progress.stop()
-            self.log.close()
+            try:
+                self.log.close()
+            except OSError:
+                pass
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
         policy = None
         if reason != "interrupted":
-            policy = self.export()
-        plot_learning_curve(self.out / "episodes.csv", self.out / "learning_curve.png",
-                            title=f"{s.agent} on {s.env}, seed {s.seed}")
+            try:
+                policy = self.export()
+            except Exception as err:  # disk full, ...: the checkpoint holds the same state
+                raise RunError(f"exporting the policy to {self.out / persistence.POLICY} failed: "
+                               f"{one_line(err) or type(err).__name__} ({self._where()}; "
+                               "evaluate.py uses it).") from err
+        try:
+            plot_learning_curve(self.out / "episodes.csv", self.out / "learning_curve.png",
+                                title=f"{s.agent} on {s.env}, seed {s.seed}")
+        except Exception as err:  # a plot is never worth a failed run
+            self._warn(f"could not draw {self.out / 'learning_curve.png'}: "
+                       f"{one_line(err) or type(err).__name__}")
         result = TrainResult(self.out, int(self.agent.env_steps), self.updates, self.episodes,
                              self._wall(), self.rolling_return(), reason, self.last_checkpoint,
                              policy)

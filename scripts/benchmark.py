@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(str(err)) from None
     print(f"report: {readme}")
     if failed:
-        names = ", ".join(f.spec.name for f in failed)
+        names = ", ".join(sorted(f.spec.name for f in failed))
         print(f"error: {len(failed)} run(s) failed: {names} (logs in {results / 'logs'})",
               file=sys.stderr)
         return 1

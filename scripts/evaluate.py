@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "0 is always added (default: 0,0.01,0.05,0.1)")
     p.add_argument("--pgd-steps", type=int, default=10, metavar="K",
                    help="with --attack pgd: sign-gradient steps (default: 10)")
+    p.add_argument("--trust-run-code", action="store_true",
+                   help="import the env module the run's config.yaml names (module:EnvId) without "
+                   "naming it again with --env (default: refuse)")
     p.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
     return p
 
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--stochastic and --deterministic contradict each other; choose one.")
     r = evaluate_run(args.run, episodes=args.episodes, deterministic=not args.stochastic,
                  seed=args.seed, video_dir=args.video, env_id=args.env, attack=args.attack,
-                 epsilons=args.epsilon, pgd_steps=args.pgd_steps)
+                 epsilons=args.epsilon, pgd_steps=args.pgd_steps,
+                 trust_run_code=args.trust_run_code)
     if args.attack is not None:
         from pgrad_app.robustness import table
 

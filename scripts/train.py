@@ -16,16 +16,14 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
 from pgrad.core.errors import UserError, one_line, run_cli
+from pgrad_app import rundir
 from pgrad_app import settings as config_lib
 
-RUN_FILES = ("config.yaml", "episodes.csv", "updates.csv", "eval.json", "learning_curve.png")
-RUN_DIRS = ("checkpoints", "policy", "tb")
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
                    "adversarial_epsilon", "no_tuned")
@@ -82,7 +80,9 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "default: none)")
     add("--transform", metavar="MODULE:ATTR", help="your gradient transform: a GradientTransform, "
         "a zero-argument factory, or fn(grads, **context) -> grads (then mean over steps); "
-        "MODULE may be a .py path (default: the agent's own chain)")
+        "MODULE may be a .py path. It runs inside a compiled TensorFlow graph: its Python side "
+        "effects (print, counters, file writes) happen once, when the graph is traced, not at "
+        "every update; use tf.print for per-update output (default: the agent's own chain)")
     add("--diagnostics", action="store_true", default=None,
         help="per-step gradient diagnostics each update: diag_* columns in updates.csv, "
         "TensorBoard histograms of per-step norms (hyperparameter diagnostics; default: off)")
@@ -97,7 +97,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         f"skipped for NaN/Inf gradients (default: {d['max_nonfinite_skips']})")
     add("--resume", metavar="DIR", help="continue the run in DIR from its newest good checkpoint "
         "(default: off)")
-    add("--overwrite", action="store_true", help="replace the run in --out (default: refuse)")
+    add("--overwrite", action="store_true", help="replace the run in --out, deleting only the "
+        "files pgrad wrote there (default: refuse)")
+    add("--trust-run-code", action="store_true", help="with --resume: import the env module and "
+        "transform the run's config.yaml names without naming them again (default: refuse)")
     add("--quiet", action="store_true", help="no progress bar; logs and summary only "
         "(default: off)")
     add("--debug", action="store_true", help="show tracebacks for errors (default: off)")
@@ -111,36 +114,31 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
 
 
 def holds_run(path: Path) -> bool:
-    return path.is_dir() and any((path / n).exists() for n in RUN_FILES[:3] + RUN_DIRS[:1])
+    """Whether ``path`` is a run directory train.py wrote (it holds the marker file)."""
+    return rundir.is_run(path)
 
 
-def check_writable(out: Path) -> None:
-    """Refuses an output directory that cannot be created or written, before any work."""
-    probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"--out {out}: {probe} is not a directory.")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"--out {out}: {probe} is not writable.")
+def make_run_dir(out: Path, overwrite: bool) -> rundir.RunLock:
+    """Creates ``out`` (after all checks passed) and locks it; with overwrite, removes the old
+    run's files (only those pgrad wrote). Returns the held lock."""
+    lock, kept = rundir.create(out, overwrite)
+    if kept:
+        shown = ", ".join(str(p.relative_to(out)) for p in kept[:3])
+        more = f" and {len(kept) - 3} more" if len(kept) > 3 else ""
+        print(f"note: --overwrite kept {len(kept)} file(s) pgrad did not write: {shown}{more}",
+              file=sys.stderr)
+    return lock
 
 
-def make_run_dir(out: Path, overwrite: bool) -> None:
-    """Creates ``out`` (after all checks passed); with overwrite, removes the old run's files."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if overwrite:
-            for name in RUN_FILES:
-                (out / name).unlink(missing_ok=True)
-            for name in RUN_DIRS:
-                shutil.rmtree(out / name, ignore_errors=True)
-        probe = out / ".pgrad-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"--out {out}: cannot write there ({err.strerror or err}).") from None
+def warn_about_work(settings, cfg) -> None:
+    """One warning line when one update alone takes more env steps than the whole run asks."""
+    per_update = cfg.steps_per_update() if hasattr(cfg, "steps_per_update") else 0
+    if per_update > settings.total_steps:
+        what = ("batch_steps" if getattr(cfg, "rollout", "steps") == "episodes"
+                else f"n_steps x num_envs = {cfg.n_steps} x {cfg.num_envs}")
+        print(f"warning: one update collects {what} = {per_update:,} env steps, more than "
+              f"total_steps={settings.total_steps:,}; the run will take at least "
+              f"{per_update:,} env steps.", file=sys.stderr, flush=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -236,32 +234,51 @@ def tuned_note(agent: str, env: str, path: Path) -> str:
 
 
 def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
-    """Settings of the run in ``--resume DIR``; only the length/stopping flags may change."""
+    """Settings of the run in ``--resume DIR``; only the length/stopping flags may change.
+
+    config.yaml is checked against what the run recorded (agent.json, checkpoints); code it
+    names is imported only if given again (--env, --transform) or with --trust-run-code.
+    """
+    from pgrad_app import resume as resume_lib
+    from pgrad_app.plugins import check_run_code, names_code, same_spec
+
     out = Path(args.resume)
+    if not (out / "config.yaml").is_file():
+        raise UserError(f"--resume {out}: no run there (no config.yaml).")
+    values = config_lib.load_yaml(out / "config.yaml")
+    recorded_env = str(values.get("env", ""))
     for dest in FIXED_ON_RESUME:
         value = getattr(args, dest)
+        if dest == "env" and value is not None and same_spec(value, recorded_env):
+            continue  # naming the run's env module again is how its code is allowed
         if value not in (None, [], False) and not (dest == "out" and Path(value) == out):
             flag = "--" + dest.replace("_", "-")
             raise UserError(f"{flag} cannot be changed when resuming; the settings are in "
                             f"{out / 'config.yaml'} (change them in a new run).")
-    if not (out / "config.yaml").is_file():
-        raise UserError(f"--resume {out}: no run there (no config.yaml).")
-    values = config_lib.load_yaml(out / "config.yaml")
     agent_cls = _get_agent(str(values.get("agent", "a2c")))
     run_values, hyper = config_lib.split_keys(values, agent_cls.Config, str(out / "config.yaml"))
     recorded = run_values.get("transform")
-    if recorded and args.transform is None:
+    if recorded and args.transform is None and not args.trust_run_code:
         # Never import code because a run directory names it: the user passes it again.
         raise UserError(f"this run was trained with --transform {recorded}; pass it again "
-                        "to resume (pgrad never imports code named by a run directory).")
+                        "to resume (pgrad never imports code named by a run directory; "
+                        "or --trust-run-code).")
+    if args.transform is not None and not same_spec(args.transform, recorded, split_last=True):
+        was = f"--transform {recorded}" if recorded else "the agent's own chain"
+        raise UserError(f"--transform {args.transform} cannot be changed when resuming: this run "
+                        f"was trained with {was}, and its checkpoints hold that transform's "
+                        "state (start a new run for another transform).")
+    if names_code(recorded_env):
+        check_run_code("env", recorded_env, args.env, args.trust_run_code, out, "--env")
     source = {}
     for dest, key in FLAG_KEYS.items():
         value = getattr(args, dest)
-        if value is not None:
+        if value is not None and key not in ("env", "transform"):  # checked above
             run_values[key] = value
             source[key] = "--" + dest.replace("_", "-")
     settings = config_lib.build(config_lib.RunSettings, run_values, source)
     cfg = config_lib.build(agent_cls.Config, hyper, {})
+    resume_lib.check(out, settings, cfg)
     return settings, cfg, agent_cls
 
 
@@ -273,10 +290,14 @@ def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
     # Subprocess envs (vector_mode=async) are forked here: with SIGINT ignored while they start,
     # they inherit that, so Ctrl-C (sent to the whole process group) reaches only this process,
     # which then checkpoints and closes them in order.
+    from pgrad.rl.rollout import EnvError
+
     async_envs = getattr(cfg, "vector_mode", "sync") == "async"
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None
     try:
         return agent_cls(cfg, env_id=env_id, seed=seed, transform=transform)
+    except EnvError as err:  # the env's own code failed while being created or reset
+        raise UserError(f"cannot create {agent_cls.__name__}: {one_line(err)}") from err
     except (ValueError, TypeError, gym.error.Error, ImportError) as err:
         raise UserError(f"cannot create {agent_cls.__name__} on {env_id!r}: {one_line(err)}") \
             from err
@@ -300,39 +321,52 @@ def main(argv: list[str] | None = None) -> int:
     resume = args.resume is not None
     if resume and args.overwrite:
         raise UserError("--resume continues a run and --overwrite replaces one; choose one.")
-    if resume:
-        settings, cfg, agent_cls = resolve_resume(args)
-        tuned_path = None  # a resumed run's config.yaml holds every value already
-        out = Path(args.resume)
-    else:
-        settings, cfg, agent_cls, _, tuned_path = resolve(args)
-        out = Path(args.out or f"runs/{settings.agent}-{settings.env.split(':')[-1]}"
-                   f"-seed{settings.seed}")
-        if holds_run(out) and not args.overwrite:
-            raise UserError(f"--out {out} already holds a run; use --resume {out} to continue "
-                            "it, --overwrite to replace it, or another --out.")
-        check_writable(out)
-    if args.transform and resume:
-        settings = dataclasses.replace(settings, transform=args.transform)
-    env_id = config_lib.resolve_env(settings.env, forbid_dir=out if resume else None)
-    transform = config_lib.load_transform(settings.transform) if settings.transform else None
-    agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
-    if tuned_path is not None:  # printed after every check, so that an error stays one line
-        print(tuned_note(settings.agent, settings.env, tuned_path), file=sys.stderr)
+    if args.trust_run_code and not resume:
+        raise UserError("--trust-run-code only applies to --resume (a new run imports only "
+                        "what you name).")
+    lock = None
     try:
-        text = config_lib.dump_run_config(settings, cfg)
-        if not resume:
-            make_run_dir(out, args.overwrite)
-            write_text_atomic(out / "config.yaml", text)
-        elif text != (out / "config.yaml").read_text():  # e.g. a new --total-steps
-            write_text_atomic(out / "config.yaml", text)
-        trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
         if resume:
-            print(f"resuming {out} from env step {trainer.resumed_from:,} "
-                  f"(checkpoint {trainer.last_checkpoint.name})", file=sys.stderr)
-        result = trainer.run()
+            out = Path(args.resume)
+            rundir.check_path(out, f"--resume {out}")
+            settings, cfg, agent_cls = resolve_resume(args)
+            tuned_path = None  # a resumed run's config.yaml holds every value already
+            lock = rundir.RunLock(out)  # before anything in the run changes
+        else:
+            settings, cfg, agent_cls, _, tuned_path = resolve(args)
+            out = Path(args.out or f"runs/{settings.agent}-{settings.env.split(':')[-1]}"
+                       f"-seed{settings.seed}")
+            rundir.check_new(out, args.overwrite)
+        warn_about_work(settings, cfg)
+        # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
+        # user's own spelling is imported; or trusted); a module inside the run directory itself
+        # is still refused.
+        env_spec = (args.env or settings.env) if resume else settings.env
+        transform_spec = (args.transform or settings.transform) if resume else settings.transform
+        env_id = config_lib.resolve_env(env_spec, forbid_dir=out if resume else None)
+        transform = config_lib.load_transform(transform_spec) if transform_spec else None
+        agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
+        try:
+            text = config_lib.dump_run_config(settings, cfg)
+            if not resume:
+                lock = make_run_dir(out, args.overwrite)
+                write_text_atomic(out / "config.yaml", text)
+            trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
+            if resume:  # restored: only now may the run's files change
+                if text != (out / "config.yaml").read_text():  # e.g. a new --total-steps
+                    write_text_atomic(out / "config.yaml", text)
+                if not rundir.is_run(out):  # a run of an older pgrad
+                    rundir.write_marker(out)
+                print(f"resuming {out} from env step {trainer.resumed_from:,} "
+                      f"(checkpoint {trainer.last_checkpoint.name})", file=sys.stderr)
+            if tuned_path is not None:  # on stdout once training starts: stderr is for problems
+                print(tuned_note(settings.agent, settings.env, tuned_path), flush=True)
+            result = trainer.run()
+        finally:
+            agent.close()
     finally:
-        agent.close()
+        if lock is not None:
+            lock.release()
     print(summary(result))
     return 0
 

@@ -9,10 +9,17 @@ Layout under ``checkpoints/``::
 A checkpoint is written into a hidden ``.tmp-*`` directory, flushed to disk, and only then
 renamed to ``step-*`` (a rename is atomic on POSIX file systems). A process killed at any moment
 (SIGKILL, power loss) therefore leaves at worst a stale ``.tmp-*`` directory, which is ignored and
-cleaned up, and the previous checkpoint untouched. On restore the newest checkpoint whose
-checksums match and that TensorFlow reads without error wins; a corrupted one is skipped with a
-warning and the previous one is used. Nothing here unpickles anything: the checkpoint is
-TensorFlow's tensor format and ``meta.json`` is JSON.
+cleaned up, and the previous checkpoint untouched.
+
+A *good* checkpoint is one whose checksums match, that TensorFlow reads without error, and whose
+floating-point tensors are all finite. ``save`` reads what it wrote back and refuses (raises
+:class:`NonFiniteCheckpoint`, nothing committed) to save NaN/Inf weights, so a poisoned state never
+replaces the last good checkpoint; a step directory that already exists (a resumed run replaying
+the same steps, possibly over a damaged checkpoint) is always rewritten, never trusted as it is. A
+write that fails (disk full) raises :class:`CheckpointWriteError` and leaves the earlier
+checkpoints as they were. On restore the newest good checkpoint wins; a damaged or non-finite one
+is skipped with a warning and the previous one is used. Nothing here unpickles anything: the
+checkpoint is TensorFlow's tensor format and ``meta.json`` is JSON.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 PREFIX = "ckpt"
@@ -34,12 +42,38 @@ _STEP_DIR = "step-"
 _TMP_DIR = ".tmp-"
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, I/O error); the earlier ones are intact."""
+
+
+class NonFiniteCheckpoint(ValueError):
+    """The state to be saved holds NaN/Inf values; it was not saved."""
+
+
+def nonfinite_tensors(prefix: str | Path) -> list[str]:
+    """Names of the floating-point tensors in checkpoint ``prefix`` that hold NaN or Inf."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    bad = []
+    for name, dtype in sorted(reader.get_variable_to_dtype_map().items()):
+        if dtype.is_floating or dtype.is_complex:
+            if not np.isfinite(reader.get_tensor(name)).all():
+                bad.append(name.replace("/.ATTRIBUTES/VARIABLE_VALUE", ""))
+    return bad
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -74,6 +108,18 @@ class CheckpointStore:
         found = [p for p in self.directory.iterdir() if p.is_dir() and p.name.startswith(_STEP_DIR)]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
+    def newest_good(self) -> Path | None:
+        """The newest checkpoint that verifies and holds only finite values (reads its files,
+        restores nothing)."""
+        for path in self.checkpoints():
+            try:
+                self.verify(path)
+                if not nonfinite_tensors(path / PREFIX):
+                    return path
+            except (ValueError, tf.errors.OpError):
+                continue
+        return None
+
     def _clean_tmp(self) -> None:
         if self.directory.is_dir():
             for p in self.directory.iterdir():
@@ -81,33 +127,60 @@ class CheckpointStore:
                     shutil.rmtree(p, ignore_errors=True)
 
     def save(self, trackables: Mapping[str, Any], meta: dict[str, Any], step: int) -> Path:
-        """Writes a checkpoint for env step ``step`` atomically; returns its directory."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._clean_tmp()
+        """Writes a checkpoint for env step ``step`` atomically; returns its directory.
+
+        An existing ``step-*`` directory for the same step is replaced (it may be damaged, or
+        from an abandoned stretch of a resumed run): the new one is complete before the old one
+        is moved away.
+
+        Raises:
+          NonFiniteCheckpoint: a floating-point value to save is NaN/Inf (nothing was changed).
+          CheckpointWriteError: writing failed, e.g. the disk is full (nothing was changed).
+        """
         final = self.directory / f"{_STEP_DIR}{int(step):012d}"
-        if final.exists():  # nothing has changed since the checkpoint at this very step
-            return final
         tmp = self.directory / f"{_TMP_DIR}{int(step):012d}-{os.getpid()}"
-        tmp.mkdir()
-        tf.train.Checkpoint(**trackables).write(str(tmp / PREFIX))
-        files = {}
-        for p in sorted(tmp.iterdir()):
-            with open(p, "rb+") as f:
-                os.fsync(f.fileno())
-            files[p.name] = _sha256(p)
-        record = dict(meta, step=int(step), files=files)
-        with open(tmp / META, "w") as f:
-            json.dump(record, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        os.rename(tmp, final)  # the commit point
-        _fsync_dir(self.directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._clean_tmp()
+            tmp.mkdir()
+            tf.train.Checkpoint(**trackables).write(str(tmp / PREFIX))
+            bad = nonfinite_tensors(tmp / PREFIX)
+            if bad:
+                shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+                raise NonFiniteCheckpoint(
+                    f"the state at env step {int(step)} holds NaN/Inf values ({shown}); "
+                    "not saved, so it cannot replace a good checkpoint")
+            files = {}
+            for p in sorted(tmp.iterdir()):
+                with open(p, "rb+") as f:
+                    os.fsync(f.fileno())
+                files[p.name] = _sha256(p)
+            record = dict(meta, step=int(step), files=files, finite=True)
+            _write_json(tmp / META, record)
+            _fsync_dir(tmp)
+            if final.exists():  # replaced, never trusted: see the docstring
+                os.rename(final, self.directory / f"{_TMP_DIR}old-{final.name}-{os.getpid()}")
+            os.rename(tmp, final)  # the commit point
+            _fsync_dir(self.directory)
+        except NonFiniteCheckpoint:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except (OSError, tf.errors.OpError) as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            reason = getattr(err, "strerror", None) or getattr(err, "message", None) or str(err)
+            raise CheckpointWriteError(
+                f"cannot write checkpoint {final.name} in {self.directory}: "
+                f"{str(reason).splitlines()[0] if str(reason) else type(err).__name__}"
+            ) from err
+        self._clean_tmp()
         for old in self.checkpoints()[self.keep:]:
             # Hide it first (atomic), then delete: a kill mid-delete must not leave a
             # half-deleted directory that still looks like a checkpoint.
             hidden = self.directory / f"{_TMP_DIR}del-{old.name}"
-            os.rename(old, hidden)
+            try:
+                os.rename(old, hidden)
+            except OSError:
+                continue
             shutil.rmtree(hidden, ignore_errors=True)
         return final
 
@@ -149,6 +222,9 @@ class CheckpointStore:
         for path in candidates:
             try:
                 meta = self.verify(path)
+                bad = nonfinite_tensors(path / PREFIX)
+                if bad:
+                    raise ValueError(f"it holds NaN/Inf values ({bad[0]})")
                 status = tf.train.Checkpoint(**trackables).read(str(path / PREFIX))
                 status.assert_existing_objects_matched()
                 if partial:

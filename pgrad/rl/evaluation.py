@@ -66,32 +66,63 @@ def run_episodes(
     seed: int,
     deterministic: bool = True,
     perturb: Callable[[np.ndarray], np.ndarray] | None = None,
+    name: str = "env",
 ) -> tuple[list[float], list[int]]:
     """Runs ``episodes`` episodes side by side; returns (returns, lengths) in episode order.
 
     ``make_env(i)`` builds env ``i`` (reset with ``seed + i``); ``perturb(flat [B, d])`` changes
-    the flat raw observations before the policy sees them (an attack).
+    the flat raw observations before the policy sees them (an attack); ``name`` names the env in
+    errors.
+
+    Raises:
+      EnvError: an env failed (constructor, reset or step, or an observation that does not fit
+        its space), naming the episode and its step.
     """
-    envs = [make_env(i) for i in range(episodes)]
-    rng = np.random.default_rng([seed, 7])
+    from pgrad.rl.rollout import EnvError, describe_failure
+    from pgrad.rl.spaces import batch_of_one
+
+    def failed(err: Exception, i: int, what: str) -> EnvError:
+        return EnvError(f"env {name!r} failed at {what} of evaluation episode {i} (seed "
+                        f"{seed + i}): {describe_failure(err, policy.observation_space)}")
+
+    envs: list = []
     try:
-        obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+        for i in range(episodes):
+            try:
+                envs.append(make_env(i))
+            except Exception as err:
+                raise EnvError(f"env {name!r} could not be created for evaluation: "
+                               f"{describe_failure(err)}") from err
+        rng = np.random.default_rng([seed, 7])
+        obs = []
+        for i, env in enumerate(envs):
+            try:
+                obs.append(env.reset(seed=seed + i)[0])
+            except Exception as err:
+                raise failed(err, i, "the reset") from err
         returns, lengths = [0.0] * episodes, [0] * episodes
         live = list(range(episodes))
-        from pgrad.rl.spaces import batch_of_one
-
         while live:
-            flat = np.concatenate([policy.flatten(batch_of_one(obs[i])) for i in live])
-            flat = flat.astype(np.float32)
+            rows = []
+            for i in live:
+                try:
+                    rows.append(policy.flatten(batch_of_one(obs[i])))
+                except (ValueError, TypeError, IndexError) as err:
+                    raise failed(err, i, f"step {lengths[i]} (its observation)") from err
+            flat = np.concatenate(rows).astype(np.float32)
             if perturb is not None:
                 flat = perturb(flat)
             actions = policy.act_flat(flat, deterministic, rng)
             still = []
             for j, i in enumerate(live):
-                obs[i], reward, term, trunc, _ = envs[i].step(actions[j])
-                returns[i] += float(reward)
+                try:
+                    obs[i], reward, term, trunc, _ = envs[i].step(actions[j])
+                    reward, done = float(reward), bool(term or trunc)
+                except Exception as err:
+                    raise failed(err, i, f"step {lengths[i] + 1}") from err
+                returns[i] += reward
                 lengths[i] += 1
-                if not (term or trunc):
+                if not done:
                     still.append(i)
             live = still
     finally:
@@ -197,10 +228,11 @@ def evaluate(
                               "deterministic": bool(deterministic), "seed": seed,
                               "video_dir": None if video_dir is None else str(video_dir)}
     if attack is None:
-        result.update(_summary(*run_episodes(policy, make_env, episodes, seed, deterministic)))
+        result.update(_summary(*run_episodes(policy, make_env, episodes, seed, deterministic,
+                                             name=env_id)))
     else:
         result["attack"] = robustness(policy, make_env, attack, epsilons, episodes, seed,
-                                      deterministic, pgd_steps)
+                                      deterministic, pgd_steps, name=env_id)
         clean = result["attack"]["rows"][0]
         result.update(_summary(clean["returns"], clean["lengths"]))
     if not all(math.isfinite(r) for r in result["returns"]):
@@ -209,7 +241,8 @@ def evaluate(
 
 
 def robustness(policy: Policy, make_env, kind: str, epsilons: Sequence[float], episodes: int,
-               seed: int, deterministic: bool, pgd_steps: int = 10) -> dict[str, Any]:
+               seed: int, deterministic: bool, pgd_steps: int = 10,
+               name: str = "env") -> dict[str, Any]:
     """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes."""
     import tensorflow as tf
 
@@ -225,7 +258,8 @@ def robustness(policy: Policy, make_env, kind: str, epsilons: Sequence[float], e
         if eps > 0:
             e = tf.constant(eps, tf.float32)
             perturb = lambda flat, e=e: attack(tf.constant(flat), e).numpy()  # noqa: E731
-        returns, lengths = run_episodes(policy, make_env, episodes, seed, deterministic, perturb)
+        returns, lengths = run_episodes(policy, make_env, episodes, seed, deterministic, perturb,
+                                        name=name)
         rows.append({"epsilon": eps, **_summary(returns, lengths)})
     return {
         "kind": kind,

@@ -12,14 +12,19 @@ bootstrap from ``V(next_observations)`` at truncations and not at terminations
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
 any reward normalisation).
 
+An env that fails -- its constructor, ``reset`` or ``step`` raises, or it returns observations
+that do not fit its observation space (wrong shape, strings), or a non-scalar ``terminated`` --
+raises :class:`EnvError`, one sentence naming the env, the env step and what went wrong.
+
 Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -63,6 +68,38 @@ class Trajectory(NamedTuple):
     mask: np.ndarray | None = None
 
 
+class EnvError(ValueError):
+    """The env failed or returned something pgrad cannot use; the message names env and step."""
+
+
+# Library messages that mean little on their own -> what they mean for an env.
+_HINTS = (
+    ("wrong shape", "an observation does not fit the observation space {space}"),
+    ("could not broadcast", "an observation does not fit the observation space {space}"),
+    ("array element with a sequence",
+     "reward, terminated and truncated must be one number / bool per env"),
+    ("Expects terminated signal to be a boolean",
+     "reward, terminated and truncated must be one number / bool per env"),
+    ("Expects truncated signal to be a boolean",
+     "reward, terminated and truncated must be one number / bool per env"),
+    ("could not convert string", "observations must be numeric, as {space} says"),
+    ("dtype('<U", "observations must be numeric, as {space} says"),
+    ("dtype('S", "observations must be numeric, as {space} says"),
+)
+
+
+def describe_failure(err: BaseException, space: Any = None) -> str:
+    """``"Type: message (hint)"`` in one line, for an exception an env raised."""
+    text = " ".join(str(err).split()) or "(no message)"
+    if len(text) > 300:
+        text = text[:297] + "..."
+    hint = next((h for key, h in _HINTS if key in str(err)), None)
+    out = f"{type(err).__name__}: {text}"
+    if hint:
+        out += f" ({hint.format(space=space)})"
+    return out
+
+
 def env_name(env_id) -> str:
     """A readable name for an env id or env factory (for error messages)."""
     if isinstance(env_id, str):
@@ -70,26 +107,78 @@ def env_name(env_id) -> str:
     return getattr(env_id, "__name__", None) or repr(env_id)
 
 
-def make_vec_env(env_id, num_envs: int, mode: str = "sync") -> gym.vector.VectorEnv:
+def make_vec_env(env_id, num_envs: int, mode: str = "sync",
+                 max_obs_dim: int | None = None) -> gym.vector.VectorEnv:
     """A ``RecordEpisodeStatistics``-wrapped vector env in ``SAME_STEP`` autoreset mode.
 
     Args:
       env_id: a registered id (``"CartPole-v1"``) or a callable returning a ``gymnasium.Env``.
       num_envs: number of sub-envs.
       mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per env).
+      max_obs_dim: refuse (ValueError) an env whose flat observation is wider than this, after
+        building one env and before building the vector env: Gymnasium's batched spaces
+        allocate ``num_envs`` x the observation size up front, which for an enormous space
+        exhausts the machine's memory instead of raising.
+
+    Raises:
+      EnvError: the env's constructor raised.
+      ValueError: an unsupported or too large observation space.
     """
     if mode not in VECTOR_MODES:
         raise ValueError(f"vector mode must be one of {VECTOR_MODES}; got {mode!r}.")
-    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-    if isinstance(env_id, str):
-        envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                            vector_kwargs=same_step)
-    elif callable(env_id):
-        cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-        envs = cls([env_id] * num_envs, **same_step)
-    else:
+    if not isinstance(env_id, str) and not callable(env_id):
         raise TypeError(f"env_id must be a registered id or a callable; got {env_id!r}.")
+    if max_obs_dim is not None:
+        _check_obs_size(env_id, max_obs_dim)
+    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    try:
+        if isinstance(env_id, str):
+            envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
+                                vector_kwargs=same_step)
+        else:
+            cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+            envs = cls([env_id] * num_envs, **same_step)
+    except MemoryError:
+        raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory "
+                       f"building {num_envs} of it{_space_of(env_id)}.") from None
+    except Exception as err:
+        raise EnvError(f"env {env_name(env_id)!r} could not be created: "
+                       f"{describe_failure(err)}") from err
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+def _make_one(env_id) -> gym.Env:
+    try:
+        return gym.make(env_id) if isinstance(env_id, str) else env_id()
+    except MemoryError:
+        raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory.") from None
+    except Exception as err:
+        raise EnvError(f"env {env_name(env_id)!r} could not be created: "
+                       f"{describe_failure(err)}") from err
+
+
+def _check_obs_size(env_id, max_obs_dim: int) -> None:
+    env = _make_one(env_id)
+    try:
+        space = env.observation_space
+        dim = spaces.flat_dim(space)  # ValueError: unsupported space
+    finally:
+        env.close()
+    if dim > max_obs_dim:
+        raise ValueError(f"env {env_name(env_id)!r}: observation space {space} flattens to "
+                         f"{dim:,} values; the MLP policies take at most {max_obs_dim:,}.")
+
+
+def _space_of(env_id) -> str:
+    """``"; its observation space is ..."`` from one env, or ``""`` if even that fails."""
+    try:
+        env = _make_one(env_id)
+    except BaseException:  # noqa: BLE001  (only for a better message)
+        return ""
+    try:
+        return f"; its observation space is {env.observation_space}"
+    finally:
+        env.close()
 
 
 def _frozen(x):
@@ -118,13 +207,48 @@ class Collector:
         self.preprocess = spaces.make_preprocessor(envs.single_observation_space)
         self.obs_dim = spaces.flat_dim(envs.single_observation_space)
         self.obs_norm, self.reward_norm = obs_norm, reward_norm
-        self.env_steps = 0  # total sub-env steps taken by this collector
+        self.env_steps = 0  # sub-env steps taken (the owner may set it: the run's total)
         self._raw_obs: np.ndarray | None = None
+        self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
+        self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
+
+    def _env_call(self, where: str, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
+
+        Warnings raised during a call that then fails are dropped (the error says what went
+        wrong): Gymnasium's env checker warns about the first reset's and step's outputs just
+        before the vector env fails on them, and async workers log their tracebacks as
+        warnings. Only those calls are watched (watching costs a little per call).
+        """
+        watch = self._async or self._watched < 2
+        self._watched += 1
+        try:
+            if not watch:
+                return fn(*args, **kwargs)
+            with warnings.catch_warnings(record=True) as caught:
+                out = fn(*args, **kwargs)
+            for w in caught:  # the call succeeded: show them as they would have been
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+            return out
+        except EnvError:
+            raise
+        except Exception as err:
+            raise EnvError(f"env {self.name!r} failed at {where}: "
+                           f"{describe_failure(err, self.envs.single_observation_space)}") from err
+
+    def _flat(self, raw, where: str) -> np.ndarray:
+        """Preprocessed observations; an observation that does not fit the space -> EnvError."""
+        try:
+            return self.preprocess(raw)
+        except (ValueError, TypeError, IndexError) as err:
+            raise EnvError(f"env {self.name!r} returned an unusable observation at {where}: "
+                           f"{describe_failure(err, self.envs.single_observation_space)}") from err
 
     def reset(self, seed: int | None = None) -> None:
         """Resets every sub-env (sub-env i gets ``seed + i``)."""
-        obs, _ = self.envs.reset(seed=seed)
-        self._raw_obs = self._check(self.preprocess(obs), None, None)
+        where = f"reset (env step {self.env_steps})"
+        obs, _ = self._env_call(where, self.envs.reset, seed=seed)
+        self._raw_obs = self._check(self._flat(obs, where), None, None)
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self._raw_obs)
 
@@ -136,7 +260,7 @@ class Collector:
         if not np.isfinite(flat).all() or (rewards is not None and not np.isfinite(rewards).all()):
             what = "observation" if not np.isfinite(flat).all() else "reward"
             where = "reset" if step is None else f"env step {step}"
-            raise ValueError(
+            raise EnvError(
                 f"env {self.name!r} returned a non-finite {what} at {where} "
                 f"(after {self.env_steps} env steps); pgrad needs finite observations and rewards."
             )
@@ -148,9 +272,10 @@ class Collector:
             self.reset()
         obs = self._norm(self._raw_obs)
         actions, env_actions, log_probs, values = policy_fn(obs)
-        raw, rewards, term, trunc, info = self.envs.step(env_actions)
         where = self.env_steps + self.num_envs
-        flat = self._check(self.preprocess(raw), rewards, where)
+        raw, rewards, term, trunc, info = self._env_call(f"env step {where}", self.envs.step,
+                                                         env_actions)
+        flat = self._check(self._flat(raw, f"env step {where}"), rewards, where)
         self.env_steps += self.num_envs
         done = term | trunc
         nxt = flat
@@ -159,7 +284,8 @@ class Collector:
             nxt = flat.copy()
             final = info["final_obs"]
             for i in np.flatnonzero(done):
-                nxt[i] = self._check(self.preprocess(spaces.batch_of_one(final[i]))[0], None, where)
+                last = self._flat(spaces.batch_of_one(final[i]), f"env step {where}")
+                nxt[i] = self._check(last, None, where)[0]
             ep, mask = info["episode"], info["_episode"]
             for i in np.flatnonzero(mask):
                 episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))

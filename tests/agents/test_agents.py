@@ -225,7 +225,7 @@ def test_shared_trunk_scales_critic_gradient():
 
 @pytest.mark.parametrize("cls", AGENTS)
 def test_same_seed_same_episodes(cls):
-    def run(seed, steps=3):
+    def run(seed, steps=8):
         agent = cls(small(cls, num_envs=3), env_id="CartPole-v1", seed=seed)
         eps, metrics = [], []
         for _ in range(steps):

@@ -205,11 +205,11 @@ def test_train_says_when_tuned_values_apply_and_records_them(tmp_path, capsys):
     out = tmp_path / "run"
     code = run_cli(train_script.main, ["--agent", "ppo", "--env", "CartPole-v1", "--total-steps",
                                        "256", "--quiet", "--out", str(out)])
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
     path = hyperparams.path_for("ppo")
-    assert code == 0, err
+    assert code == 0, captured.err
     assert (f"using tuned hyperparameters for ppo on CartPole-v1 from {path} "
-            "(--no-tuned for the plain defaults)") in err
+            "(--no-tuned for the plain defaults)") in captured.out
     recorded = yaml.safe_load((out / "config.yaml").read_text())["hyperparameters"]
     tuned, _ = hyperparams.tuned("ppo", "CartPole-v1")
     expected = dataclasses.asdict(agents.get("ppo").Config(**tuned))

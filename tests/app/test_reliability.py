@@ -69,6 +69,8 @@ gym.register("RelTest/TextActions-v0", entry_point=TextActions)
 '''
 
 TRANSFORMS = '''
+import os
+
 import tensorflow as tf
 import pgrad
 
@@ -87,6 +89,10 @@ def sometimes_nan(grads, **context):
 
 def good(grads, *, advantages, **context):
     return [g * tf.reshape(advantages, [-1] + [1] * (len(g.shape) - 1)) for g in grads]
+
+def switch(grads, **context):
+    """good, or what $RELTEST_TRANSFORM names (read once, when the update is traced)."""
+    return globals()[os.environ.get("RELTEST_TRANSFORM", "good")](grads, **context)
 '''
 
 
@@ -246,17 +252,29 @@ def test_bad_input_in_a_real_process_and_debug_traceback(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def switch_run(files, tmp_path_factory) -> Path:
+    """A finished run (560 steps) trained with --transform user_tf.py:switch."""
+    out = tmp_path_factory.mktemp("switch") / "run"
+    proc = run("train.py", "--total-steps", 512, "--checkpoint-every", 128, "--quiet",
+               "--out", out, "--transform", f"{files / 'user_tf.py'}:switch")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
 @pytest.mark.parametrize("attr, fragments", [
-    ("wrong_shape", ["transform 'wrong_shape'", "shape [80, 1, 64]", "expected [80, 4, 64]"]),
-    ("boom", ["transform 'boom'", "raised RuntimeError: boom"]),
+    ("wrong_shape", ["transform 'switch'", "shape [80, 1, 64]", "expected [80, 4, 64]"]),
+    ("boom", ["transform 'switch'", "raised RuntimeError: boom"]),
 ])
-def test_failing_transform_names_itself_and_keeps_the_checkpoint(attr, fragments, small_run,
-                                                                 files, tmp_path, capsys):
+def test_failing_transform_names_itself_and_keeps_the_checkpoint(attr, fragments, switch_run,
+                                                                 files, tmp_path, monkeypatch,
+                                                                 capsys):
     out = tmp_path / "run"
-    shutil.copytree(small_run, out)
+    shutil.copytree(switch_run, out)
     before = snapshot(out / "checkpoints")
+    monkeypatch.setenv("RELTEST_TRANSFORM", attr)  # the same transform now fails
     code, _, err = train("--resume", out, "--total-steps", 1024, "--quiet",
-                         "--transform", f"{files / 'user_tf.py'}:{attr}", capsys=capsys)
+                         "--transform", f"{files / 'user_tf.py'}:switch", capsys=capsys)
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 1 and len(lines) == 1, err
     for fragment in fragments:
@@ -451,15 +469,23 @@ def test_loading_a_run_never_executes_code_from_it(small_run, tmp_path, monkeypa
     proc = run("evaluate.py", ".", "--episodes", 1, cwd=out)
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
-    # A run whose config names an env module that sits in the run directory is refused.
+    # A run whose config names an env module is refused unless the user names it again; one
+    # that sits in the run directory is refused even then.
     config = out / "config.yaml"
     config.write_text(config.read_text().replace("env: CartPole-v1", "env: evilenv:Evil-v0"))
     monkeypatch.chdir(out)
     code = run_cli(evaluate_script.main, ["."])
-    assert code == 2 and "refusing to import 'evilenv' from the run directory" in one_error_line(
+    assert code == 2 and "names code to import: env evilenv:Evil-v0" in one_error_line(
         capsys.readouterr().err)
+    for flags in (["--env", "evilenv:Evil-v0"], ["--trust-run-code"]):
+        code = run_cli(evaluate_script.main, [".", *flags])
+        assert code == 2 and "refusing to import 'evilenv' from the run directory" in \
+            one_error_line(capsys.readouterr().err)
     code, _, err = train("--resume", ".", "--total-steps", 600, capsys=capsys)
-    assert code == 2 and "refusing to import 'evilenv'" in one_error_line(err)
+    assert code == 2 and "names code to import" in one_error_line(err)
+    code, _, err = train("--resume", ".", "--total-steps", 600, "--trust-run-code",
+                         capsys=capsys)  # trusted, but it is not what the run recorded
+    assert code == 2 and "config.yaml was edited" in one_error_line(err)
     assert not marker.exists() and "evilenv" not in sys.modules
 
 
