@@ -10,7 +10,8 @@ bootstrap from ``V(next_observations)`` at truncations and not at terminations
 (:mod:`pgrad.rl.returns`).
 
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
-any reward normalisation).
+any reward normalisation). ``vector_mode="envpool"`` presents envpool's pools through the same
+contract (:class:`pgrad.rl.envpool_env.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
 
 Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
@@ -27,7 +28,8 @@ import numpy as np
 from pgrad.rl import spaces
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 
-VECTOR_MODES = ("sync", "async")
+#: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
+VECTOR_MODES = ("sync", "async", "envpool")
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
@@ -76,10 +78,15 @@ def make_vec_env(env_id, num_envs: int, mode: str = "sync") -> gym.vector.Vector
     Args:
       env_id: a registered id (``"CartPole-v1"``) or a callable returning a ``gymnasium.Env``.
       num_envs: number of sub-envs.
-      mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per env).
+      mode: ``"sync"`` (one process), ``"async"`` (one subprocess per env) or ``"envpool"``
+        (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only).
     """
     if mode not in VECTOR_MODES:
         raise ValueError(f"vector mode must be one of {VECTOR_MODES}; got {mode!r}.")
+    if mode == "envpool":
+        from pgrad.rl.envpool_env import EnvpoolVectorEnv
+
+        return gym.wrappers.vector.RecordEpisodeStatistics(EnvpoolVectorEnv(env_id, num_envs))
     same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     if isinstance(env_id, str):
         envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
