@@ -473,6 +473,7 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
         out.append(figure(
             "a2c_cartpole_vs_sb3", value, goal, solved and value <= 0.33,
             pgrad_median_wall_s=wall, sb3_median_wall_s=med("sb3", "wall_s"),
+            cpu_ratio=round(med("pgrad", "cpu_s") / med("sb3", "cpu_s"), 3),
             pgrad_median_env_steps=med("pgrad", "env_steps"),
             sb3_median_env_steps=med("sb3", "env_steps"),
             sb3_all_solved=all(r["solved"] for r in theirs), sb3_runs=theirs,
@@ -508,6 +509,8 @@ def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
     return figure("ppo_mujoco_vs_sb3", value, goal, value <= 0.5,
                   measured_at_env_steps=steps, full_length=steps >= 1_000_000,
                   env_steps_per_s={k: round(v, 1) for k, v in sps.items()},
+                  cpu_ratio=round((ours["cpu_s"] / ours["env_steps"])
+                                  / (theirs["cpu_s"] / theirs["env_steps"]), 3),
                   runs=[ours, theirs],
                   peak_rss_mb={"pgrad": ours["peak_rss_mb"], "sb3": theirs["peak_rss_mb"]},
                   note="run one after the other (pgrad first); the last-20 training return "

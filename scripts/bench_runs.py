@@ -107,7 +107,8 @@ def sb3_run(spec: dict) -> dict:
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "last20_return": last20(returns),
             "episodes": len(returns), "peak_rss_mb": peak_rss_mb(),
             "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__},
-            "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"]}
+            "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"],
+            "tensorflow_loaded": sys.modules.get("tensorflow") is not None}
 
 
 def main(argv=None) -> int:
