@@ -35,7 +35,8 @@ class ActorCriticConfig:
     # -- rollouts ------------------------------------------------------------------------------
     num_envs: int = field(default=8, metadata=doc("parallel environments in the vector env"))
     vector_mode: str = field(default="sync", metadata=doc(
-        "'sync' (all envs in this process) or 'async' (one subprocess per env)"))
+        "'sync' (all envs in this process), 'async' (one subprocess per env) or 'envpool' "
+        "(envpool's C++ pool; pip install 'pgrad[envpool]')"))
     rollout: str = field(default="steps", metadata=doc(
         "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
     n_steps: int = field(default=5, metadata=doc(

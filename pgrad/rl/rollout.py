@@ -10,7 +10,8 @@ bootstrap from ``V(next_observations)`` at truncations and not at terminations
 (:mod:`pgrad.rl.returns`).
 
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
-any reward normalisation).
+any reward normalisation). ``vector_mode="envpool"`` presents envpool's pools through the same
+contract (:class:`pgrad.rl.envpool_env.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
 
 An env that fails -- its constructor, ``reset`` or ``step`` raises, or it returns observations
 that do not fit its observation space (wrong shape, strings), or a non-scalar ``terminated`` --
@@ -32,7 +33,8 @@ import numpy as np
 from pgrad.rl import spaces
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 
-VECTOR_MODES = ("sync", "async")
+#: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
+VECTOR_MODES = ("sync", "async", "envpool")
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
@@ -114,7 +116,8 @@ def make_vec_env(env_id, num_envs: int, mode: str = "sync",
     Args:
       env_id: a registered id (``"CartPole-v1"``) or a callable returning a ``gymnasium.Env``.
       num_envs: number of sub-envs.
-      mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per env).
+      mode: ``"sync"`` (one process), ``"async"`` (one subprocess per env) or ``"envpool"``
+        (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only).
       max_obs_dim: refuse (ValueError) an env whose flat observation is wider than this, after
         building one env and before building the vector env: Gymnasium's batched spaces
         allocate ``num_envs`` x the observation size up front, which for an enormous space
@@ -126,6 +129,10 @@ def make_vec_env(env_id, num_envs: int, mode: str = "sync",
     """
     if mode not in VECTOR_MODES:
         raise ValueError(f"vector mode must be one of {VECTOR_MODES}; got {mode!r}.")
+    if mode == "envpool":
+        from pgrad.rl.envpool_env import EnvpoolVectorEnv
+
+        return gym.wrappers.vector.RecordEpisodeStatistics(EnvpoolVectorEnv(env_id, num_envs))
     if not isinstance(env_id, str) and not callable(env_id):
         raise TypeError(f"env_id must be a registered id or a callable; got {env_id!r}.")
     if max_obs_dim is not None:

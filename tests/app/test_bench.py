@@ -1,0 +1,56 @@
+"""scripts/bench.py and scripts/bench_runs.py run as a user runs them (tiny settings, no timing).
+
+Only that they run and report what they promise (JSON figures with goals, peak memory, a table);
+the numbers themselves are never asserted: the machine is shared and timings are noisy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(script: str, *args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def test_bench_figure_reports_value_goal_and_memory():
+    proc = run("bench.py", "--only", "update_overhead", "--repeats", 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    fig = next(x for x in lines if x.get("name") == "update_overhead_ms")
+    assert fig["goal"] == "<= 0.5 ms" and isinstance(fig["met"], bool)
+    assert fig["value"] > 0 and fig["details"]["figure_process_peak_rss_mb"] > 0
+    assert "update_overhead_ms" in proc.stdout.splitlines()[-1]  # the table's row
+
+
+def test_bench_runs_pgrad_side():
+    spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 400, "target": 475}
+    proc = run("bench_runs.py", "pgrad", json.dumps(spec))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["side"] == "pgrad" and out["env_steps"] >= 400 and not out["solved"]
+    assert out["wall_s"] > 0 and out["peak_rss_mb"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
+                    reason="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+def test_bench_runs_sb3_side_without_tensorflow():
+    spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 400, "target": 475}
+    proc = run("bench_runs.py", "sb3", json.dumps(spec))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["side"] == "sb3" and out["env_steps"] >= 400 and out["torch_threads"] == 1
+    assert not out["tensorflow_loaded"]  # its memory and start-up are SB3's own
