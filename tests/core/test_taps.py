@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SPACES, SmallPolicy, assert_all_close, jacobian_reference
+from policies import SPACES, SmallPolicy, assert_all_close, jacobian_reference
 
 import pgrad
 from pgrad import per_step as per_step_lib

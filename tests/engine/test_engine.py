@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import assert_all_close, jacobian_reference
+from policies import assert_all_close, jacobian_reference
 
 import pgrad
 from pgrad import chain

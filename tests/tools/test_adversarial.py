@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SPACES, SmallPolicy
+from policies import SPACES, SmallPolicy
 
 import pgrad
 from pgrad.tools.adversarial import action_log_prob, greedy_actions, make_attack

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import jacobian_reference
+from policies import jacobian_reference
 
 import pgrad
 from pgrad.tools.diagnostics import diagnostics_from_stats, norm_diagnostics, per_step_diagnostics

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import assert_all_close
+from policies import assert_all_close
 
 import pgrad
 from pgrad import chain

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SPACES, SmallPolicy, jacobian_reference
+from policies import SPACES, SmallPolicy, jacobian_reference
 
 import pgrad
 from pgrad.transforms.natural import damped_fisher_solve
