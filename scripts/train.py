@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""``pgrad-train`` as a script (the code is pgrad_app/cli/train.py; ``--help`` lists every option)."""
+"""``pgrad-train`` as a script: the code is pgrad_app/cli/train.py (``--help`` lists the options)."""
 import sys
+from pathlib import Path
 
-import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
-from pgrad_app.cli.train import build_parser, main, resolve, entry  # noqa: F401
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's pgrad, if any
+import pgrad_app.quiet  # noqa: E402,F401,I001  (first: silences TensorFlow's start-up noise)
+from pgrad_app.cli.train import build_parser, entry, main, resolve  # noqa: E402,F401
 
 if __name__ == "__main__":
     sys.exit(entry())

@@ -19,7 +19,6 @@ under "attack" in DIR/eval.json and plots it to DIR/robustness.png.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
 from pgrad.core.errors import UserError, run_cli

@@ -1,6 +1,6 @@
 """Train a pgrad agent on a Gymnasium env and write a complete, resumable run directory.
 
-    python scripts/train.py --agent a2c --env CartPole-v1 --total-steps 100000 --seed 0 \\
+    pgrad-train --agent a2c --env CartPole-v1 --total-steps 100000 --seed 0 \\
         --out runs/a2c-cartpole
 
 Settings are resolved in this order (later wins): defaults < the agent's tuned hyperparameters
@@ -22,10 +22,11 @@ import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-u
 from pgrad.core.errors import UserError, one_line, run_cli
 from pgrad_app import rundir
 from pgrad_app import settings as config_lib
+from pgrad_app.cli import command
 
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
-                   "adversarial_epsilon", "no_tuned")
+                   "adversarial_epsilon", "no_tuned", "transform_arg")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,7 +55,7 @@ def _agent_epilog() -> str:
 def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     d = _defaults()
     p = _parser = _Parser(
-        prog="train.py",
+        prog=command("train"),
         description="Train a policy-gradient agent and write a run directory.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_agent_epilog() if with_epilog else None,
@@ -78,10 +79,16 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         help="override one setting or hyperparameter, typed from its field (repeatable; "
         "default: none)")
     add("--transform", metavar="MODULE:ATTR", help="your gradient transform: a GradientTransform, "
-        "a zero-argument factory, or fn(grads, **context) -> grads (then mean over steps); "
-        "MODULE may be a .py path. It runs inside a compiled TensorFlow graph: its Python side "
-        "effects (print, counters, file writes) happen once, when the graph is traced, not at "
-        "every update; use tf.print for per-update output (default: the agent's own chain)")
+        "a factory of one (its keyword arguments from --transform-arg), or a plain function "
+        "fn(grads, **context) -> grads. The plain function gets per-step gradients [T, *shape]; "
+        "if it returns them per step, the mean over steps follows; if it returns aggregated "
+        "ones [*shape], they are the gradient (decided by shape). MODULE may be a .py path. It "
+        "runs inside a compiled TensorFlow graph: its Python side effects (print, counters, "
+        "file writes) happen once, when the graph is traced, not at every update; use tf.print "
+        "for per-update output (default: the agent's own chain)")
+    add("--transform-arg", action="append", default=[], metavar="KEY=VALUE",
+        help="a keyword argument for the --transform factory, typed from its default or "
+        "annotation like --set (repeatable; default: none)")
     add("--diagnostics", action="store_true", default=None,
         help="per-step gradient diagnostics each update: diag_* columns in updates.csv, "
         "TensorBoard histograms of per-step norms (hyperparameter diagnostics; default: off)")
@@ -90,6 +97,14 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "(hyperparameter adversarial_epsilon; default: 0 = off)")
     add("--stop-at-return", type=float, metavar="R", help="stop when the mean return of the "
         "last 20 training episodes reaches R (default: off)")
+    add("--eval-every", type=int, metavar="N", help="evaluate on separate envs every N env "
+        "steps with deterministic actions: a row in eval.csv each time, the best policy so far "
+        "in best/ (default: 0 = off)")
+    add("--eval-episodes", type=int, metavar="K", help=f"episodes per evaluation (default: "
+        f"{d['eval_episodes']})")
+    add("--track", choices=("wandb",), help="also log the run to an experiment tracker: config, "
+        "updates, episodes, evaluations, the learning curve (pip install 'pgrad[wandb]'; "
+        "WANDB_MODE=offline works; the run directory stays the record; default: off)")
     add("--checkpoint-every", type=int, metavar="N",
         help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
     add("--max-nonfinite-skips", type=int, metavar="N", help="stop after N consecutive updates "
@@ -113,7 +128,7 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
 
 
 def holds_run(path: Path) -> bool:
-    """Whether ``path`` is a run directory train.py wrote (it holds the marker file)."""
+    """Whether ``path`` is a run directory pgrad-train wrote (it holds the marker file)."""
     return rundir.is_run(path)
 
 
@@ -164,6 +179,7 @@ FLAG_KEYS = {  # argparse dest -> run setting
     "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
     "transform": "transform", "stop_at_return": "stop_at_return",
     "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
+    "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
 }
 
 
@@ -216,6 +232,11 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
         run_values.update(run_s)
         hyper.update(hyper_s)
         source[key] = f"--set {key}"
+    if args.transform_arg:
+        run_values["transform_args"] = {
+            **(run_values.get("transform_args") or {}),
+            **dict(config_lib.parse_set(p, "--transform-arg") for p in args.transform_arg)}
+        source["transform_args"] = "--transform-arg"
     run_values["agent"] = str(agent_name)
     settings = config_lib.build(config_lib.RunSettings, run_values, source)
     cfg = config_lib.build(agent_cls.Config, hyper, source)
@@ -227,7 +248,7 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
 
 
 def tuned_note(agent: str, env: str, path: Path) -> str:
-    """The line train.py prints when a tuned entry applies."""
+    """The line pgrad-train prints when a tuned entry applies."""
     return (f"using tuned hyperparameters for {agent} on {env} from {path} "
             "(--no-tuned for the plain defaults)")
 
@@ -343,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         env_spec = (args.env or settings.env) if resume else settings.env
         transform_spec = (args.transform or settings.transform) if resume else settings.transform
         env_id = config_lib.resolve_env(env_spec, forbid_dir=out if resume else None)
-        transform = config_lib.load_transform(transform_spec) if transform_spec else None
+        transform = (config_lib.load_transform(transform_spec, settings.transform_args)
+                     if transform_spec else None)
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
         try:
             text = config_lib.dump_run_config(settings, cfg)
