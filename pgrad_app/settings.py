@@ -345,3 +345,37 @@ def field_help(cls: type) -> list[tuple[str, str, Any]]:
             default = None
         out.append((f.name, f.metadata.get("help", ""), to_plain(default)))
     return out
+
+
+def saved_run_values(path: Path) -> dict[str, Any] | None:
+    """The settings of a directory ``agent.save`` wrote (``agent.json``, no ``config.yaml``) as a
+    ``config.yaml`` mapping would hold them (agent, env, seed, hyperparameters), or ``None`` if
+    ``path`` holds no ``agent.json``. A custom transform is recorded by name only, so it is not
+    among them: the caller asks for it (:func:`saved_transform`).
+
+    Raises:
+      UserError: an ``agent.json`` that is not a pgrad agent record.
+    """
+    from agents.persistence import AGENT_FILE, read_description
+
+    if not (path / AGENT_FILE).is_file():
+        return None
+    try:
+        record = read_description(path)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    values = {"agent": record["agent"], "seed": record.get("seed", 0),
+              HYPER_KEY: record["hyperparameters"]}
+    if record.get("env"):
+        values["env"] = record["env"]
+    return values
+
+
+def saved_transform(path: Path) -> str | None:
+    """The name of the custom transform a saved agent was trained with (``None``: its own)."""
+    from agents.persistence import read_description
+
+    try:
+        return read_description(path).get("transform")
+    except ValueError:
+        return None

@@ -22,6 +22,7 @@ protect the run:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import sys
@@ -34,12 +35,20 @@ import numpy as np
 from agents import persistence
 from agents.callbacks import Checkpoint, EvalCallback, StopAtReturn
 from agents.learning import ROLLING, Callback, Loop, as_callbacks
-from pgrad.core.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, one_line
+from pgrad.core.errors import (
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    Interrupted,
+    RunError,
+    UserError,
+    one_line,
+)
 from pgrad.rl.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
 from pgrad.transforms import TransformError
+from pgrad_app import rundir
 from pgrad_app.cli import command
 from pgrad_app.runlog import RunLog, plot_learning_curve
-from pgrad_app.settings import RunSettings
+from pgrad_app.settings import RunSettings, dump_run_config
 
 
 @dataclass
@@ -229,6 +238,51 @@ class RunRecorder(Checkpoint):
                 self.log.close()
             except OSError:
                 pass
+
+
+class RunDirectory(RunRecorder):
+    """The run directory ``pgrad-train`` writes, from Python::
+
+        agent.learn(100_000, callbacks=RunDirectory("runs/cp"))
+        pgrad.evaluate("runs/cp")       # also agents.load("runs/cp"), pgrad-evaluate runs/cp,
+                                        # pgrad-train --resume runs/cp --total-steps 200000
+
+    Creates and locks ``out`` when the run starts (refusing one that holds a run, unless
+    ``overwrite``), writes its ``config.yaml`` from the agent (agent, env, seed, the env-step
+    count trained to, every hyperparameter), then records the run as :class:`RunRecorder`.
+
+    Raises (when the run starts):
+      UserError: ``out`` holds a run or foreign files, or cannot be written; the agent's env is
+        not a registered id.
+    """
+
+    def __init__(self, out: str | Path, overwrite: bool = False, checkpoint_every: int = 10_000,
+                 max_nonfinite_skips: int = 10):
+        settings = RunSettings(checkpoint_every=checkpoint_every,
+                               max_nonfinite_skips=max_nonfinite_skips)
+        settings.validate()
+        super().__init__(out, settings)
+        self.overwrite = overwrite
+        self.lock: rundir.RunLock | None = None
+
+    def on_start(self, loop: Loop) -> None:
+        agent = loop.agent
+        if not isinstance(agent.env_id, str):
+            raise UserError("RunDirectory needs an agent on a registered env id (config.yaml "
+                            "names the env).")
+        self.settings = dataclasses.replace(self.settings, agent=agent.name, env=agent.env_id,
+                                            seed=int(agent.seed), total_steps=max(1, loop.until))
+        rundir.check_new(self.out, self.overwrite)
+        self.lock, _ = rundir.create(self.out, self.overwrite)
+        text = dump_run_config(self.settings, agent.cfg)
+        (self.out / "config.yaml").write_text(text)
+        super().on_start(loop)
+
+    def close(self) -> None:
+        super().close()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 class _Signals(Callback):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``pgrad-evaluate`` as a script: the code is pgrad_app/cli/evaluate.py (``--help`` lists the options)."""
+"""``pgrad-evaluate`` as a script; the code is in pgrad_app/cli/evaluate.py."""
 import sys
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``pgrad-train`` as a script: the code is pgrad_app/cli/train.py (``--help`` lists the options)."""
+"""``pgrad-train`` as a script; the code is in pgrad_app/cli/train.py."""
 import sys
 from pathlib import Path
 

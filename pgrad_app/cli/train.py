@@ -256,6 +256,7 @@ def tuned_note(agent: str, env: str, path: Path) -> str:
 def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
     """Settings of the run in ``--resume DIR``; only the length/stopping flags may change.
 
+    ``DIR`` may also be a directory ``agent.save`` wrote (then ``--total-steps`` is needed).
     config.yaml is checked against what the run recorded (agent.json, checkpoints); code it
     names is imported only if given again (--env, --transform) or with --trust-run-code.
     """
@@ -263,9 +264,20 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
     from pgrad_app.plugins import check_run_code, names_code, same_spec
 
     out = Path(args.resume)
-    if not (out / "config.yaml").is_file():
-        raise UserError(f"--resume {out}: no run there (no config.yaml).")
-    values = config_lib.load_yaml(out / "config.yaml")
+    if (out / "config.yaml").is_file():
+        values = config_lib.load_yaml(out / "config.yaml")
+    else:  # a directory agent.save wrote becomes a run directory from here on
+        values = config_lib.saved_run_values(out)
+        if values is None:
+            raise UserError(f"--resume {out}: no run there (no config.yaml) and no saved agent "
+                            "(no agent.json).")
+        if args.total_steps is None:
+            raise UserError(f"--resume {out}: a saved agent has no run settings yet; give "
+                            "--total-steps N (the env-step count to train to).")
+        named = config_lib.saved_transform(out)
+        if named and args.transform is None:
+            raise UserError(f"--resume {out}: the agent was trained with the transform "
+                            f"{named!r}; pass it again with --transform MODULE:ATTR.")
     recorded_env = str(values.get("env", ""))
     for dest in FIXED_ON_RESUME:
         value = getattr(args, dest)
@@ -374,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                 write_text_atomic(out / "config.yaml", text)
             trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
             if resume:  # restored: only now may the run's files change
-                if text != (out / "config.yaml").read_text():  # e.g. a new --total-steps
+                config = out / "config.yaml"
+                if not config.is_file() or text != config.read_text():  # a new --total-steps
                     write_text_atomic(out / "config.yaml", text)
                 if not rundir.is_run(out):  # a run of an older pgrad
                     rundir.write_marker(out)
