@@ -1,7 +1,7 @@
-"""Evaluate a trained run: N episodes, mean ± std of return and length, DIR/eval.json.
+"""Evaluate a trained run or saved agent: N episodes, mean ± std of return and length, eval.json.
 
-    python scripts/evaluate.py runs/a2c-cartpole --episodes 20             # greedy actions
-    python scripts/evaluate.py runs/a2c-cartpole --episodes 20 --stochastic
+    pgrad-evaluate runs/a2c-cartpole --episodes 20             # greedy actions
+    pgrad-evaluate runs/a2c-cartpole --episodes 20 --stochastic
 
 Actions are deterministic (the policy's mode) unless --stochastic, as in Stable-Baselines3 and
 rl-zoo. The policy is the run's exported policy/ (or, for a run without one, its newest good
@@ -9,8 +9,8 @@ checkpoint). Bad input: one line, exit code 2.
 
 Robustness to observation attacks (the checkpointed policy; epsilon in raw observation units):
 
-    python scripts/evaluate.py runs/a2c-cartpole --attack fgsm --epsilon 0.01,0.05,0.1
-    python scripts/evaluate.py runs/a2c-cartpole --attack pgd --pgd-steps 10 --deterministic
+    pgrad-evaluate runs/a2c-cartpole --attack fgsm --epsilon 0.01,0.05,0.1
+    pgrad-evaluate runs/a2c-cartpole --attack pgd --pgd-steps 10
 
 prints return (mean ± std) per epsilon (0, the clean baseline, is always included), writes it
 under "attack" in DIR/eval.json and plots it to DIR/robustness.png.
@@ -22,6 +22,7 @@ import argparse
 
 import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
 from pgrad.core.errors import UserError, run_cli
+from pgrad_app.cli import command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,8 +31,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="evaluate.py", description="Evaluate the policy of a training run.")
-    p.add_argument("run", metavar="DIR", help="run directory written by train.py")
+    p = _Parser(prog=command("evaluate"), description="Evaluate the policy of a training run "
+                "or a saved agent (deterministic actions unless --stochastic).")
+    p.add_argument("run", metavar="DIR", help="a run directory pgrad-train wrote, or a "
+                   "directory agent.save wrote")
     p.add_argument("--episodes", type=int, default=10, metavar="N",
                    help="episodes to run (default: 10)")
     p.add_argument("--stochastic", action="store_true",
