@@ -223,6 +223,10 @@ def evaluate_run(
         except OSError as err:
             raise RunError(f"cannot write {run_dir / 'eval.json'}: {err.strerror or err} "
                            "(the results above were not saved).") from None
+        if values.get("track") == "wandb" and attack is None:  # the tracked run gets it too
+            from pgrad_app.tracking import log_evaluation
+
+            log_evaluation(run_dir, result, video_dir)
         if attack is not None:
             robustness.plot_robustness(
                 result["attack"], run_dir / "robustness.png",

@@ -8,8 +8,9 @@ optional ``wandb`` extra; ``WANDB_MODE=offline`` keeps everything local, under `
 * per update: every scalar metric (``update/...``), the episodes that finished in it
   (``episode/return_mean``, ``episode/length_mean``, ``episode/count``) and the rolling return;
 * every evaluation during training (``eval/return_mean``, ``eval/return_std``, ...);
-* at the end: the learning curve image, the episodes as a table, and the evaluation videos
-  that ``pgrad-evaluate --video DIR/videos`` recorded there.
+* at the end: the learning curve image and the episodes as a table;
+* ``pgrad-evaluate`` of a tracked run adds its result (``final_eval/...``) and, with
+  ``--video``, the recorded videos to the same tracked run (:func:`log_evaluation`).
 
 A resumed run continues the same tracked run (its id is kept in ``DIR/wandb-run-id``).
 """
@@ -70,14 +71,17 @@ class WandbTracker(Callback):
         path.write_text(run_id + "\n")
         return run_id
 
-    def on_start(self, loop: Loop) -> None:
-        config = {"run": dataclasses.asdict(self.settings),
-                  "hyperparameters": dataclasses.asdict(loop.agent.cfg)}
+    def start(self, config: dict[str, Any] | None = None) -> None:
+        """Starts (or continues) the tracked run of ``out``."""
         self.run = self.wandb.init(
             project=self.project, dir=str(self.out), id=self._run_id(), resume="allow",
             name=self.out.name, config=config, settings=self.wandb.Settings(
                 console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
                 x_save_requirements=False, x_disable_machine_info=True))
+
+    def on_start(self, loop: Loop) -> None:
+        self.start({"run": dataclasses.asdict(self.settings),
+                    "hyperparameters": dataclasses.asdict(loop.agent.cfg)})
 
     def on_update(self, loop: Loop) -> None:
         data: dict[str, Any] = {}
@@ -108,9 +112,6 @@ class WandbTracker(Callback):
             final["episodes"] = wandb.Table(columns=["step", "return"],
                                             data=[[int(s), float(r)] for s, r in
                                                   zip(steps, returns)])
-        videos = sorted((self.out / "videos").glob("*.mp4"))
-        if videos:
-            final["videos"] = [wandb.Video(str(v), format="mp4") for v in videos]
         if final:
             self.run.log(final, step=loop.env_steps)
         self.run.summary.update({"env_steps": loop.env_steps, "episodes": loop.stats.episodes,
@@ -120,3 +121,21 @@ class WandbTracker(Callback):
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def log_evaluation(run_dir: str | Path, result: dict[str, Any],
+                   video_dir: str | Path | None = None) -> None:
+    """Adds a ``pgrad-evaluate`` result (and its videos) to the tracked run of ``run_dir``."""
+    tracked = WandbTracker(run_dir, None)
+    tracked.start()
+    try:
+        data: dict[str, Any] = {f"final_eval/{k}": float(result[k]) for k in
+                                ("return_mean", "return_std", "length_mean", "length_std")}
+        data["final_eval/deterministic"] = int(bool(result["deterministic"]))
+        if video_dir is not None:
+            videos = sorted(Path(video_dir).glob("*.mp4"))
+            if videos:
+                data["videos"] = [tracked.wandb.Video(str(v), format="mp4") for v in videos]
+        tracked.run.log(data)
+    finally:
+        tracked.close()

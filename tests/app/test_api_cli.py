@@ -134,6 +134,10 @@ def test_track_wandb_offline_writes_its_files(tmp_path, capsys, monkeypatch):
         assert key in data, key
     assert list((run_dir / "files" / "media" / "images").glob("learning_curve*.png"))
     assert (out / "episodes.csv").exists() and (out / "eval.csv").exists()  # still the record
+    code, _, err = evaluate(out, "--episodes", 1, "--video", tmp_path / "videos", capsys=capsys)
+    assert code == 0, err  # the same tracked run gets the evaluation and its video
+    assert len(list((out / "wandb").glob(f"offline-run-*-{log.stem[4:]}"))) == 2
+    assert list((out / "wandb").glob("offline-run-*/files/media/videos/*.mp4"))
 
 
 def test_messages_name_the_command_the_user_ran(monkeypatch):
