@@ -43,7 +43,7 @@ OWNED: dict = {
              "eval.json.tmp": None,
              "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
              "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT},
-    "wandb": {"**": None},
+    "wandb-run-id": None,  # --track wandb; its own folder wandb/ is the tracker's, kept
 }
 #: Names whose presence means a directory holds (part of) a run.
 RUN_NAMES = ("config.yaml", "agent.json", "episodes.csv", "updates.csv", "checkpoints", "policy")
