@@ -40,6 +40,7 @@ def test_learn_returns_the_agent_and_counts(saved):
     assert agent.learn_stats.episodes == len(agent.learn_stats.recent_returns) > 0
 
 
+@pytest.mark.subprocess
 def test_load_restores_exactly_and_predicts_the_same_in_a_fresh_process(saved):
     agent, path = saved
     loaded = agents.load(path)
