@@ -33,6 +33,15 @@ from pgrad_app.runlog import read_episodes
 RUN_ID_FILE = "wandb-run-id"
 
 
+def require(name: str) -> None:
+    """Refuses (:class:`UserError`) a tracker whose package is not installed, before any work."""
+    import importlib.util
+
+    if name == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise UserError("--track wandb needs wandb: pip install 'pgrad[wandb]' (or pip install "
+                        "wandb).")
+
+
 def tracker(name: str, out: Path, settings: Any) -> Callback:
     """The tracking callback ``name`` names (``"wandb"``)."""
     if name == "wandb":
@@ -51,11 +60,9 @@ class WandbTracker(Callback):
     """
 
     def __init__(self, out: str | Path, settings: Any, project: str | None = None):
-        try:
-            import wandb
-        except ImportError:
-            raise UserError("--track wandb needs wandb: pip install 'pgrad[wandb]' (or pip "
-                            "install wandb).") from None
+        require("wandb")
+        import wandb
+
         self.wandb = wandb
         # pgrad's package ``agents`` shares its name with an LLM library wandb looks for.
         os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")

@@ -370,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
                        f"-seed{settings.seed}")
             rundir.check_new(out, args.overwrite)
         warn_about_work(settings, cfg)
+        if settings.track:
+            from pgrad_app.tracking import require
+
+            require(settings.track)
         # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
         # user's own spelling is imported; or trusted); a module inside the run directory itself
         # is still refused.
