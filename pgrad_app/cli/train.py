@@ -61,7 +61,7 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         epilog=_agent_epilog() if with_epilog else None,
     )
     add = p.add_argument
-    add("--agent", help=f"agent to train: a2c or reinforce (default: {d['agent']})")
+    add("--agent", help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
     add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
         f"(default: {d['env']})")
     add("--total-steps", type=int, metavar="N", help=f"env steps to train for "
@@ -69,7 +69,8 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
     add("--num-envs", type=int, metavar="N",
-        help="parallel envs (default: the agent's num_envs: 16 for a2c, 8 for reinforce)")
+        help="parallel envs (default: the agent's num_envs: 16 for a2c and npg, 8 for "
+        "reinforce, 1 for ppo, unless a tuned entry sets it)")
     add("--config", metavar="FILE", help="YAML file with run settings and hyperparameters "
         "(default: none; a run's config.yaml works)")
     add("--no-tuned", action="store_true", help="ignore the agent's tuned hyperparameters "
