@@ -143,3 +143,17 @@ def test_callbacks_are_closed_after_an_error_and_bad_ones_refused():
     with pytest.raises(TypeError, match="callbacks must be"):
         agent.learn(16, callbacks=42, progress=False)
     agent.close()
+
+
+def test_a_stateful_custom_chain_is_saved_and_must_be_passed_again(tmp_path):
+    chain = pgrad.chain(pgrad.weight_by_running("returns"), pgrad.mean_steps(), name="running")
+    agent = agents.make("a2c", "CartPole-v1", seed=5, transform=chain, **SMALL)
+    agent.learn(48, progress=False).save(tmp_path / "a")
+    with pytest.raises(ValueError, match="pass it again as transform="):
+        agents.load(tmp_path / "a")
+    loaded = agents.load(tmp_path / "a", transform=chain)
+    for x, y in zip(agent.transform_state.values, loaded.transform_state.values):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    assert float(np.abs(agent.transform_state.values[0].numpy()).sum()) > 0  # it did run
+    agent.close()
+    loaded.close()
