@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import persistence
-from agents.learning import HISTORY, ROLLING, Callback, Loop
+from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
 
 EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "episodes",
                 "deterministic", "best")
@@ -66,7 +66,7 @@ class Checkpoint(Callback):
 
     def meta(self, loop: Loop) -> dict[str, Any]:
         """What the checkpoint's meta.json records besides the agent."""
-        return {"env_steps": loop.env_steps, "updates": loop.updates, **loop.stats.meta()}
+        return progress_meta(loop.agent)
 
     def save(self, loop: Loop) -> Path:
         """Writes a checkpoint now (once per env step) and returns its directory."""

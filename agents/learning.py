@@ -58,6 +58,12 @@ class LearnStats:
             self.recent_returns.extend(float(r) for r in meta["recent_returns"])
 
 
+def progress_meta(agent) -> dict[str, Any]:
+    """The agent's counters and :class:`LearnStats` as a checkpoint's meta.json records them."""
+    return {"env_steps": int(agent.env_steps), "updates": int(agent.updates_var.numpy()),
+            **agent.learn_stats.meta()}
+
+
 class Callback:
     """Base of the training callbacks (every method optional; see the module docstring)."""
 
@@ -257,6 +263,7 @@ class Loop:
         self.metrics = dict(info.get("metrics", {}))
         self.new_episodes = [(int(s), float(r), int(n)) for s, r, n in info.get("episodes", ())]
         self.evaluation = None
+        self.stats.wall_s = self.wall_s()  # current in every checkpoint's meta
         for _, ret, _ in self.new_episodes:
             self.stats.episodes += 1
             self.stats.recent_returns.append(ret)

@@ -100,9 +100,9 @@ def save(agent, path: str | Path) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path / AGENT_FILE, describe(agent))
-    meta = {"env_steps": agent.env_steps, "updates": int(agent.updates_var.numpy()),
-            **agent.learn_stats.meta()}
-    save_checkpoint(agent, path / CHECKPOINTS, meta, keep=1)
+    from agents.learning import progress_meta
+
+    save_checkpoint(agent, path / CHECKPOINTS, progress_meta(agent), keep=1)
     export(agent, path / POLICY)
     return path
 
