@@ -162,6 +162,9 @@ def evaluate_run(
     eps = robustness.parse_epsilons("0,0.01,0.05,0.1" if epsilons is None else epsilons)
     trained_on = str(values.get("env", ""))
     env_spec = env_id or trained_on
+    if not env_spec:
+        raise UserError(f"{run_dir} does not record a registered env id (the agent was made on "
+                        "an env factory); pass --env ENV_ID.")
     own = env_id is None or same_spec(env_id, trained_on)  # the run's own env
     if own and names_code(trained_on):
         check_run_code("env", trained_on, env_id, trust_run_code, run_dir, "--env")
