@@ -7,20 +7,21 @@ RUN    ?= runs/a2c-cartpole
 
 .PHONY: install train test test-quick lint bench clean
 
-$(STAMP): pyproject.toml
+# Installs the tested versions (constraints.txt), so the README's figures reproduce.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 train: $(STAMP)
-	$(PY) scripts/train.py --agent a2c --env CartPole-v1 --total-steps 150000 --seed 0 \
+	$(VENV)/bin/pgrad-train --agent a2c --env CartPole-v1 --total-steps 150000 --seed 0 \
 		--stop-at-return 475 --out $(RUN) --overwrite
-	$(PY) scripts/evaluate.py $(RUN) --episodes 20 --deterministic
+	$(VENV)/bin/pgrad-evaluate $(RUN) --episodes 20
 	@echo "The run is in $(RUN)/ (learning_curve.png, episodes.csv, eval.json, policy/); \
-	TensorBoard: $(VENV)/bin/tensorboard --logdir runs"
+	TensorBoard: $(VENV)/bin/tensorboard --logdir runs; the commands: source $(VENV)/bin/activate"
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -7,8 +7,10 @@ Usage::
 
     import agents
     agent = agents.make("a2c", "CartPole-v1", seed=0, learning_rate=1e-3)
-    info = agent.step()                    # one rollout + one update
+    agent.learn(100_000, callbacks=agents.callbacks.StopAtReturn(475))  # returns the agent
+    agent.save("runs/cp")                  # agents.load("runs/cp") restores it exactly
     agent.predict(obs)                     # env-ready action(s), deterministic by default
+    info = agent.step()                    # or by hand: one rollout + one update
     agent.close()
 
     AgentCls = agents.get("ppo")           # the class; AgentCls.Config is its dataclass
@@ -32,6 +34,11 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   a NaN/Inf observation or reward raises ``pgrad.rollout.EnvError`` (a ValueError) naming the
   env and step; an update that makes the policy's weights non-finite raises FloatingPointError.
 
+``agent.learn(total_steps, callbacks=None, progress=True)`` -- ``step`` until ``total_steps``
+  more env steps, through :class:`agents.learning.Loop` with callbacks (:mod:`agents.callbacks`:
+  ``EvalCallback``, ``Checkpoint``, ``StopAtReturn``; or a plain ``fn(loop)``, ``False`` stops);
+  returns the agent. ``agent.save(path)`` / ``agents.load(path)``: see :mod:`agents.persistence`.
+
 ``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` and
   ``agent.predict(obs, deterministic=True)`` return env actions. ``agent.trackables()`` -- a dict
   of everything for ``tf.train.Checkpoint`` (networks, optimizer, transform state, counters,
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents import callbacks, learning
 from agents.a2c import A2C, A2CConfig
 from agents.base import ActorCriticAgent
 from agents.config import ActorCriticConfig
@@ -80,5 +88,5 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None,
 __all__ = [
     "A2C", "A2CConfig", "ActorCriticAgent", "ActorCriticConfig", "NPG", "NPGConfig", "PPO",
     "PPOConfig",
-    "Reinforce", "ReinforceConfig", "get", "load", "make", "names",
+    "Reinforce", "ReinforceConfig", "callbacks", "get", "learning", "load", "make", "names",
 ]

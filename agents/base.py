@@ -584,3 +584,34 @@ class ActorCriticAgent:
 
     def close(self) -> None:
         self.collector.close()
+
+    # -- the training loop -----------------------------------------------------------------------
+
+    def learn(self, total_steps: int, callbacks: Any = None, progress: bool = True):
+        """Trains for ``total_steps`` more env steps (the counters continue, as
+        Stable-Baselines3's ``learn(..., reset_num_timesteps=False)``); returns the agent.
+
+        Args:
+          total_steps: env steps to add (rounded up to whole updates).
+          callbacks: a :class:`agents.learning.Callback`, a plain ``fn(loop) -> bool | None``
+            called after every update (``False`` stops), or a list of them
+            (:mod:`agents.callbacks`: evaluation, checkpoints, stop at a return).
+          progress: a progress bar on stderr.
+        """
+        from agents.learning import Loop
+
+        if int(total_steps) < 0:
+            raise ValueError(f"total_steps must be >= 0; got {total_steps}.")
+        Loop(self, self.env_steps + int(total_steps), callbacks, progress).run()
+        return self
+
+    @property
+    def learn_stats(self):
+        """Episodes, wall time and recent returns over every ``learn`` (saved with the agent):
+        an :class:`agents.learning.LearnStats`."""
+        stats = self.__dict__.get("_learn_stats")
+        if stats is None:
+            from agents.learning import LearnStats
+
+            stats = self._learn_stats = LearnStats()
+        return stats

@@ -1,6 +1,6 @@
 """Hyperparameters: one dataclass for the actor-critic agent, one subclass of defaults per preset.
 
-Every field documents itself in ``metadata["help"]`` (``train.py --help`` lists them, ``--set
+Every field documents itself in ``metadata["help"]`` (``pgrad-train --help`` lists them, ``--set
 NAME=VALUE`` sets them). ``validate()`` refuses, before anything runs, values that cannot work or
 would poison a run: non-finite numbers, out-of-range ones, and sizes past sane limits.
 """

@@ -100,7 +100,9 @@ def save(agent, path: str | Path) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path / AGENT_FILE, describe(agent))
-    save_checkpoint(agent, path / CHECKPOINTS, keep=1)
+    from agents.learning import progress_meta
+
+    save_checkpoint(agent, path / CHECKPOINTS, progress_meta(agent), keep=1)
     export(agent, path / POLICY)
     return path
 
@@ -186,7 +188,8 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
                          "imports code named by a saved agent).")
     agent = cls(cfg, env_id=env, seed=int(record.get("seed", 0)), transform=transform)
     try:
-        restore(agent, Path(path) / CHECKPOINTS, acting_only=acting_only)
+        meta, _ = restore(agent, Path(path) / CHECKPOINTS, acting_only=acting_only)
+        agent.learn_stats.load_meta(meta)
     except Exception:
         agent.close()
         raise

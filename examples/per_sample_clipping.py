@@ -101,7 +101,7 @@ def main(quick: bool = False) -> None:
 
 
 class SeedJacobianModel(keras.Model):
-    """The seed text's method: ``tape.jacobian`` of the per-sample losses in train_step, then
+    """The textbook method: ``tape.jacobian`` of the per-sample losses in train_step, then
     per-sample clipping to norm 1 and the mean, applied with the compiled optimizer."""
 
     def train_step(self, data):

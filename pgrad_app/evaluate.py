@@ -1,4 +1,4 @@
-"""Evaluate a training run directory: what ``scripts/evaluate.py`` (``pgrad-evaluate``) runs.
+"""Evaluate a run directory or a saved agent: what ``pgrad-evaluate`` (scripts/evaluate.py) runs.
 
 The policy comes from the run's exported ``policy/`` (deterministic or sampled actions, and
 attacks: the export carries the differentiable parameters) or, for a run without an export (an
@@ -27,19 +27,25 @@ SOURCES = ("auto", "policy", "checkpoint")
 
 
 def run_settings(run_dir: Path) -> dict[str, Any]:
-    """The run's ``config.yaml`` as a dict (safe YAML), or a :class:`UserError`."""
-    from pgrad_app.settings import load_yaml
+    """The run's ``config.yaml`` (safe YAML), or for a directory ``agent.save`` wrote, the same
+    settings from its ``agent.json``; a :class:`UserError` if it is neither."""
+    from pgrad_app.settings import load_yaml, saved_run_values
 
     try:
         is_dir = run_dir.is_dir()
     except OSError as err:  # e.g. a name too long for the file system
         raise UserError(f"{run_dir}: {err.strerror or err}.") from None
     if not is_dir:
-        raise UserError(f"{run_dir} is not a directory; expected a run directory from train.py.")
-    if not (run_dir / "config.yaml").is_file():
-        raise UserError(f"{run_dir} holds no run (no config.yaml); expected a directory written "
-                        "by train.py --out.")
-    return load_yaml(run_dir / "config.yaml")
+        raise UserError(f"{run_dir} is not a directory; expected a run directory from "
+                        "pgrad-train or a directory from agent.save.")
+    if (run_dir / "config.yaml").is_file():
+        return load_yaml(run_dir / "config.yaml")
+    saved = saved_run_values(run_dir)
+    if saved is None:
+        raise UserError(f"{run_dir} holds no run (no config.yaml) and no saved agent (no "
+                        "agent.json); expected a directory written by pgrad-train --out or "
+                        "agent.save.")
+    return saved
 
 
 def checkpoint_agent(run_dir: Path, values: dict, env_id: str):
@@ -111,7 +117,7 @@ def evaluate_run(
     """Evaluates the policy of a run directory; writes ``eval.json`` (and ``robustness.png``).
 
     Args:
-      run_dir: a run directory written by ``train.py``.
+      run_dir: a run directory written by ``pgrad-train``, or a directory ``agent.save`` wrote.
       episodes: number of episodes (>= 1).
       deterministic: greedy actions (the default) instead of sampled ones.
       seed: seed of the first episode (episode i gets ``seed + i``); default: the run's seed +
@@ -156,6 +162,9 @@ def evaluate_run(
     eps = robustness.parse_epsilons("0,0.01,0.05,0.1" if epsilons is None else epsilons)
     trained_on = str(values.get("env", ""))
     env_spec = env_id or trained_on
+    if not env_spec:
+        raise UserError(f"{run_dir} does not record a registered env id (the agent was made on "
+                        "an env factory); pass --env ENV_ID.")
     own = env_id is None or same_spec(env_id, trained_on)  # the run's own env
     if own and names_code(trained_on):
         check_run_code("env", trained_on, env_id, trust_run_code, run_dir, "--env")
@@ -217,6 +226,10 @@ def evaluate_run(
         except OSError as err:
             raise RunError(f"cannot write {run_dir / 'eval.json'}: {err.strerror or err} "
                            "(the results above were not saved).") from None
+        if values.get("track") == "wandb" and attack is None:  # the tracked run gets it too
+            from pgrad_app.tracking import log_evaluation
+
+            log_evaluation(run_dir, result, video_dir)
         if attack is not None:
             robustness.plot_robustness(
                 result["attack"], run_dir / "robustness.png",

@@ -11,7 +11,7 @@ for that env, plus an optional ``n_timesteps``, the benchmark budget in env step
 The YAML files live inside the package (``pgrad_app/configs/``, installed with it as package
 data), so an installed wheel finds them exactly as a checkout does; that folder is the one
 source of truth, and ``configs/README.md`` at the top of the repository points to it.
-``scripts/train.py`` applies an entry between the defaults and ``--config`` (``--no-tuned``
+``pgrad-train`` applies an entry between the defaults and ``--config`` (``--no-tuned``
 skips it); ``scripts/benchmark.py`` uses it and its budget. Files are read with
 ``yaml.safe_load``; every key is checked against the agent's ``Config`` and every value typed
 and validated, with errors naming the file, the env and the key.

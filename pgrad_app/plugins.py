@@ -173,28 +173,65 @@ def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
 
 
 TRANSFORM_KINDS = (
-    "a GradientTransform, a zero-argument function returning one, or a plain function "
-    "fn(grads, **context) -> grads"
+    "a GradientTransform, a function returning one (a factory; keyword arguments from "
+    "--transform-arg), or a plain function fn(grads, **context) -> grads"
 )
 
 
-def load_transform(spec: str):
+def _typed_kwargs(factory, kwargs: dict, what: str) -> dict:
+    """``kwargs`` (parsed as YAML) typed like ``--set``: from each parameter's annotation, else
+    from the type of its default; unknown names are refused with the nearest one."""
+    import inspect
+    import typing
+
+    from pgrad_app.settings import coerce
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # an annotation that does not resolve: use the defaults' types
+        hints = {}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    typed = {}
+    for key, value in kwargs.items():
+        param = params.get(key)
+        if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            if takes_any:
+                typed[key] = value
+                continue
+            hint = suggest(key, [n for n, p in params.items() if p.kind not in
+                                 (p.VAR_POSITIONAL, p.VAR_KEYWORD)])
+            raise UserError(f"--transform-arg {key}: {what} takes no argument {key!r}.{hint}")
+        tp = hints.get(key)
+        if tp is None and param.default is not param.empty and param.default is not None:
+            tp = type(param.default)
+        typed[key] = coerce(value, tp, f"--transform-arg {key}") if tp is not None else value
+    return typed
+
+
+def load_transform(spec: str, kwargs: dict | None = None):
     """``module:attr`` -> a ``GradientTransform`` (the module may be a ``.py`` file path).
 
-    ``attr`` may be a ``GradientTransform``, a zero-argument factory of one, or a plain function
-    ``fn(grads, **context) -> grads`` over per-step gradients ``[T, *shape]``, which becomes
-    ``chain(stateless(fn), mean_steps())``.
+    ``attr`` may be a ``GradientTransform``; a factory of one, called with ``kwargs`` (typed from
+    its parameters' annotations or defaults, as ``--set`` types hyperparameters); or a plain
+    function ``fn(grads, **context) -> grads`` over per-step gradients ``[T, *shape]``, which
+    becomes :func:`pgrad.from_function` (per-step results are then averaged over the steps;
+    aggregated ``[*shape]`` results are the gradient as they are).
 
     Raises:
       UserError: the spec is malformed, the module cannot be imported, the attribute is missing
-        or is none of the above.
+        or is none of the above, ``kwargs`` do not fit the factory.
     """
     import inspect
 
-    from pgrad.transforms import GradientTransform, mean_steps, stateless
+    from pgrad.transforms import GradientTransform, from_function
     from pgrad.transforms.chain import chain
 
     what = f"--transform {spec}"
+    kwargs = dict(kwargs or {})
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"{what}: expected module:attr or path/to/file.py:attr.")
@@ -205,6 +242,9 @@ def load_transform(spec: str):
         raise UserError(f"{what}: {module_name!r} has no attribute {attr!r}.{hint}")
     obj = getattr(module, attr)
     if isinstance(obj, GradientTransform):
+        if kwargs:
+            raise UserError(f"{what}: {attr!r} is a GradientTransform; --transform-arg needs a "
+                            "factory (a function returning one).")
         return obj
     if not callable(obj):
         raise UserError(f"{what}: {attr!r} is a {type(obj).__name__}; expected {TRANSFORM_KINDS}.")
@@ -212,11 +252,12 @@ def load_transform(spec: str):
         params = inspect.signature(obj).parameters.values()
     except (TypeError, ValueError):
         params = []
-    required = [p for p in params if p.default is p.empty
+    required = [p for p in params if p.default is p.empty and p.name not in kwargs
                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not required:  # a factory
+        typed = _typed_kwargs(obj, kwargs, f"{attr}()")
         try:
-            made = obj()
+            made = obj(**typed)
         except Exception as err:
             raise UserError(
                 f"{what}: calling {attr}() raised {type(err).__name__}: {err}"
@@ -226,8 +267,11 @@ def load_transform(spec: str):
         raise UserError(
             f"{what}: {attr}() returned a {type(made).__name__}; expected {TRANSFORM_KINDS}."
         )
-    if len(required) == 1:  # sees and returns per-step [T, *shape] gradients; then the mean
-        return chain(stateless(obj, name=attr), mean_steps(), name=attr)
+    if kwargs:
+        raise UserError(f"{what}: --transform-arg given, but {attr}() still needs "
+                        f"{', '.join(p.name for p in required)}.")
+    if len(required) == 1:  # sees per-step [T, *shape] gradients; per-step results get the mean
+        return chain(from_function(obj, name=attr), name=attr)
     raise UserError(
         f"{what}: {attr!r} takes {len(required)} required arguments; expected {TRANSFORM_KINDS}."
     )

@@ -1,6 +1,6 @@
 """The run directory: what marks it as pgrad's, who may write to it, what ``--overwrite`` deletes.
 
-* ``.pgrad-run`` (a small JSON file) marks a directory that ``train.py`` created. Only a
+* ``.pgrad-run`` (a small JSON file) marks a directory that ``pgrad-train`` created. Only a
   directory with it is a run that ``--overwrite`` may replace. A folder without it is never
   emptied, and one that already holds files with a run's names (``config.yaml``,
   ``checkpoints/``, ...) is refused rather than written over.
@@ -38,6 +38,12 @@ OWNED: dict = {
     "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
     "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT,
     "tb": {"events.out.tfevents.*": None},
+    "eval.csv": None, ".eval.csv.tmp-*": None,
+    "best": {"agent.json": None, ".agent.json.tmp-*": None, "eval.json": None,
+             "eval.json.tmp": None,
+             "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
+             "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT},
+    "wandb-run-id": None,  # --track wandb; its own folder wandb/ is the tracker's, kept
 }
 #: Names whose presence means a directory holds (part of) a run.
 RUN_NAMES = ("config.yaml", "agent.json", "episodes.csv", "updates.csv", "checkpoints", "policy")
@@ -77,7 +83,7 @@ def check_path(path: Path, flag: str) -> None:
 
 
 def is_run(path: Path) -> bool:
-    """Whether ``path`` is a run directory written by train.py (it holds the marker)."""
+    """Whether ``path`` is a run directory written by pgrad-train (it holds the marker)."""
     try:
         return (path / MARKER).is_file()
     except OSError:
@@ -179,7 +185,7 @@ class RunLock:
 def write_marker(out: Path) -> None:
     """Marks ``out`` as a pgrad run directory (atomically)."""
     tmp = out / f"{MARKER}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps({"pgrad": "run directory written by scripts/train.py",
+    tmp.write_text(json.dumps({"pgrad": "run directory written by pgrad-train",
                                "format": 1}) + "\n")
     os.replace(tmp, out / MARKER)
 

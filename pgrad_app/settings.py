@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from pgrad.core.errors import UserError, suggest
+from pgrad_app.cli import command
 from pgrad_app.plugins import TRANSFORM_KINDS, load_transform, resolve_env  # noqa: F401  (re-exported)
 
 HYPER_KEY = "hyperparameters"
@@ -32,11 +33,13 @@ HYPER_KEY = "hyperparameters"
 MAX_CONFIG_BYTES = 1 << 20
 #: Upper bounds of the run settings (a typo such as an extra zero is refused, not run).
 MAX_TOTAL_STEPS = 10**12
+#: Experiment trackers ``track`` may name (``None``: the run directory only).
+TRACKERS = (None, "wandb")
 
 
 @dataclass
 class RunSettings:
-    """What ``scripts/train.py`` needs besides the agent's hyperparameters."""
+    """What ``pgrad-train`` needs besides the agent's hyperparameters."""
 
     agent: str = field(default="a2c", metadata={"help": "agent name (see agents.names())"})
     env: str = field(
@@ -49,6 +52,10 @@ class RunSettings:
         default=None,
         metadata={"help": "user transform 'module:attr' (module may be a .py path); none: agent's"},
     )
+    transform_args: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": "keyword arguments for the transform factory (--transform-arg k=v)"},
+    )
     stop_at_return: float | None = field(
         default=None,
         metadata={"help": "stop once the mean return of the last 20 training episodes is >= this"},
@@ -60,6 +67,20 @@ class RunSettings:
     max_nonfinite_skips: int = field(
         default=10,
         metadata={"help": "stop after this many consecutive updates skipped for NaN/Inf gradients"},
+    )
+    eval_every: int = field(
+        default=0,
+        metadata={"help": "evaluate on separate envs every this many env steps (eval.csv, best/);"
+                  " 0: off"},
+    )
+    eval_episodes: int = field(
+        default=10,
+        metadata={"help": "episodes per evaluation during training (deterministic actions)"},
+    )
+    track: str | None = field(
+        default=None,
+        metadata={"help": "experiment tracking besides the run directory: 'wandb' (pip install "
+                  "'pgrad[wandb]'); none: off"},
     )
 
     def validate(self) -> None:
@@ -74,6 +95,19 @@ class RunSettings:
             raise ValueError(f"seed must be >= 0; got {self.seed}.")
         if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
             raise ValueError(f"stop_at_return must be finite; got {self.stop_at_return}.")
+        if self.transform_args is not None:
+            if not isinstance(self.transform_args, dict):
+                raise ValueError(f"transform_args must be a mapping of name: value; got "
+                                 f"{self.transform_args!r}.")
+            if self.transform is None:
+                raise ValueError("transform_args need a transform (--transform MODULE:ATTR).")
+        if not 0 <= self.eval_every <= MAX_TOTAL_STEPS:
+            raise ValueError(f"eval_every must be >= 0 (0: off); got {self.eval_every}.")
+        if not 1 <= self.eval_episodes <= 10_000:
+            raise ValueError(f"eval_episodes must be in [1, 10000]; got {self.eval_episodes}.")
+        if self.track not in TRACKERS:
+            raise ValueError(f"track must be one of {[t for t in TRACKERS if t]} or none; "
+                             f"got {self.track!r}.")
 
 
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunSettings))
@@ -173,14 +207,14 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def parse_set(pair: str) -> tuple[str, Any]:
+def parse_set(pair: str, flag: str = "--set") -> tuple[str, Any]:
     """``"key=value"`` -> ``(key, value parsed as YAML)``; the value is typed later."""
     if "=" not in pair:
-        raise UserError(f"--set {pair!r}: expected key=value, e.g. --set gamma=0.98.")
+        raise UserError(f"{flag} {pair!r}: expected key=value, e.g. {flag} gamma=0.98.")
     key, text = pair.split("=", 1)
     key = key.strip()
     if not key:
-        raise UserError(f"--set {pair!r}: the key is empty.")
+        raise UserError(f"{flag} {pair!r}: the key is empty.")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -294,7 +328,7 @@ def dump_run_config(settings: RunSettings, hyper: Any) -> str:
     data[HYPER_KEY] = {f.name: to_plain(getattr(hyper, f.name)) for f in dataclasses.fields(hyper)}
     header = (
         "# pgrad run configuration, fully resolved (every setting, defaults included).\n"
-        "# Reproduce: python scripts/train.py --config config.yaml --out NEW_DIR\n"
+        f"# Reproduce: {command('train')} --config config.yaml --out NEW_DIR\n"
     )
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
@@ -311,3 +345,37 @@ def field_help(cls: type) -> list[tuple[str, str, Any]]:
             default = None
         out.append((f.name, f.metadata.get("help", ""), to_plain(default)))
     return out
+
+
+def saved_run_values(path: Path) -> dict[str, Any] | None:
+    """The settings of a directory ``agent.save`` wrote (``agent.json``, no ``config.yaml``) as a
+    ``config.yaml`` mapping would hold them (agent, env, seed, hyperparameters), or ``None`` if
+    ``path`` holds no ``agent.json``. A custom transform is recorded by name only, so it is not
+    among them: the caller asks for it (:func:`saved_transform`).
+
+    Raises:
+      UserError: an ``agent.json`` that is not a pgrad agent record.
+    """
+    from agents.persistence import AGENT_FILE, read_description
+
+    if not (path / AGENT_FILE).is_file():
+        return None
+    try:
+        record = read_description(path)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    values = {"agent": record["agent"], "seed": record.get("seed", 0),
+              HYPER_KEY: record["hyperparameters"]}
+    if record.get("env"):
+        values["env"] = record["env"]
+    return values
+
+
+def saved_transform(path: Path) -> str | None:
+    """The name of the custom transform a saved agent was trained with (``None``: its own)."""
+    from agents.persistence import read_description
+
+    try:
+        return read_description(path).get("transform")
+    except ValueError:
+        return None

@@ -33,6 +33,11 @@ from pgrad.core.per_step import step_norms_squared
 STEP_AXES = ("any", "per_step", "aggregates")
 
 
+def shape_str(shape) -> str:
+    """``[80, ?, 64]``: a shape as the transform errors print it."""
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
 class TransformError(ValueError):
     """A transform failed or returned gradients of the wrong shape or dtype."""
 

@@ -21,6 +21,7 @@ from pgrad.transforms.base import (
     empty_init,
     global_norm,
     per_step_scale,
+    shape_str,
 )
 
 
@@ -289,13 +290,22 @@ def from_function(fn: Callable[..., Sequence[tf.Tensor]], name: str | None = Non
         if isinstance(out, tf.Tensor) or not isinstance(out, (list, tuple)):
             raise TransformError(f"transform {who!r} returned {type(out).__name__}; expected a "
                                  f"list of {len(grads)} gradients.")
-        out = [tf.convert_to_tensor(g) for g in out]
-        if len(out) == len(grads) and all(
-                o.shape.rank is not None and o.shape.rank == g.shape.rank - 1
-                for o, g in zip(out, grads)):
-            return out, state  # fn aggregated the steps itself
-        return [reduce(o) if o.shape.rank == g.shape.rank else o
-                for o, g in zip(out, grads)], state
+        if len(out) != len(grads):
+            raise TransformError(f"transform {who!r} returned {len(out)} gradients; expected "
+                                 f"{len(grads)} (one per variable).")
+        result = []
+        for i, (o, g) in enumerate(zip(out, grads)):
+            o = tf.convert_to_tensor(o)
+            if o.shape.rank == g.shape.rank - 1 and o.shape.is_compatible_with(g.shape[1:]):
+                result.append(o)  # fn aggregated the steps itself
+            elif o.shape.is_compatible_with(g.shape):
+                result.append(reduce(o))
+            else:
+                raise TransformError(
+                    f"transform {who!r} returned gradient {i} with shape {shape_str(o.shape)}; "
+                    f"expected {shape_str(g.shape)} (per step) or {shape_str(g.shape[1:])} "
+                    "(aggregated).")
+        return result, state
 
     return GradientTransform(empty_init, update, name=who, step_axis="aggregates")
 

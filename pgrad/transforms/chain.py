@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from pgrad.transforms.base import FusedForm, GradientTransform, StepScale, TransformError
-
-
-def _shape_str(shape) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+from pgrad.transforms.base import (
+    FusedForm,
+    GradientTransform,
+    StepScale,
+    TransformError,
+    shape_str,
+)
 
 
 def _compatible(a: tf.TensorShape, b: tf.TensorShape) -> bool:
@@ -55,7 +57,7 @@ def check_outputs(transform: GradientTransform, position: str, before, after) ->
         if not _compatible(a.shape, want):
             raise TransformError(
                 f"transform {transform.name!r}{position} returned gradient {i} with shape "
-                f"{_shape_str(a.shape)}; expected {_shape_str(want)}."
+                f"{shape_str(a.shape)}; expected {shape_str(want)}."
             )
         if a.dtype != b.dtype:
             raise TransformError(

@@ -263,7 +263,8 @@ def switch_run(files, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("attr, fragments", [
-    ("wrong_shape", ["transform 'switch'", "shape [80, 1, 64]", "expected [80, 4, 64]"]),
+    ("wrong_shape", ["transform 'switch'", "shape [80, 1, 64]",
+                     "expected [80, 4, 64] (per step)"]),
     ("boom", ["transform 'switch'", "raised RuntimeError: boom"]),
 ])
 def test_failing_transform_names_itself_and_keeps_the_checkpoint(attr, fragments, switch_run,

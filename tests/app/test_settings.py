@@ -156,6 +156,10 @@ def plain(grads, **context):
     w = context["advantages"]
     return [g * tf.reshape(w, [-1] + [1] * (len(g.shape) - 1)) for g in grads]
 
+def aggregated(grads, **context):  # weights each step, then averages: the final gradient
+    w = context["advantages"]
+    return [tf.reduce_mean(g * tf.reshape(w, [-1] + [1] * (len(g.shape) - 1)), 0) for g in grads]
+
 def not_a_factory():
     return 42
 
@@ -176,15 +180,36 @@ def test_load_transform_accepts_transform_factory_and_plain_function(transforms_
     assert isinstance(t, pgrad.GradientTransform) and t.aggregates
     t = C.load_transform(f"{transforms_file}:factory")
     assert [c.name for c in t.leaves][0] == "clip_per_step(1.0)"
-    t = C.load_transform(f"{transforms_file}:plain")
-    assert [c.name for c in t.leaves] == ["plain", "mean_steps"]
-    # The wrapped plain function computes mean_t(adv_t * g_t), like the built-in chain.
     g = [tf.constant([[1.0, 2.0], [3.0, 4.0]])]  # [T=2, 2]
     adv = tf.constant([1.0, -2.0])
-    out, _ = t.update(g, t.init([tf.Variable([0.0, 0.0])]), advantages=adv)
     ready = C.load_transform(f"{transforms_file}:ready")
     ref, _ = ready.update(g, ready.init([tf.Variable([0.0, 0.0])]), advantages=adv)
-    assert out[0].numpy().tolist() == ref[0].numpy().tolist() == [-2.5, -3.0]
+    # A plain function returning per-step gradients gets the mean; one returning aggregated
+    # gradients is the aggregation itself. Both compute mean_t(adv_t * g_t), like the chain.
+    for name in ("plain", "aggregated"):
+        t = C.load_transform(f"{transforms_file}:{name}")
+        assert [c.name for c in t.leaves] == [name] and t.aggregates
+        out, _ = t.update(g, t.init([tf.Variable([0.0, 0.0])]), advantages=adv)
+        assert out[0].numpy().tolist() == ref[0].numpy().tolist() == [-2.5, -3.0]
+
+
+def test_plain_function_of_neither_shape_is_named():
+    t = pgrad.from_function(lambda grads, **c: [g[:, :1] for g in grads], name="cut")
+    with pytest.raises(pgrad.TransformError, match=r"'cut' returned gradient 0 with shape "
+                       r"\[2, 1\]; expected \[2, 2\] \(per step\) or \[2\] \(aggregated\)"):
+        t.update([tf.ones([2, 2])], t.init([tf.Variable([0.0, 0.0])]))
+
+
+def test_transform_args_are_typed_for_the_factory(transforms_file):
+    t = C.load_transform(f"{transforms_file}:factory", {"max_norm": 2})  # int -> float
+    assert t.leaves[0].name == "clip_per_step(2.0)"
+    for kwargs, fragment in [({"max_nrom": 1}, "Did you mean 'max_norm'"),
+                             ({"max_norm": "abc"}, "--transform-arg max_norm: expected a number")]:
+        with pytest.raises(UserError) as err:
+            C.load_transform(f"{transforms_file}:factory", kwargs)
+        assert fragment in str(err.value)
+    with pytest.raises(UserError, match="needs a factory"):
+        C.load_transform(f"{transforms_file}:ready", {"max_norm": 1.0})
 
 
 @pytest.mark.parametrize("attr, fragment", [

@@ -1,0 +1,199 @@
+"""Ready-made training callbacks (see :mod:`agents.learning` for the protocol).
+
+* :class:`StopAtReturn` -- stop once the mean return of the last ``window`` training episodes
+  reaches a threshold;
+* :class:`Checkpoint` -- an atomic checkpoint every ``every`` env steps and at the end;
+* :class:`EvalCallback` -- evaluate on separate envs every ``every`` env steps (deterministic
+  actions by default), one row per evaluation in ``eval.csv``, the best policy so far saved with
+  ``agent.save`` in ``best/``, optionally stop once the evaluation reaches a target.
+
+Usage::
+
+    from agents.callbacks import EvalCallback, StopAtReturn
+    agent.learn(200_000, callbacks=[EvalCallback(every=10_000, episodes=10, log_dir="runs/x",
+                                                 target=500), StopAtReturn(475)])
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from agents import persistence
+from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
+
+EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "episodes",
+                "deterministic", "best")
+
+
+class StopAtReturn(Callback):
+    """Stops once the mean return of the last ``window`` training episodes is ``>= threshold``
+    (and at least ``window`` episodes have finished)."""
+
+    name = "stop_at_return"
+
+    def __init__(self, threshold: float, window: int = ROLLING):
+        if not math.isfinite(float(threshold)):
+            raise ValueError(f"threshold must be finite; got {threshold}.")
+        if not 1 <= int(window) <= HISTORY:
+            raise ValueError(f"window must be in [1, {HISTORY}]; got {window}.")
+        self.threshold, self.window = float(threshold), int(window)
+
+    def on_update(self, loop: Loop) -> bool:
+        recent = loop.stats.recent_returns
+        rolling = loop.rolling_return(self.window)
+        return not (len(recent) >= self.window and rolling >= self.threshold)
+
+
+class Checkpoint(Callback):
+    """An atomic, verified checkpoint of the agent every ``every`` env steps and at the end.
+
+    Args:
+      directory: where the checkpoints go (``step-N/`` each; :mod:`pgrad.rl.checkpoint`).
+      every: env steps between checkpoints.
+      keep: newest checkpoints kept.
+    """
+
+    def __init__(self, directory: str | os.PathLike, every: int = 10_000, keep: int = 3):
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1; got {every}.")
+        self.directory, self.every, self.keep = Path(directory), int(every), int(keep)
+        self.last: Path | None = None
+        self._saved_step: int | None = None
+
+    def meta(self, loop: Loop) -> dict[str, Any]:
+        """What the checkpoint's meta.json records besides the agent."""
+        return progress_meta(loop.agent)
+
+    def save(self, loop: Loop) -> Path:
+        """Writes a checkpoint now (once per env step) and returns its directory."""
+        step = loop.env_steps
+        if self._saved_step == step and self.last is not None:
+            return self.last
+        self.last = persistence.save_checkpoint(loop.agent, self.directory, self.meta(loop),
+                                                keep=self.keep)
+        self._saved_step = step
+        return self.last
+
+    def on_start(self, loop: Loop) -> None:
+        self._next = (loop.env_steps // self.every + 1) * self.every
+
+    def on_update(self, loop: Loop) -> None:
+        if loop.env_steps >= self._next:
+            self.save(loop)
+            self._next = (loop.env_steps // self.every + 1) * self.every
+
+    def on_end(self, loop: Loop) -> None:
+        self.save(loop)
+
+
+class EvalCallback(Callback):
+    """Evaluates the policy on separate envs every ``every`` env steps.
+
+    Args:
+      env_id: the evaluation env (a registered id); default: the agent's.
+      every: env steps between evaluations.
+      episodes: episodes per evaluation (episode ``i`` reset with ``seed + i``, the same
+        episodes every time, so evaluations compare).
+      deterministic: the policy's mode (default) instead of sampled actions.
+      seed: seed of the first evaluation episode; default: the agent's seed + 2000 (apart from
+        training's and from ``pgrad-evaluate``'s default episodes).
+      log_dir: write ``log_dir/eval.csv`` (one row per evaluation) and keep the best policy in
+        ``log_dir/best`` (``agents.load`` / ``pgrad.evaluate`` read it).
+      best_dir: where the best policy goes instead (``None`` with no ``log_dir``: not kept).
+      target: stop once an evaluation's mean return is ``>= target``.
+      verbose: print one line per evaluation (above the progress bar).
+
+    After each evaluation ``loop.evaluation`` holds its row (``step, wall_s, return_mean, ...``)
+    for the callbacks after this one; ``self.best`` is the best mean return so far.
+    """
+
+    name = "eval_target"
+
+    def __init__(self, env_id: str | None = None, every: int = 10_000, episodes: int = 10,
+                 deterministic: bool = True, seed: int | None = None,
+                 log_dir: str | os.PathLike | None = None,
+                 best_dir: str | os.PathLike | None = None, target: float | None = None,
+                 verbose: bool = True):
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1; got {every}.")
+        if int(episodes) < 1:
+            raise ValueError(f"episodes must be >= 1; got {episodes}.")
+        self.env_id, self.every, self.episodes = env_id, int(every), int(episodes)
+        self.deterministic, self.seed, self.target, self.verbose = (
+            bool(deterministic), seed, target, verbose)
+        self.log_path = Path(log_dir) / "eval.csv" if log_dir is not None else None
+        self.best_dir = (Path(best_dir) if best_dir is not None
+                         else Path(log_dir) / "best" if log_dir is not None else None)
+        self.best: float | None = None
+        self.rows: list[dict[str, Any]] = []
+
+    def on_start(self, loop: Loop) -> None:
+        agent = loop.agent
+        self.env_id = self.env_id or agent.env_id
+        if not isinstance(self.env_id, str):
+            raise ValueError("EvalCallback needs env_id: the agent's env is not a registered id.")
+        if self.seed is None:
+            self.seed = int(agent.seed) + 2000
+        self._next = (loop.env_steps // self.every + 1) * self.every
+        if self.log_path is not None:
+            self._continue_log(loop.env_steps)
+
+    def _continue_log(self, step: int) -> None:
+        """Keeps the rows of an earlier run up to ``step`` (a resumed run) and their best."""
+        kept = []
+        if self.log_path.exists():
+            with open(self.log_path, newline="", errors="replace") as f:
+                for row in csv.DictReader(f):
+                    try:
+                        if int(row["step"]) <= step:
+                            kept.append(row)
+                            mean = float(row["return_mean"])
+                            self.best = mean if self.best is None else max(self.best, mean)
+                    except (KeyError, TypeError, ValueError):
+                        continue
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.log_path.with_name(f".{self.log_path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, EVAL_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(tmp, self.log_path)
+
+    def evaluate(self, loop: Loop) -> dict[str, Any]:
+        """Runs one evaluation now; logs it, keeps the best policy; returns its row."""
+        import pgrad
+
+        r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
+                           deterministic=self.deterministic, seed=self.seed)
+        improved = self.best is None or r["return_mean"] > self.best
+        if improved:
+            self.best = r["return_mean"]
+            if self.best_dir is not None:
+                loop.agent.save(self.best_dir)
+        row = {"step": loop.env_steps, "wall_s": round(loop.wall_s(), 3),
+               "return_mean": r["return_mean"], "return_std": r["return_std"],
+               "length_mean": r["length_mean"], "episodes": self.episodes,
+               "deterministic": int(self.deterministic), "best": int(improved)}
+        self.rows.append(row)
+        loop.evaluation = row
+        if self.log_path is not None:
+            with open(self.log_path, "a", newline="") as f:
+                csv.DictWriter(f, EVAL_COLUMNS).writerow(row)
+        if self.verbose:
+            mode = "deterministic" if self.deterministic else "sampled"
+            kept = f"; best so far, saved in {self.best_dir}" if improved and self.best_dir \
+                else ""
+            loop.say(f"eval at step {row['step']:,}: return {r['return_mean']:.2f} ± "
+                     f"{r['return_std']:.2f} over {self.episodes} episodes ({mode}){kept}")
+        return row
+
+    def on_update(self, loop: Loop) -> bool:
+        if loop.env_steps < self._next:
+            return True
+        self._next = (loop.env_steps // self.every + 1) * self.every
+        row = self.evaluate(loop)
+        return self.target is None or row["return_mean"] < self.target

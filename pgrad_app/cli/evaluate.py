@@ -1,0 +1,100 @@
+"""Evaluate a trained run or saved agent: N episodes, mean ± std of return and length, eval.json.
+
+    pgrad-evaluate runs/a2c-cartpole --episodes 20             # greedy actions
+    pgrad-evaluate runs/a2c-cartpole --episodes 20 --stochastic
+
+Actions are deterministic (the policy's mode) unless --stochastic, as in Stable-Baselines3 and
+rl-zoo. The policy is the run's exported policy/ (or, for a run without one, its newest good
+checkpoint). Bad input: one line, exit code 2.
+
+Robustness to observation attacks (the checkpointed policy; epsilon in raw observation units):
+
+    pgrad-evaluate runs/a2c-cartpole --attack fgsm --epsilon 0.01,0.05,0.1
+    pgrad-evaluate runs/a2c-cartpole --attack pgd --pgd-steps 10
+
+prints return (mean ± std) per epsilon (0, the clean baseline, is always included), writes it
+under "attack" in DIR/eval.json and plots it to DIR/robustness.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
+from pgrad.core.errors import UserError, run_cli
+from pgrad_app.cli import command
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, without argparse's usage block
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=command("evaluate"), description="Evaluate the policy of a training run "
+                "or a saved agent (deterministic actions unless --stochastic).")
+    p.add_argument("run", metavar="DIR", help="a run directory pgrad-train wrote, or a "
+                   "directory agent.save wrote")
+    p.add_argument("--episodes", type=int, default=10, metavar="N",
+                   help="episodes to run (default: 10)")
+    p.add_argument("--stochastic", action="store_true",
+                   help="sample actions from the policy (default: off, greedy actions)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="greedy actions: the default, kept for older command lines (default: on)")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="env seed of the first episode (default: the run's seed + 1000)")
+    p.add_argument("--video", metavar="VDIR", default=None,
+                   help="record every episode as mp4 into VDIR (needs moviepy; default: off)")
+    p.add_argument("--env", metavar="ENV_ID", default=None,
+                   help="evaluate on another env with the same spaces (default: the run's env)")
+    p.add_argument("--attack", choices=("fgsm", "pgd"), default=None,
+                   help="perturb every observation against the policy (default: off)")
+    p.add_argument("--epsilon", metavar="E1,E2,...", default=None,
+                   help="with --attack: L-inf radii in raw observation units, comma-separated; "
+                   "0 is always added (default: 0,0.01,0.05,0.1)")
+    p.add_argument("--pgd-steps", type=int, default=10, metavar="K",
+                   help="with --attack pgd: sign-gradient steps (default: 10)")
+    p.add_argument("--trust-run-code", action="store_true",
+                   help="import the env module the run's config.yaml names (module:EnvId) without "
+                   "naming it again with --env (default: refuse)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from pgrad_app.evaluate import evaluate_run
+
+    if args.attack is None and args.epsilon is not None:
+        raise UserError("--epsilon needs --attack fgsm or --attack pgd.")
+    if args.stochastic and args.deterministic:
+        raise UserError("--stochastic and --deterministic contradict each other; choose one.")
+    r = evaluate_run(args.run, episodes=args.episodes, deterministic=not args.stochastic,
+                 seed=args.seed, video_dir=args.video, env_id=args.env, attack=args.attack,
+                 epsilons=args.epsilon, pgd_steps=args.pgd_steps,
+                 trust_run_code=args.trust_run_code)
+    if args.attack is not None:
+        from pgrad_app.robustness import table
+
+        a = r["attack"]
+        mode = "deterministic" if r["deterministic"] else "sampled"
+        steps = f" ({a['pgd_steps']} steps)" if a["kind"] == "pgd" else ""
+        print(f"{r['env']}: {a['kind'].upper()}{steps} attack, {r['episodes']} episodes per "
+              f"epsilon ({mode} actions, {r['source']}, seeds {r['seed']}..)")
+        print(table(a))
+        out = args.run.rstrip("/")
+        print(f"wrote {out}/eval.json and {out}/robustness.png")
+        return 0
+    mode = "deterministic" if r["deterministic"] else "sampled (--stochastic)"
+    print(f"{r['env']}: {r['episodes']} episodes ({mode} actions, {r['source']}, "
+          f"seeds {r['seed']}..{r['seed'] + r['episodes'] - 1})")
+    print(f"return {r['return_mean']:.2f} ± {r['return_std']:.2f}")
+    print(f"length {r['length_mean']:.1f} ± {r['length_std']:.1f}")
+    print(f"wrote {args.run.rstrip('/')}/eval.json"
+          + (f"; videos in {args.video}" if args.video else ""))
+    return 0
+
+
+def entry() -> int:
+    """The console command (``[project.scripts]``): ``main`` with one-line errors."""
+    return run_cli(main)

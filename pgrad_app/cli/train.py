@@ -1,0 +1,415 @@
+"""Train a pgrad agent on a Gymnasium env and write a complete, resumable run directory.
+
+    pgrad-train --agent a2c --env CartPole-v1 --total-steps 100000 --seed 0 \\
+        --out runs/a2c-cartpole
+
+Settings are resolved in this order (later wins): defaults < the agent's tuned hyperparameters
+for the env (pgrad_app/configs/AGENT.yaml; --no-tuned skips them) < --config FILE < flags < --set.
+Every bad input is reported in one line with exit code 2 before anything is written; --debug
+shows the traceback. See docs/scripts.md and docs/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
+from pgrad.core.errors import UserError, one_line, run_cli
+from pgrad_app import rundir
+from pgrad_app import settings as config_lib
+from pgrad_app.cli import command
+
+# Flags that describe the run itself and so cannot change when resuming it.
+FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
+                   "adversarial_epsilon", "no_tuned", "transform_arg")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2 (argparse's code) without the usage block
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def _defaults() -> dict:
+    return {f.name: f.default for f in dataclasses.fields(config_lib.RunSettings)}
+
+
+def _agent_epilog() -> str:
+    """Every agent's hyperparameters with their defaults (for --help; --set NAME=VALUE)."""
+    try:
+        import agents
+    except Exception as err:  # --help must work even if agents fail to import
+        return f"(agents could not be imported: {one_line(err)})"
+    lines = ["hyperparameters (--set NAME=VALUE or in --config FILE):"]
+    for name in agents.names():
+        lines.append(f"  {name}:")
+        for field, text, default in config_lib.field_help(agents.get(name).Config):
+            lines.append(f"    {field}={json.dumps(default)}  {text}")  # as --set takes it
+    return "\n".join(lines)
+
+
+def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
+    d = _defaults()
+    p = _parser = _Parser(
+        prog=command("train"),
+        description="Train a policy-gradient agent and write a run directory.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_agent_epilog() if with_epilog else None,
+    )
+    add = p.add_argument
+    add("--agent", help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
+    add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
+        f"(default: {d['env']})")
+    add("--total-steps", type=int, metavar="N", help=f"env steps to train for "
+        f"(default: {d['total_steps']}); with --resume, the new total")
+    add("--seed", type=int, help=f"random seed (default: {d['seed']})")
+    add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
+    add("--num-envs", type=int, metavar="N",
+        help="parallel envs (default: the agent's num_envs: 16 for a2c and npg, 8 for "
+        "reinforce, 1 for ppo, unless a tuned entry sets it)")
+    add("--config", metavar="FILE", help="YAML file with run settings and hyperparameters "
+        "(default: none; a run's config.yaml works)")
+    add("--no-tuned", action="store_true", help="ignore the agent's tuned hyperparameters "
+        "for the env (pgrad_app/configs/AGENT.yaml) and start from the plain defaults "
+        "(default: use them when the env has an entry)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one setting or hyperparameter, typed from its field (repeatable; "
+        "default: none)")
+    add("--transform", metavar="MODULE:ATTR", help="your gradient transform: a GradientTransform, "
+        "a factory of one (its keyword arguments from --transform-arg), or a plain function "
+        "fn(grads, **context) -> grads. The plain function gets per-step gradients [T, *shape]; "
+        "if it returns them per step, the mean over steps follows; if it returns aggregated "
+        "ones [*shape], they are the gradient (decided by shape). MODULE may be a .py path. It "
+        "runs inside a compiled TensorFlow graph: its Python side effects (print, counters, "
+        "file writes) happen once, when the graph is traced, not at every update; use tf.print "
+        "for per-update output (default: the agent's own chain)")
+    add("--transform-arg", action="append", default=[], metavar="KEY=VALUE",
+        help="a keyword argument for the --transform factory, typed from its default or "
+        "annotation like --set (repeatable; default: none)")
+    add("--diagnostics", action="store_true", default=None,
+        help="per-step gradient diagnostics each update: diag_* columns in updates.csv, "
+        "TensorBoard histograms of per-step norms (hyperparameter diagnostics; default: off)")
+    add("--adversarial-epsilon", type=float, metavar="E", help="act on FGSM-perturbed "
+        "observations while training, L-inf radius E in raw observation units "
+        "(hyperparameter adversarial_epsilon; default: 0 = off)")
+    add("--stop-at-return", type=float, metavar="R", help="stop when the mean return of the "
+        "last 20 training episodes reaches R (default: off)")
+    add("--eval-every", type=int, metavar="N", help="evaluate on separate envs every N env "
+        "steps with deterministic actions: a row in eval.csv each time, the best policy so far "
+        "in best/ (default: 0 = off)")
+    add("--eval-episodes", type=int, metavar="K", help=f"episodes per evaluation (default: "
+        f"{d['eval_episodes']})")
+    add("--track", choices=("wandb",), help="also log the run to an experiment tracker: config, "
+        "updates, episodes, evaluations, the learning curve (pip install 'pgrad[wandb]'; "
+        "WANDB_MODE=offline works; the run directory stays the record; default: off)")
+    add("--checkpoint-every", type=int, metavar="N",
+        help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
+    add("--max-nonfinite-skips", type=int, metavar="N", help="stop after N consecutive updates "
+        f"skipped for NaN/Inf gradients (default: {d['max_nonfinite_skips']})")
+    add("--resume", metavar="DIR", help="continue the run in DIR from its newest good checkpoint "
+        "(default: off)")
+    add("--overwrite", action="store_true", help="replace the run in --out, deleting only the "
+        "files pgrad wrote there (default: refuse)")
+    add("--trust-run-code", action="store_true", help="with --resume: import the env module and "
+        "transform the run's config.yaml names without naming them again (default: refuse)")
+    add("--quiet", action="store_true", help="no progress bar; logs and summary only "
+        "(default: off)")
+    add("--debug", action="store_true", help="show tracebacks for errors (default: off)")
+    del _parser
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# Output directory.
+# ---------------------------------------------------------------------------------------------
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` is a run directory pgrad-train wrote (it holds the marker file)."""
+    return rundir.is_run(path)
+
+
+def make_run_dir(out: Path, overwrite: bool) -> rundir.RunLock:
+    """Creates ``out`` (after all checks passed) and locks it; with overwrite, removes the old
+    run's files (only those pgrad wrote). Returns the held lock."""
+    lock, kept = rundir.create(out, overwrite)
+    if kept:
+        shown = ", ".join(str(p.relative_to(out)) for p in kept[:3])
+        more = f" and {len(kept) - 3} more" if len(kept) > 3 else ""
+        print(f"note: --overwrite kept {len(kept)} file(s) pgrad did not write: {shown}{more}",
+              file=sys.stderr)
+    return lock
+
+
+def warn_about_work(settings, cfg) -> None:
+    """One warning line when one update alone takes more env steps than the whole run asks."""
+    per_update = cfg.steps_per_update() if hasattr(cfg, "steps_per_update") else 0
+    if per_update > settings.total_steps:
+        what = ("batch_steps" if getattr(cfg, "rollout", "steps") == "episodes"
+                else f"n_steps x num_envs = {cfg.n_steps} x {cfg.num_envs}")
+        print(f"warning: one update collects {what} = {per_update:,} env steps, more than "
+              f"total_steps={settings.total_steps:,}; the run will take at least "
+              f"{per_update:,} env steps.", file=sys.stderr, flush=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving settings.
+# ---------------------------------------------------------------------------------------------
+
+
+def _get_agent(name: str):
+    import agents
+
+    try:
+        return agents.get(name)
+    except (KeyError, ValueError) as err:
+        raise UserError(f"--agent: {one_line(err)}") from None
+
+
+FLAG_KEYS = {  # argparse dest -> run setting
+    "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
+    "transform": "transform", "stop_at_return": "stop_at_return",
+    "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
+    "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
+}
+
+
+def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | None]:
+    """Merges defaults < tuned < file < flags < --set into (RunSettings, agent Config, agent
+    class, where each value came from, the tuned file used or None).
+
+    The tuned layer is the agent's entry for the env in ``pgrad_app/configs/AGENT.yaml``
+    (``pgrad_app.hyperparams``), skipped with ``--no-tuned``.
+    """
+    from pgrad_app import hyperparams
+
+    file_values = config_lib.load_yaml(args.config) if args.config else {}
+    set_pairs = [config_lib.parse_set(p) for p in args.set]
+    agent_name = args.agent or dict(set_pairs).get("agent") or file_values.get("agent") or "a2c"
+    agent_cls = _get_agent(str(agent_name))
+    env = (args.env or dict(set_pairs).get("env") or file_values.get("env")
+           or _defaults()["env"])
+    source: dict[str, str] = {}
+    run_values, hyper = {}, {}
+    try:
+        found = None if args.no_tuned else hyperparams.tuned(str(agent_name), str(env))
+    except UserError as err:
+        raise UserError(f"{err} (--no-tuned skips the tuned hyperparameters)") from None
+    if found is not None:
+        tuned_values, tuned_path = found
+        hyper.update(tuned_values)
+        source.update({k: f"{tuned_path}: {env}: {k}" for k in tuned_values})
+    if args.config:
+        run_f, hyper_f = config_lib.split_keys(file_values, agent_cls.Config, args.config)
+        run_values.update(run_f)
+        hyper.update(hyper_f)
+        source.update({k: f"{args.config}: {k}" for k in [*run_f, *hyper_f]})
+    for dest, key in FLAG_KEYS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            run_values[key] = value
+            source[key] = "--" + dest.replace("_", "-")
+    if args.num_envs is not None:
+        if "num_envs" not in config_lib.field_types(agent_cls.Config):
+            raise UserError(f"--num-envs: agent {agent_name!r} has no num_envs setting.")
+        hyper["num_envs"] = args.num_envs
+        source["num_envs"] = "--num-envs"
+    for dest in ("diagnostics", "adversarial_epsilon"):  # agent hyperparameters with a flag
+        if getattr(args, dest) is not None:
+            hyper[dest] = getattr(args, dest)
+            source[dest] = "--" + dest.replace("_", "-")
+    for key, value in set_pairs:
+        run_s, hyper_s = config_lib.split_keys({key: value}, agent_cls.Config, f"--set {key}")
+        run_values.update(run_s)
+        hyper.update(hyper_s)
+        source[key] = f"--set {key}"
+    if args.transform_arg:
+        run_values["transform_args"] = {
+            **(run_values.get("transform_args") or {}),
+            **dict(config_lib.parse_set(p, "--transform-arg") for p in args.transform_arg)}
+        source["transform_args"] = "--transform-arg"
+    run_values["agent"] = str(agent_name)
+    settings = config_lib.build(config_lib.RunSettings, run_values, source)
+    cfg = config_lib.build(agent_cls.Config, hyper, source)
+    # The tuned file counts only if one of its values survived the later layers.
+    tuned_path = found[1] if found is not None else None
+    if tuned_path is not None and not any(v.startswith(f"{tuned_path}: ") for v in source.values()):
+        tuned_path = None
+    return settings, cfg, agent_cls, source, tuned_path
+
+
+def tuned_note(agent: str, env: str, path: Path) -> str:
+    """The line pgrad-train prints when a tuned entry applies."""
+    return (f"using tuned hyperparameters for {agent} on {env} from {path} "
+            "(--no-tuned for the plain defaults)")
+
+
+def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
+    """Settings of the run in ``--resume DIR``; only the length/stopping flags may change.
+
+    ``DIR`` may also be a directory ``agent.save`` wrote (then ``--total-steps`` is needed).
+    config.yaml is checked against what the run recorded (agent.json, checkpoints); code it
+    names is imported only if given again (--env, --transform) or with --trust-run-code.
+    """
+    from pgrad_app import resume as resume_lib
+    from pgrad_app.plugins import check_run_code, names_code, same_spec
+
+    out = Path(args.resume)
+    if (out / "config.yaml").is_file():
+        values = config_lib.load_yaml(out / "config.yaml")
+    else:  # a directory agent.save wrote becomes a run directory from here on
+        values = config_lib.saved_run_values(out)
+        if values is None:
+            raise UserError(f"--resume {out}: no run there (no config.yaml) and no saved agent "
+                            "(no agent.json).")
+        if args.total_steps is None:
+            raise UserError(f"--resume {out}: a saved agent has no run settings yet; give "
+                            "--total-steps N (the env-step count to train to).")
+        named = config_lib.saved_transform(out)
+        if named and args.transform is None:
+            raise UserError(f"--resume {out}: the agent was trained with the transform "
+                            f"{named!r}; pass it again with --transform MODULE:ATTR.")
+    recorded_env = str(values.get("env", ""))
+    for dest in FIXED_ON_RESUME:
+        value = getattr(args, dest)
+        if dest == "env" and value is not None and same_spec(value, recorded_env):
+            continue  # naming the run's env module again is how its code is allowed
+        if value not in (None, [], False) and not (dest == "out" and Path(value) == out):
+            flag = "--" + dest.replace("_", "-")
+            raise UserError(f"{flag} cannot be changed when resuming; the settings are in "
+                            f"{out / 'config.yaml'} (change them in a new run).")
+    agent_cls = _get_agent(str(values.get("agent", "a2c")))
+    run_values, hyper = config_lib.split_keys(values, agent_cls.Config, str(out / "config.yaml"))
+    recorded = run_values.get("transform")
+    if recorded and args.transform is None and not args.trust_run_code:
+        # Never import code because a run directory names it: the user passes it again.
+        raise UserError(f"this run was trained with --transform {recorded}; pass it again "
+                        "to resume (pgrad never imports code named by a run directory; "
+                        "or --trust-run-code).")
+    if args.transform is not None and not same_spec(args.transform, recorded, split_last=True):
+        was = f"--transform {recorded}" if recorded else "the agent's own chain"
+        raise UserError(f"--transform {args.transform} cannot be changed when resuming: this run "
+                        f"was trained with {was}, and its checkpoints hold that transform's "
+                        "state (start a new run for another transform).")
+    if names_code(recorded_env):
+        check_run_code("env", recorded_env, args.env, args.trust_run_code, out, "--env")
+    source = {}
+    for dest, key in FLAG_KEYS.items():
+        value = getattr(args, dest)
+        if value is not None and key not in ("env", "transform"):  # checked above
+            run_values[key] = value
+            source[key] = "--" + dest.replace("_", "-")
+    settings = config_lib.build(config_lib.RunSettings, run_values, source)
+    cfg = config_lib.build(agent_cls.Config, hyper, {})
+    resume_lib.check(out, settings, cfg)
+    return settings, cfg, agent_cls
+
+
+def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
+    import signal
+
+    import gymnasium as gym
+
+    # Subprocess envs (vector_mode=async) are forked here: with SIGINT ignored while they start,
+    # they inherit that, so Ctrl-C (sent to the whole process group) reaches only this process,
+    # which then checkpoints and closes them in order.
+    from pgrad.rl.rollout import EnvError
+
+    async_envs = getattr(cfg, "vector_mode", "sync") == "async"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None
+    try:
+        return agent_cls(cfg, env_id=env_id, seed=seed, transform=transform)
+    except EnvError as err:  # the env's own code failed while being created or reset
+        raise UserError(f"cannot create {agent_cls.__name__}: {one_line(err)}") from err
+    except (ValueError, TypeError, gym.error.Error, ImportError) as err:
+        raise UserError(f"cannot create {agent_cls.__name__} on {env_id!r}: {one_line(err)}") \
+            from err
+    finally:
+        if async_envs:
+            signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main.
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None and any(a in ("-h", "--help") for a in argv):
+        build_parser(with_epilog=True).print_help()
+        return 0
+    args = build_parser().parse_args(argv)
+    from pgrad_app.trainer import Trainer, summary
+
+    resume = args.resume is not None
+    if resume and args.overwrite:
+        raise UserError("--resume continues a run and --overwrite replaces one; choose one.")
+    if args.trust_run_code and not resume:
+        raise UserError("--trust-run-code only applies to --resume (a new run imports only "
+                        "what you name).")
+    lock = None
+    try:
+        if resume:
+            out = Path(args.resume)
+            rundir.check_path(out, f"--resume {out}")
+            settings, cfg, agent_cls = resolve_resume(args)
+            tuned_path = None  # a resumed run's config.yaml holds every value already
+            lock = rundir.RunLock(out)  # before anything in the run changes
+        else:
+            settings, cfg, agent_cls, _, tuned_path = resolve(args)
+            out = Path(args.out or f"runs/{settings.agent}-{settings.env.split(':')[-1]}"
+                       f"-seed{settings.seed}")
+            rundir.check_new(out, args.overwrite)
+        warn_about_work(settings, cfg)
+        if settings.track:
+            from pgrad_app.tracking import require
+
+            require(settings.track)
+        # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
+        # user's own spelling is imported; or trusted); a module inside the run directory itself
+        # is still refused.
+        env_spec = (args.env or settings.env) if resume else settings.env
+        transform_spec = (args.transform or settings.transform) if resume else settings.transform
+        env_id = config_lib.resolve_env(env_spec, forbid_dir=out if resume else None)
+        transform = (config_lib.load_transform(transform_spec, settings.transform_args)
+                     if transform_spec else None)
+        agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
+        try:
+            text = config_lib.dump_run_config(settings, cfg)
+            if not resume:
+                lock = make_run_dir(out, args.overwrite)
+                write_text_atomic(out / "config.yaml", text)
+            trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
+            if resume:  # restored: only now may the run's files change
+                config = out / "config.yaml"
+                if not config.is_file() or text != config.read_text():  # a new --total-steps
+                    write_text_atomic(out / "config.yaml", text)
+                if not rundir.is_run(out):  # a run of an older pgrad
+                    rundir.write_marker(out)
+                print(f"resuming {out} from env step {trainer.resumed_from:,} "
+                      f"(checkpoint {trainer.last_checkpoint.name})", file=sys.stderr)
+            if tuned_path is not None:  # on stdout once training starts: stderr is for problems
+                print(tuned_note(settings.agent, settings.env, tuned_path), flush=True)
+            result = trainer.run()
+        finally:
+            agent.close()
+    finally:
+        if lock is not None:
+            lock.release()
+    print(summary(result))
+    return 0
+
+
+def entry() -> int:
+    """The console command (``[project.scripts]``): ``main`` with one-line errors."""
+    return run_cli(main)
