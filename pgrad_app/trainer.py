@@ -278,6 +278,8 @@ class Trainer:
                 raise RunError(
                     f"{found} (update {self.updates + 1}, env step {step}; {self._where()})"
                 ) from err
+            if isinstance(err, RunError):  # e.g. a rollout worker died: name the checkpoint
+                raise RunError(f"{one_line(err)} ({self._where()})") from err
             if isinstance(err, (ValueError, FloatingPointError)):  # e.g. NaN from the env
                 raise RunError(f"{one_line(err)} ({self._where()})") from err
             raise
