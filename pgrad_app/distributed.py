@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from pgrad.rl.rollout import Trajectory
 ROOT = Path(__file__).resolve().parents[1]  # the folder holding pgrad/, agents/, pgrad_app/
 INSTALL_HINT = "pip install 'pgrad[ray]'"
 MAX_RESTARTS = 3
+RESTART_TIMEOUT_S = 300.0  # a restarted worker imports TensorFlow and builds its envs
 
 
 class WorkerError(RunError):
@@ -258,36 +261,49 @@ class RemoteCollector:
         self.shares = split_envs(self.num_envs, workers)
         self.max_restarts = int(max_restarts)
         cls = ray.remote(RolloutWorker).options(
-            num_cpus=1, max_restarts=self.max_restarts, max_task_retries=self.max_restarts,
+            num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
             runtime_env={"env_vars": {"PYTHONPATH": _pythonpath()}})
         spec = agent.env_id if env_spec is None else env_spec
         self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k, start, count)
                        for k, (start, count) in enumerate(self.shares)]
-        self._get([a.ready.remote() for a in self.actors])  # constructor errors show here
+        self._calls = [a.ready.remote for a in self.actors]
+        self._get([call() for call in self._calls])  # constructor errors show here
 
     def _get(self, refs: list) -> list:
-        ray = self._ray
-        try:
-            return ray.get(refs)
-        except ray.exceptions.RayTaskError as err:  # raised inside a worker: the same error
-            cause = err.cause
-            raise (cause if isinstance(cause, BaseException) else RunError(one_line(err))) \
-                from None
-        except ray.exceptions.RayError as err:
-            dead = self._dead(refs)
-            raise WorkerError(
-                f"rollout worker {dead} of {len(self.actors)} died "
-                f"({type(err).__name__}) and could not be restarted "
-                f"(max_restarts={self.max_restarts})") from None
+        """``ray.get`` of one call per actor; an error raised inside a worker is raised again
+        as itself; a dead worker is waited for (Ray restarts it) and its call made again."""
+        return [self._get_one(k, ref) for k, ref in enumerate(refs)]
 
-    def _dead(self, refs: list) -> str:
+    def _get_one(self, k: int, ref):
         ray = self._ray
-        for k, ref in enumerate(refs):
+        for _ in range(self.max_restarts + 1):
             try:
-                ray.get(ref, timeout=0)
-            except ray.exceptions.RayError:
-                return str(k + 1)
-        return "?"
+                return ray.get(ref)
+            except ray.exceptions.RayTaskError as err:  # raised by our code or the env
+                cause = err.cause
+                raise (cause if isinstance(cause, BaseException) else RunError(one_line(err))) \
+                    from None
+            except ray.exceptions.RayActorError as err:
+                died = err
+            if not self._restarted(k):
+                break
+            ref = self._calls[k]()  # the same call on the restarted actor
+        raise WorkerError(f"rollout worker {k + 1} of {len(self.actors)} died "
+                          f"({type(died).__name__}) and could not be restarted "
+                          f"(max_restarts={self.max_restarts})") from None
+
+    def _restarted(self, k: int) -> bool:
+        """Waits until Ray has restarted actor ``k``; False once its restarts are used up."""
+        ray = self._ray
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                return ray.get(self.actors[k].ready.remote())
+            except ray.exceptions.ActorUnavailableError:  # restarting
+                time.sleep(0.2)
+            except ray.exceptions.RayError:  # dead for good
+                return False
+        return False
 
     def reset(self, seed: int | None = None) -> None:
         """Sub-env ``i`` of worker ``k`` gets ``seed + start_k + i`` (the in-process seeds)."""
@@ -296,10 +312,11 @@ class RemoteCollector:
     def _rollout(self, num_steps: int, episodes: bool) -> tuple[Trajectory, list]:
         B = self.num_envs
         state = self._ray.put(self.agent.acting_state())
-        refs = [a.collect.remote(state, self._share(num_steps, count) if episodes else num_steps,
-                                 episodes)
-                for a, (_, count) in zip(self.actors, self.shares)]
-        results = self._get(refs)
+        self._calls = [
+            functools.partial(a.collect.remote, state,
+                              self._share(num_steps, count) if episodes else num_steps, episodes)
+            for a, (_, count) in zip(self.actors, self.shares)]
+        results = self._get([call() for call in self._calls])
         for k, r in enumerate(results):
             if r["restarted"]:
                 print(f"warning: rollout worker {k + 1} of {len(self.actors)} died and was "
