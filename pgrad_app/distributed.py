@@ -262,7 +262,7 @@ class RemoteCollector:
         self.max_restarts = int(max_restarts)
         cls = ray.remote(RolloutWorker).options(
             num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
-            runtime_env={"env_vars": {"PYTHONPATH": _pythonpath()}})
+            runtime_env=worker_runtime_env())
         spec = agent.env_id if env_spec is None else env_spec
         self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k, start, count)
                        for k, (start, count) in enumerate(self.shares)]
@@ -359,9 +359,11 @@ class RemoteCollector:
         self.local.close()
 
 
-def _pythonpath() -> str:
-    """This checkout first on the workers' path (as on the learner's), then what was there."""
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+def worker_runtime_env() -> dict:
+    """Ray ``runtime_env`` of pgrad's actors and tasks: this checkout first on their path (as
+    on the driver's; a folder a node lacks is skipped there, which then uses its install)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
 
 
 def start(agent, workers: int, address: str | None = None, env_spec: Any = None,
