@@ -48,6 +48,7 @@ from pgrad.rl.rollout import Trajectory
 ROOT = Path(__file__).resolve().parents[1]  # the folder holding pgrad/, agents/, pgrad_app/
 INSTALL_HINT = "pip install 'pgrad[ray]'"
 MAX_RESTARTS = 3
+NICENESS_VAR = "RAY_worker_niceness"
 RESTART_TIMEOUT_S = 300.0  # a restarted worker imports TensorFlow and builds its envs
 
 
@@ -81,11 +82,19 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
         kwargs["address"] = address
     else:
         kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
+    # Ray runs its workers at nice 15 by default; the learner waits on them every update, so
+    # a local instance runs them at the learner's priority.
+    saved = os.environ.get(NICENESS_VAR)
+    if not address:
+        os.environ.setdefault(NICENESS_VAR, "0")
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise UserError(f"cannot connect to {where}: {one_line(err)}") from None
+    finally:
+        if saved is None:
+            os.environ.pop(NICENESS_VAR, None)
     try:
         yield ray
     finally:
@@ -103,7 +112,7 @@ def split_envs(num_envs: int, workers: int) -> list[tuple[int, int]]:
     return out
 
 
-def _env_id(spec: Any) -> Any:
+def env_id_of(spec: Any) -> Any:
     """A ``module:EnvId`` spec -> the bare id, after importing the module (in a worker)."""
     if isinstance(spec, str) and ":" in spec:
         from pgrad_app.plugins import resolve_env
@@ -148,7 +157,7 @@ class RolloutWorker:
         import pgrad_app.quiet  # noqa: F401  (before TensorFlow)
 
         self.index, self.start, self.count = index, start, count
-        self.agent = agent_cls(dataclasses.replace(cfg, num_envs=count), env_id=_env_id(env_spec),
+        self.agent = agent_cls(dataclasses.replace(cfg, num_envs=count), env_id=env_id_of(env_spec),
                                seed=seed)
         self.collector = self.agent.collector
         if start:  # sub-env i of the run gets seed + i, as in one process

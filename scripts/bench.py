@@ -525,6 +525,80 @@ def _collection_cheetah(repeats: int) -> dict:
     return collection_backends(repeats, "HalfCheetah-v5")
 
 
+def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
+    """A2C ``agent.step()`` steps/s in-process, on 1 and on 2 Ray rollout workers.
+
+    On ``SlowCartPole-v1`` (each env step busy-waits 1 ms: a slow simulator) the value is the
+    2-worker over 1-worker throughput; on plain CartPole-v1 the details give the overhead of
+    the workers against in-process collection. The three agents exist side by side and their
+    rounds interleave, so load shared by all cancels. Also measured, for the cost model in
+    docs/distributed.md: bytes sent and received per update, the learner's update time, and a
+    worker's time per env step.
+    """
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return figure("ray_scaling", 0.0, ">= 1.6", False, skipped="ray is not installed "
+                      "(pip install 'pgrad[ray]')")
+    import pickle
+
+    import agents
+    from pgrad_app import distributed
+
+    slow = "pgrad_app.slow_env:SlowCartPole-v1"
+    cfg = {"num_envs": num_envs, "n_steps": n_steps}
+    per_update = num_envs * n_steps
+    details: dict = {"num_envs": num_envs, "n_steps": n_steps, "env_steps_per_update": per_update,
+                     "agent": "a2c (its defaults, num_envs and n_steps as given)",
+                     "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+    with distributed.ray_session(num_cpus=os.cpu_count() or 2, what="ray_scaling"):
+        for label, spec in (("slow_1ms", slow), ("cartpole", "CartPole-v1")):
+            env_id = distributed.env_id_of(spec)
+            sides = {}
+            for workers in (0, 1, 2):
+                agent = agents.make("a2c", env_id, seed=0, **cfg)
+                if workers:
+                    distributed.distribute(agent, workers, env_spec=spec)
+                sides[f"{workers}_workers" if workers else "in_process"] = agent
+            updates = 4 if label == "slow_1ms" else 20
+            times = interleaved({k: rounds(a.step, updates) for k, a in sides.items()},
+                                max(5, repeats // 10), warmup=1)
+            details[label] = {k: round(per_update * updates / float(np.median(v)))
+                              for k, v in times.items()}
+            details[label]["ms_per_update"] = {k: round(1e3 * float(np.median(v)) / updates, 2)
+                                               for k, v in times.items()}
+            if label == "cartpole":
+                local = sides["in_process"]
+                policy_fn = local.acting_fn(np.random.default_rng(0))
+                collect = [time.perf_counter()]
+                for _ in range(updates):
+                    local.collector.collect(policy_fn, n_steps)
+                collect = (time.perf_counter() - collect[0]) / updates
+                step_ms = details[label]["ms_per_update"]["in_process"]
+                traj, _ = local.collector.collect(policy_fn, n_steps)
+                state = pickle.dumps(local.acting_state())
+                details["cost_model"] = {
+                    "learner_update_ms": round(step_ms - 1e3 * collect, 2),
+                    "cartpole_collect_us_per_env_step": round(1e6 * collect / per_update, 2),
+                    "bytes_to_each_worker_per_update": len(state),
+                    "trajectory_bytes_per_env_step": round(
+                        sum(x.nbytes for x in traj if x is not None) / per_update, 1),
+                    "params": int(local.mirror.flat_numpy().size),
+                    "worker_round_trip_ms": round(
+                        details[label]["ms_per_update"]["1_workers"] - step_ms, 2),
+                }
+            for agent in sides.values():
+                agent.close()
+    slow_sps = details["slow_1ms"]
+    value = slow_sps["2_workers"] / slow_sps["1_workers"]
+    cart = details["cartpole"]
+    details["cartpole_1_worker_over_in_process"] = round(cart["1_workers"] / cart["in_process"], 3)
+    details["cartpole_2_workers_over_in_process"] = round(cart["2_workers"] / cart["in_process"],
+                                                          3)
+    details["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    return figure("ray_scaling", value, ">= 1.6", value >= 1.6, **details)
+
+
 FIGURES: dict[str, Callable] = {
     "per_step_ratio": per_step_ratio,
     "fused_ratio": fused_ratio,
@@ -538,6 +612,7 @@ FIGURES: dict[str, Callable] = {
     "collection_envpool_cartpole_64envs": _collection_cartpole_64,
     "collection_envpool_halfcheetah": _collection_cheetah,
     "a2c_cartpole": a2c_cartpole,
+    "ray_scaling": ray_scaling,
 }
 #: Figures run only when named with --only (long).
 OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": ppo_mujoco_vs_sb3}
