@@ -395,8 +395,8 @@ def distribute(agent, workers: int, env_spec: Any = None,
     :func:`ray_session`); returns the agent. ``agent.close()`` stops the actors.
 
     Raises:
-      UserError: fewer envs than workers, or an agent option that needs the learner's network
-        at every env step (``adversarial_epsilon``).
+      UserError: fewer envs or free CPUs than workers, or an agent option that needs the
+        learner's network at every env step (``adversarial_epsilon``).
     """
     cfg = agent.cfg
     if workers < 1:
@@ -407,5 +407,11 @@ def distribute(agent, workers: int, env_spec: Any = None,
     if getattr(cfg, "adversarial_epsilon", 0) > 0:
         raise UserError("adversarial_epsilon attacks the learner's network at every env step; "
                         "it does not run with --workers.")
+    import ray
+
+    free = ray.available_resources().get("CPU", 0.0)
+    if free < workers:  # actors that cannot be placed would wait forever
+        raise UserError(f"--workers {workers} needs {workers} free CPUs in the Ray cluster; it "
+                        f"has {free:g} (of {ray.cluster_resources().get('CPU', 0.0):g}).")
     agent.collector = RemoteCollector(agent, workers, env_spec, max_restarts)
     return agent

@@ -1,8 +1,8 @@
 """A deliberately slow CartPole for measuring rollout scaling: every step busy-waits 1 ms.
 
-Importing the module registers ``SlowCartPole-v1`` (use it as ``pgrad_app.slow_env:SlowCartPole-v1``,
-which makes Ray workers import it too). Busy-waiting, not sleeping, so the env costs CPU as a
-real simulator does and two of them on one core do not overlap.
+Importing the module registers ``SlowCartPole-v1``; name it ``pgrad_app.slow_env:SlowCartPole-v1``
+so that Ray workers import the module too. Busy-waiting, not sleeping: the env costs CPU as a
+real simulator does, and two of them on one core do not overlap.
 """
 
 from __future__ import annotations

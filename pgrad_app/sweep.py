@@ -7,11 +7,11 @@ have no result yet as plain Ray tasks, each reserving ``cpus_per_trial`` CPUs, s
 at a time as the cluster's CPUs allow. A task runs, as a user would, ``scripts/train.py`` into
 ``RESULTS/runs/NAME`` (an ordinary run directory; ``--resume`` if an earlier attempt left
 checkpoints), evaluates it as ``scripts/evaluate.py`` would (in the task's own process;
-deterministic, episodes from seed ``10_000 + seed``, as the benchmark), then writes ``RESULTS/NAME.json`` in the benchmark's result
-schema (``pgrad_app/bench_run.py``) with the grid point in its agent label, so
-``pgrad_app.bench_report`` draws the same tables and curves. Finished trials (their JSON exists,
-made with the same settings) are skipped. On a cluster of several machines ``RESULTS`` must be
-a folder every node sees (a shared file system).
+deterministic, episodes from seed ``10_000 + seed``, as the benchmark), then writes
+``RESULTS/NAME.json`` in the benchmark's result schema (``pgrad_app/bench_run.py``) with the grid
+point in its agent label, so ``pgrad_app.bench_report`` draws the same tables and curves.
+Finished trials (their JSON exists, made with the same settings) are skipped. On a cluster of
+several machines ``RESULTS`` must be a folder every node sees (a shared file system).
 
 Plain tasks rather than Ray Tune: a trial here is exactly a train.py run and its result a file,
 which makes resuming a matter of files and keeps the report the benchmark's own; Tune would add

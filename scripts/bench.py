@@ -551,7 +551,9 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     details: dict = {"num_envs": num_envs, "n_steps": n_steps, "env_steps_per_update": per_update,
                      "agent": "a2c (its defaults, num_envs and n_steps as given)",
                      "load_avg_1m_before": round(os.getloadavg()[0], 2)}
-    with distributed.ray_session(num_cpus=os.cpu_count() or 2, what="ray_scaling"):
+    # Three actors exist at once (the 1- and the 2-worker agent) but at most two collect at a
+    # time (the rounds interleave): one logical CPU more than the machine has.
+    with distributed.ray_session(num_cpus=max(3, (os.cpu_count() or 2) + 1), what="ray_scaling"):
         for label, spec in (("slow_1ms", slow), ("cartpole", "CartPole-v1")):
             env_id = distributed.env_id_of(spec)
             sides = {}
