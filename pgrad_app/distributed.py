@@ -177,7 +177,7 @@ class RolloutWorker:
 
         Returns ``{"traj": Trajectory [T, n, ...], "episodes": [(vector step, return, length)],
         "steps": env steps taken, "stats": {name: (final (mean, var, count), batch moments)},
-        "restarted": bool}``.
+        "collect_s": seconds collecting, "restarted": bool}``.
         """
         agent = self.agent
         agent.mirror.load_flat(state["weights"])
@@ -188,6 +188,7 @@ class RolloutWorker:
         key = list(state["sampler_key"]) + ([self.index] if self.index else [])
         policy_fn = agent.acting_fn(np.random.default_rng(key))
         self.collector.env_steps = 0
+        began = time.perf_counter()
         if episodes:
             traj, eps = self.collector.collect_episodes(policy_fn, num_steps)
         else:
@@ -196,6 +197,7 @@ class RolloutWorker:
                  for k, d in self.deltas.items()}
         restarted, self.restarted = self.restarted, False
         return {"traj": traj, "steps": self.collector.env_steps, "stats": stats,
+                "collect_s": time.perf_counter() - began,
                 "episodes": [(step // self.count - 1, r, n) for step, r, n in eps],
                 "restarted": restarted}
 
@@ -269,6 +271,9 @@ class RemoteCollector:
         self.env_steps = self.local.env_steps
         self.shares = split_envs(self.num_envs, workers)
         self.max_restarts = int(max_restarts)
+        #: The last rollout: its wall time on the learner (weights out, trajectories in) and
+        #: each worker's time collecting; the difference is the cost of distributing it.
+        self.timing: dict[str, Any] = {}
         cls = ray.remote(RolloutWorker).options(
             num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
             runtime_env=worker_runtime_env())
@@ -320,6 +325,7 @@ class RemoteCollector:
 
     def _rollout(self, num_steps: int, episodes: bool) -> tuple[Trajectory, list]:
         B = self.num_envs
+        began = time.perf_counter()
         state = self._ray.put(self.agent.acting_state())
         self._calls = [
             functools.partial(a.collect.remote, state,
@@ -340,7 +346,10 @@ class RemoteCollector:
                           ("reward_norm", self.agent.reward_norm)):
             if norm is not None:
                 norm.rms.mean, norm.rms.var, norm.rms.count = _merge_stats(results, key)
-        return _merge_traj([r["traj"] for r in results]), episodes_out
+        traj = _merge_traj([r["traj"] for r in results])
+        self.timing = {"rollout_s": time.perf_counter() - began,
+                       "worker_collect_s": [r["collect_s"] for r in results]}
+        return traj, episodes_out
 
     def _share(self, steps: int, count: int) -> int:
         return -(-steps * count // self.num_envs)  # ceil: the shares cover ``steps``

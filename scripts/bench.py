@@ -525,6 +525,47 @@ def _collection_cheetah(repeats: int) -> dict:
     return collection_backends(repeats, "HalfCheetah-v5")
 
 
+def _ray_cost_model(sides: dict, updates: int, per_update: int) -> dict:
+    """Learner time per update (``step`` minus collection, in-process), a worker's time per env
+    step, the learner's wait beyond the workers' collection (transfer, merge), and bytes."""
+    import pickle
+
+    local, remote = sides["in_process"], sides["1_workers"]
+    spent = [0.0]
+    collect = local.collector.collect
+
+    def timed(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return collect(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - began
+
+    local.collector.collect = timed
+    began = time.perf_counter()
+    for _ in range(updates):
+        local.step()
+    total = time.perf_counter() - began
+    local.collector.collect = collect
+    waits, worker = [], []
+    for _ in range(updates):
+        remote.step()
+        t = remote.collector.timing
+        waits.append(t["rollout_s"] - max(t["worker_collect_s"]))
+        worker.append(max(t["worker_collect_s"]))
+    traj, _ = collect(local.acting_fn(np.random.default_rng(0)), local.cfg.n_steps)
+    return {
+        "learner_update_ms": round(1e3 * (total - spent[0]) / updates, 2),
+        "in_process_collect_us_per_env_step": round(1e6 * spent[0] / updates / per_update, 2),
+        "worker_collect_us_per_env_step": round(1e6 * float(np.median(worker)) / per_update, 2),
+        "distribution_overhead_ms_per_update": round(1e3 * float(np.median(waits)), 2),
+        "bytes_to_each_worker_per_update": len(pickle.dumps(local.acting_state())),
+        "trajectory_bytes_per_env_step": round(
+            sum(x.nbytes for x in traj if x is not None) / per_update, 1),
+        "params": int(local.mirror.flat_numpy().size),
+    }
+
+
 def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     """A2C ``agent.step()`` steps/s in-process, on 1 and on 2 Ray rollout workers.
 
@@ -540,8 +581,6 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     except ImportError:
         return figure("ray_scaling", 0.0, ">= 1.6", False, skipped="ray is not installed "
                       "(pip install 'pgrad[ray]')")
-    import pickle
-
     import agents
     from pgrad_app import distributed
 
@@ -569,26 +608,8 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
                               for k, v in times.items()}
             details[label]["ms_per_update"] = {k: round(1e3 * float(np.median(v)) / updates, 2)
                                                for k, v in times.items()}
-            if label == "cartpole":
-                local = sides["in_process"]
-                policy_fn = local.acting_fn(np.random.default_rng(0))
-                collect = [time.perf_counter()]
-                for _ in range(updates):
-                    local.collector.collect(policy_fn, n_steps)
-                collect = (time.perf_counter() - collect[0]) / updates
-                step_ms = details[label]["ms_per_update"]["in_process"]
-                traj, _ = local.collector.collect(policy_fn, n_steps)
-                state = pickle.dumps(local.acting_state())
-                details["cost_model"] = {
-                    "learner_update_ms": round(step_ms - 1e3 * collect, 2),
-                    "cartpole_collect_us_per_env_step": round(1e6 * collect / per_update, 2),
-                    "bytes_to_each_worker_per_update": len(state),
-                    "trajectory_bytes_per_env_step": round(
-                        sum(x.nbytes for x in traj if x is not None) / per_update, 1),
-                    "params": int(local.mirror.flat_numpy().size),
-                    "worker_round_trip_ms": round(
-                        details[label]["ms_per_update"]["1_workers"] - step_ms, 2),
-                }
+            if label == "cartpole":  # where an update's time goes, for the cost model
+                details["cost_model"] = _ray_cost_model(sides, updates, per_update)
             for agent in sides.values():
                 agent.close()
     slow_sps = details["slow_1ms"]
