@@ -418,7 +418,10 @@ def distribute(agent, workers: int, env_spec: Any = None,
                         "it does not run with --workers.")
     import ray
 
-    free = ray.available_resources().get("CPU", 0.0)
+    deadline = time.monotonic() + 10.0  # actors just stopped give their CPUs back soon
+    while (free := ray.available_resources().get("CPU", 0.0)) < workers \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
     if free < workers:  # actors that cannot be placed would wait forever
         raise UserError(f"--workers {workers} needs {workers} free CPUs in the Ray cluster; it "
                         f"has {free:g} (of {ray.cluster_resources().get('CPU', 0.0):g}).")
