@@ -1,8 +1,9 @@
-"""A deliberately slow CartPole for measuring rollout scaling: every step busy-waits 1 ms.
+"""Deliberately slow CartPoles for measuring rollout scaling: every step takes 1 ms more.
 
-Importing the module registers ``SlowCartPole-v1``; name it ``pgrad_app.slow_env:SlowCartPole-v1``
-so that Ray workers import the module too. Busy-waiting, not sleeping: the env costs CPU as a
-real simulator does, and two of them on one core do not overlap.
+Importing the module registers ``SlowCartPole-v1`` (its step busy-waits 1 ms: CPU-bound, as a
+simulator; two on one core do not overlap) and ``SleepyCartPole-v1`` (its step sleeps 1 ms:
+latency-bound, as an env waiting on another process, a server or a robot). Name them
+``pgrad_app.slow_env:SlowCartPole-v1`` so that Ray workers import the module too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 STEP_SECONDS = 1e-3
 ENV_ID = "SlowCartPole-v1"
+SLEEPY_ENV_ID = "SleepyCartPole-v1"
 
 
 class SlowCartPole(CartPoleEnv):
@@ -26,6 +28,14 @@ class SlowCartPole(CartPoleEnv):
         return super().step(action)
 
 
-if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point=SlowCartPole, max_episode_steps=500,
-                 reward_threshold=475.0)
+class SleepyCartPole(CartPoleEnv):
+    """CartPole-v1 whose ``step`` sleeps for :data:`STEP_SECONDS` first (no CPU)."""
+
+    def step(self, action):
+        time.sleep(STEP_SECONDS)
+        return super().step(action)
+
+
+for _id, _cls in ((ENV_ID, SlowCartPole), (SLEEPY_ENV_ID, SleepyCartPole)):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_cls, max_episode_steps=500, reward_threshold=475.0)

@@ -586,11 +586,13 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     """A2C ``agent.step()`` steps/s in-process, on 1 and on 2 Ray rollout workers.
 
     On ``SlowCartPole-v1`` (each env step busy-waits 1 ms: a slow simulator) the value is the
-    2-worker over 1-worker throughput; on plain CartPole-v1 the details give the overhead of
-    the workers against in-process collection. The three agents exist side by side and their
-    rounds interleave, so load shared by all cancels. Also measured, for the cost model in
-    docs/distributed.md: bytes sent and received per update, the learner's update time, and a
-    worker's time per env step.
+    2-worker over 1-worker throughput, beside the ceiling the machine's free cores allowed
+    (plain Ray tasks spinning alike); ``SleepyCartPole-v1`` (each step sleeps 1 ms) shows the
+    scaling of the design itself where the env needs no CPU; on plain CartPole-v1 the details
+    give the overhead of the workers against in-process collection. The three agents exist side
+    by side and their rounds interleave, so load shared by all cancels. Also measured, for the
+    cost model in docs/distributed.md: bytes sent and received per update, the learner's update
+    time, and a worker's time per env step.
     """
     try:
         import ray  # noqa: F401
@@ -609,7 +611,8 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     # Three actors exist at once (the 1- and the 2-worker agent) but at most two collect at a
     # time (the rounds interleave): one logical CPU more than the machine has.
     with distributed.ray_session(num_cpus=max(3, (os.cpu_count() or 2) + 1), what="ray_scaling"):
-        for label, spec in (("slow_1ms", slow), ("cartpole", "CartPole-v1")):
+        for label, spec in (("slow_1ms", slow), ("sleep_1ms", slow.replace("Slow", "Sleepy")),
+                            ("cartpole", "CartPole-v1")):
             env_id = distributed.env_id_of(spec)
             sides = {}
             for workers in (0, 1, 2):
@@ -617,7 +620,7 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
                 if workers:
                     distributed.distribute(agent, workers, env_spec=spec)
                 sides[f"{workers}_workers" if workers else "in_process"] = agent
-            updates = 4 if label == "slow_1ms" else 20
+            updates = 20 if label == "cartpole" else 4
             fns = {k: rounds(a.step, updates) for k, a in sides.items()}
             if label == "slow_1ms":  # the machine's own ceiling: plain tasks spinning alike
                 fns.update(_spin_tasks(updates * per_update))
@@ -638,6 +641,8 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     details["ceiling_note"] = ("the same 1 ms busy-waits as plain Ray tasks, all on one task vs "
                                "split over two, in the same interleaved rounds: the speed-up "
                                "this machine's free cores allowed at the time")
+    sleepy = details["sleep_1ms"]
+    details["sleep_1ms_2_over_1"] = round(sleepy["2_workers"] / sleepy["1_workers"], 3)
     cart = details["cartpole"]
     details["cartpole_1_worker_over_in_process"] = round(cart["1_workers"] / cart["in_process"], 3)
     details["cartpole_2_workers_over_in_process"] = round(cart["2_workers"] / cart["in_process"],
