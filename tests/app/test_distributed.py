@@ -132,10 +132,11 @@ def test_one_worker_equals_in_process(ray_local, tmp_path, capsys, agent, extra)
 @pytest.mark.subprocess
 def test_two_workers_are_deterministic(ray_local, tmp_path, capsys):
     runs = []
-    for i in range(2):
+    for i in range(2):  # an env a module registers: each worker imports it
         out = tmp_path / f"r{i}"
-        code, _, err = train("--agent", "a2c", "--total-steps", "1500", "--seed", "1", *SMALL,
-                             "--workers", "2", "--out", out, capsys=capsys)
+        code, _, err = train("--agent", "a2c", "--env", "pgrad_app.slow_env:SleepyCartPole-v1",
+                             "--total-steps", "1500", "--seed", "1", *SMALL, "--workers", "2",
+                             "--out", out, capsys=capsys)
         assert code == 0, err
         runs.append(episodes(out))
     assert "workers: 2" in (out / "config.yaml").read_text()
