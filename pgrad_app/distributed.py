@@ -235,18 +235,14 @@ def _merge_traj(parts: list[Trajectory]) -> Trajectory:
     return Trajectory(**fields)
 
 
-def _merge_stats(results: list[dict], key: str) -> tuple:
-    """Worker 0's final statistics with every other worker's batch moments merged in."""
-    first, _ = results[0]["stats"][key]
-    from pgrad.rl.normalize import _RunningMeanStd
-
-    rms = _RunningMeanStd(np.shape(first[0]))
-    rms.mean, rms.var, rms.count = first
+def _merge_stats(results: list[dict], key: str, rms) -> None:
+    """Sets running statistic ``rms`` (the learner's) to worker 0's final statistics with every
+    other worker's batch moments merged in."""
+    rms.mean, rms.var, rms.count = results[0]["stats"][key][0]
     for r in results[1:]:
         mean, var, count = r["stats"][key][1]
         if count > 0:
             rms.update_from_moments(mean, var, count)
-    return rms.mean, rms.var, rms.count
 
 
 class RemoteCollector:
@@ -345,7 +341,7 @@ class RemoteCollector:
         for key, norm in (("obs_norm", self.agent.obs_norm),
                           ("reward_norm", self.agent.reward_norm)):
             if norm is not None:
-                norm.rms.mean, norm.rms.var, norm.rms.count = _merge_stats(results, key)
+                _merge_stats(results, key, norm.rms)
         traj = _merge_traj([r["traj"] for r in results])
         self.timing = {"rollout_s": time.perf_counter() - began,
                        "worker_collect_s": [r["collect_s"] for r in results]}

@@ -59,10 +59,11 @@ def test_merged_statistics_equal_one_pass_over_every_batch():
             moments.update(x)
         results.append({"stats": {"obs_norm": ((rms.mean, rms.var, rms.count),
                                                (moments.mean, moments.var, moments.count))}})
-    mean, var, count = distributed._merge_stats(results, "obs_norm")
-    np.testing.assert_allclose(mean, reference.mean, rtol=1e-12)
-    np.testing.assert_allclose(var, reference.var, rtol=1e-12)
-    assert count == pytest.approx(reference.count)
+    merged = _RunningMeanStd((3,))
+    distributed._merge_stats(results, "obs_norm", merged)
+    np.testing.assert_allclose(merged.mean, reference.mean, rtol=1e-12)
+    np.testing.assert_allclose(merged.var, reference.var, rtol=1e-12)
+    assert merged.count == pytest.approx(reference.count)
 
 
 def _traj(T, n, mask=None):
