@@ -239,6 +239,24 @@ class ActorCriticAgent:
 
         return policy_fn
 
+    def acting_state(self) -> dict[str, Any]:
+        """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
+        next :meth:`step` will, in numpy: ``weights`` ``[P]`` (the mirror's, for
+        ``NumpyPolicy.load_flat``), ``sampler_key`` (the seed of that step's sampling
+        generator) and ``obs_norm`` / ``reward_norm``: ``(mean, var, count)`` or None.
+
+        A collector that runs elsewhere replaces ``agent.collector`` (same interface as
+        :class:`pgrad.rl.rollout.Collector`) and reads this at each collect; it leaves the
+        merged normaliser statistics in ``obs_norm.rms`` / ``reward_norm.rms``, which the
+        update then stores.
+        """
+        updates = self._sync()
+        stats = {}
+        for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm)):
+            stats[key] = None if norm is None else (norm.rms.mean, norm.rms.var, norm.rms.count)
+        return {"weights": self.mirror.flat_numpy(), "sampler_key": [self.seed, updates],
+                **stats}
+
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
             return self.collector.collect_episodes(policy_fn, self.cfg.batch_steps)

@@ -188,3 +188,30 @@ def write_report(results: Path) -> Path:
     readme = results / "README.md"
     readme.write_text(markdown(runs, unfinished(results)))
     return readme
+
+
+def finish(results: Path, failed: Iterable, noun: str = "run") -> int:
+    """The end of a benchmark or sweep command: writes the report, prints where it is and the
+    failed runs (on stderr); returns the exit code (1 if any failed).
+
+    Raises:
+      UserError: no such results folder, or a result that is not valid JSON.
+    """
+    import sys
+
+    from pgrad.core.errors import UserError
+
+    results, failed = Path(results), list(failed)
+    if not results.is_dir():
+        raise UserError(f"--results {results}: no such folder.")
+    try:
+        readme = write_report(results)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(f"report: {readme}")
+    if failed:
+        names = ", ".join(sorted(f.spec.name for f in failed))
+        print(f"error: {len(failed)} {noun}(s) failed: {names} (logs in {results / 'logs'})",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -64,6 +64,10 @@ class RunSettings:
         default=10_000,
         metadata={"help": "env steps between checkpoints (one is also saved at the end)"},
     )
+    workers: int = field(
+        default=0,
+        metadata={"help": "rollout workers on Ray, the envs split among them (0: in-process)"},
+    )
     max_nonfinite_skips: int = field(
         default=10,
         metadata={"help": "stop after this many consecutive updates skipped for NaN/Inf gradients"},
@@ -91,6 +95,8 @@ class RunSettings:
             if getattr(self, name) > MAX_TOTAL_STEPS:
                 raise ValueError(f"{name} must be <= {MAX_TOTAL_STEPS:,}; "
                                  f"got {getattr(self, name):,}.")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0; got {self.workers}.")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0; got {self.seed}.")
         if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):

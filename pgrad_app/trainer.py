@@ -159,9 +159,9 @@ class Trainer:
                     progress=not self.quiet)
         try:
             loop.run()
-        except RunError:
-            raise
         except Exception as err:
+            if isinstance(err, RunError) and not loop.in_step:
+                raise
             if loop.in_step:
                 raise self._step_error(err, loop) from err
             if isinstance(err, OSError):  # the logs (disk full, ...); checkpoints raise RunError
@@ -184,6 +184,8 @@ class Trainer:
 
     def _step_error(self, err: Exception, loop: Loop) -> Exception:
         """The one-line error for a failed ``agent.step()`` (or ``err`` itself)."""
+        if isinstance(err, RunError):  # e.g. a rollout worker died: name the checkpoint
+            return RunError(f"{one_line(err)} ({self.recorder.where()})")
         found = _transform_error(err)
         if found is not None:
             return RunError(f"{found} (update {loop.updates + 1}, env step {loop.env_steps}; "

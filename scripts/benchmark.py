@@ -103,19 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = [f for f in finished if f.result is None]
         print(f"done in {benchmark.elapsed(start)}: {len(finished) - len(failed)} finished, "
               f"{len(failed)} failed", flush=True)
-    if not results.is_dir():
-        raise UserError(f"--results {results}: no such folder.")
-    try:
-        readme = bench_report.write_report(results)
-    except ValueError as err:
-        raise UserError(str(err)) from None
-    print(f"report: {readme}")
-    if failed:
-        names = ", ".join(sorted(f.spec.name for f in failed))
-        print(f"error: {len(failed)} run(s) failed: {names} (logs in {results / 'logs'})",
-              file=sys.stderr)
-        return 1
-    return 0
+    return bench_report.finish(results, failed, "run")
 
 
 if __name__ == "__main__":

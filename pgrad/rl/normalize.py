@@ -28,7 +28,11 @@ class _RunningMeanStd:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float64)
-        b_mean, b_var, n = x.mean(axis=0), x.var(axis=0), x.shape[0]
+        self.update_from_moments(x.mean(axis=0), x.var(axis=0), x.shape[0])
+
+    def update_from_moments(self, b_mean: np.ndarray, b_var: np.ndarray, n: float) -> None:
+        """Merges in a batch given by its mean, (population) variance and size; also how the
+        statistics of several collectors combine (rollout workers)."""
         total = self.count + n
         delta = b_mean - self.mean
         self.mean = self.mean + delta * n / total

@@ -61,6 +61,14 @@ class NumpyPolicy:
         """Copies the current Keras weights (after a restore, or any outside change)."""
         self._load([v.numpy() for v in self._vars])
 
+    def flat_numpy(self) -> np.ndarray:
+        """``[P]`` float32: the weights the mirror acts with now, in :meth:`flat_weights` order
+        (for :meth:`load_flat` on a copy elsewhere, e.g. a rollout worker)."""
+        arrays = [a for key in self._spec for w, b, _ in self._weights[key] for a in (w, b)]
+        if self.log_std is not None:
+            arrays.append(self.log_std)
+        return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float32, copy=False)
+
     def load_flat(self, flat: np.ndarray) -> None:
         """Loads weights from a :meth:`flat_weights` vector."""
         flat = np.asarray(flat, np.float32)  # views below, no copies (called every update)

@@ -110,6 +110,11 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
     add("--max-nonfinite-skips", type=int, metavar="N", help="stop after N consecutive updates "
         f"skipped for NaN/Inf gradients (default: {d['max_nonfinite_skips']})")
+    add("--workers", type=int, metavar="N", help="collect rollouts on N Ray actors, the envs "
+        "split among them; the same algorithm, synchronous (needs pgrad[ray]; "
+        "default: 0 = in this process)")
+    add("--ray-address", metavar="ADDR", help="with --workers: a running Ray cluster to use "
+        "(e.g. auto, or ray://HOST:10001; default: start a local instance for this run)")
     add("--resume", metavar="DIR", help="continue the run in DIR from its newest good checkpoint "
         "(default: off)")
     add("--overwrite", action="store_true", help="replace the run in --out, deleting only the "
@@ -180,6 +185,7 @@ FLAG_KEYS = {  # argparse dest -> run setting
     "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
     "transform": "transform", "stop_at_return": "stop_at_return",
     "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
+    "workers": "workers",
     "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
 }
 
@@ -357,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trust_run_code and not resume:
         raise UserError("--trust-run-code only applies to --resume (a new run imports only "
                         "what you name).")
-    lock = None
+    lock = ray_run = None
     try:
         if resume:
             out = Path(args.resume)
@@ -375,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
             from pgrad_app.tracking import require
 
             require(settings.track)
+        if settings.workers:
+            from pgrad_app import distributed
+
+            distributed.import_ray()  # not installed: one line naming the extra, exit 2
+        elif args.ray_address:
+            raise UserError("--ray-address needs --workers N.")
         # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
         # user's own spelling is imported; or trusted); a module inside the run directory itself
         # is still refused.
@@ -384,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
         transform = (config_lib.load_transform(transform_spec, settings.transform_args)
                      if transform_spec else None)
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
+        if settings.workers:  # the envs on Ray actors; closed after agent.close()
+            try:
+                ray_run = distributed.start(agent, settings.workers, args.ray_address, env_spec)
+            except BaseException:
+                agent.close()
+                raise
         try:
             text = config_lib.dump_run_config(settings, cfg)
             if not resume:
@@ -403,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             result = trainer.run()
         finally:
             agent.close()
+            if ray_run is not None:
+                ray_run.close()
     finally:
         if lock is not None:
             lock.release()

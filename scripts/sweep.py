@@ -1,0 +1,101 @@
+#!/usr/bin/env python
+"""Sweep on Ray: agents x envs x seeds x --grid values, each trial a run directory; a report.
+
+    python scripts/sweep.py --agents a2c --envs CartPole-v1 --seeds 0 1 2 \\
+        --grid learning_rate=3e-4,7e-4,2e-3 --steps 100000 --results results/a2c-lr
+    python scripts/sweep.py --results results/a2c-lr --report-only
+
+Every combination of the --grid values (each --grid KEY=V1,V2,... is one axis) is run for every
+agent, env and seed, on top of the agent's tuned hyperparameters for the env and --set. A trial
+is a Ray task reserving --cpus-per-trial CPUs (so a local instance runs cores / that many at a
+time): scripts/train.py into RESULTS/runs/NAME, then scripts/evaluate.py (20 deterministic
+episodes), then RESULTS/NAME.json. Trials whose JSON exists are skipped, a trial that stopped
+half-way resumes from its checkpoint; one that fails is reported with the end of its log
+(RESULTS/logs/) and the others go on (exit 1 at the end). RESULTS/README.md and
+RESULTS/curves_ENV.png are the benchmark's report (scripts/benchmark.py), one row per agent and
+grid point. Needs pgrad[ray]; --ray-address uses a running cluster (RESULTS on a shared file
+system), otherwise a local instance is started and stopped. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pgrad_app.quiet  # noqa: E402,F401,I001  (first: silences TensorFlow's start-up noise)
+from pgrad.core.errors import UserError, run_cli  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, as train.py
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="sweep.py", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = p.add_argument
+    add("--agents", nargs="+", metavar="AGENT", help="agents to run (e.g. a2c ppo)")
+    add("--envs", nargs="+", metavar="ENV", help="Gymnasium env ids (or module:EnvId)")
+    add("--seeds", nargs="+", type=int, default=[0, 1, 2], metavar="S",
+        help="seeds (default: 0 1 2)")
+    add("--grid", action="append", default=[], metavar="KEY=V1,V2",
+        help="a hyperparameter and its values, one axis of the grid (repeatable; lists keep "
+        "their commas: hidden=[64,64],[256,256]; default: none)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a hyperparameter of every trial (repeatable; default: none)")
+    add("--steps", type=int, metavar="N", help="env steps per trial (default: the tuned entry's "
+        "n_timesteps)")
+    add("--cpus-per-trial", type=int, default=1, metavar="C",
+        help="CPUs each trial reserves; its thread pools get as many (default: 1)")
+    add("--results", default="results/sweep", metavar="DIR",
+        help="results folder (default: results/sweep)")
+    add("--no-tuned", action="store_true",
+        help="the agents' plain defaults instead of their tuned per-env hyperparameters")
+    add("--eval-episodes", type=int, default=20, metavar="N",
+        help="deterministic evaluation episodes per trial (default: 20)")
+    add("--ray-address", metavar="ADDR", help="a running Ray cluster (default: a local instance "
+        "with this machine's cores)")
+    add("--report-only", action="store_true", help="only write the report from the results")
+    add("--debug", action="store_true", help="show tracebacks for errors")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    from pgrad_app import bench_report, benchmark
+
+    results = Path(args.results)
+    failed = []
+    if not args.report_only:
+        from pgrad_app import distributed, sweep
+
+        if not args.agents or not args.envs:
+            raise UserError("--agents and --envs are needed (or --report-only).")
+        if args.cpus_per_trial < 1:
+            raise UserError(f"--cpus-per-trial must be >= 1; got {args.cpus_per_trial}.")
+        distributed.import_ray("sweep.py")
+        trials = sweep.plan(args.agents, args.envs, args.seeds, steps=args.steps,
+                            sets=args.set, grid=args.grid, no_tuned=args.no_tuned,
+                            eval_episodes=args.eval_episodes)
+        todo = benchmark.check_existing(trials, results)
+        print(f"{len(trials)} trials, {len(trials) - len(todo)} already in {results}, "
+              f"{len(todo)} to run, {args.cpus_per_trial} CPU(s) each", flush=True)
+        start = time.perf_counter()
+        if todo:
+            with distributed.ray_session(args.ray_address, what="sweep.py"):
+                finished = sweep.launch(todo, results, args.cpus_per_trial,
+                                        benchmark.command_line(argv, "scripts/sweep.py"))
+            failed = [f for f in finished if f.result is None]
+            print(f"done in {benchmark.elapsed(start)}: {len(finished) - len(failed)} finished, "
+                  f"{len(failed)} failed", flush=True)
+    return bench_report.finish(results, failed, "trial")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
