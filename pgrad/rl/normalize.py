@@ -17,6 +17,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+_sum = np.add.reduce
+
+
+def _clip(x: np.ndarray, bound: float) -> np.ndarray:
+    """``np.clip(x, -bound, bound)`` (same values, NaN kept) as two ufunc calls."""
+    return np.minimum(np.maximum(x, -bound), bound)
+
 
 class _RunningMeanStd:
     """numpy mean/var/count over batches (parallel algorithm of Chan et al.)."""
@@ -28,7 +35,13 @@ class _RunningMeanStd:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float64)
-        b_mean, b_var, n = x.mean(axis=0), x.var(axis=0), x.shape[0]
+        n = x.shape[0]
+        # ``x.mean(axis=0)`` and ``x.var(axis=0)`` computed as numpy computes them (same bits)
+        # with the batch mean shared and without their Python wrappers: called every env step.
+        s = _sum(x, axis=0, keepdims=True) / n
+        dev = x - s
+        dev *= dev
+        b_mean, b_var = s[0], _sum(dev, axis=0) / n
         total = self.count + n
         delta = b_mean - self.mean
         self.mean = self.mean + delta * n / total
@@ -76,7 +89,7 @@ class ObsNormalizer(_Stats):
         if update:
             self.rms.update(obs)
         out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.eps)
-        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+        return _clip(out, self.clip).astype(np.float32)
 
     def tf_normalize(self, obs: tf.Tensor) -> tf.Tensor:
         """The same map in TensorFlow, reading the variables (for exported policies)."""
@@ -106,4 +119,4 @@ class RewardNormalizer(_Stats):
         self.rms.update(self.returns)
         self.returns[dones] = 0.0
         out = rewards / np.sqrt(self.rms.var + self.eps)
-        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+        return _clip(out, self.clip).astype(np.float32)

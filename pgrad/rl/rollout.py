@@ -219,6 +219,7 @@ class Collector:
         self.obs_norm, self.reward_norm = obs_norm, reward_norm
         self.env_steps = 0  # sub-env steps taken (the owner may set it: the run's total)
         self._raw_obs: np.ndarray | None = None
+        self._last_norm: tuple | None = None  # (flat, mean, var, normalised): see _norm
         self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
         self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
 
@@ -263,7 +264,18 @@ class Collector:
             self.obs_norm.rms.update(self._raw_obs)
 
     def _norm(self, flat: np.ndarray) -> np.ndarray:
-        return flat if self.obs_norm is None else self.obs_norm(flat)
+        """Normalised observations. A step's observations are normalised twice with the same
+        statistics (as the step's ``next_observations`` and as the next step's inputs): the
+        second call returns the first's array, kept with the exact inputs it was computed from
+        (the statistics arrays are replaced, never written to, on every change)."""
+        if self.obs_norm is None:
+            return flat
+        rms, last = self.obs_norm.rms, self._last_norm
+        if last is not None and last[0] is flat and last[1] is rms.mean and last[2] is rms.var:
+            return last[3]
+        out = self.obs_norm(flat)
+        self._last_norm = (flat, rms.mean, rms.var, out)
+        return out
 
     def _check(self, flat: np.ndarray, rewards: np.ndarray | None, step: int | None) -> np.ndarray:
         """Raises ValueError naming the env and step if an observation or reward is NaN/Inf."""
