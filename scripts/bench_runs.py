@@ -115,6 +115,7 @@ def sb3_run(spec: dict) -> dict:
             "episodes": len(returns), "peak_rss_mb": peak_rss_mb(),
             "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__},
             "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"],
+            "vec_normalize": bool(settings.get("normalize")),
             "tensorflow_loaded": sys.modules.get("tensorflow") is not None}
 
 
