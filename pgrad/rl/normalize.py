@@ -35,19 +35,25 @@ class _RunningMeanStd:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float64)
+        b_mean, b_var = batch_moments(x)
         n = x.shape[0]
-        # ``x.mean(axis=0)`` and ``x.var(axis=0)`` computed as numpy computes them (same bits)
-        # with the batch mean shared and without their Python wrappers: called every env step.
-        s = _sum(x, axis=0, keepdims=True) / n
-        dev = x - s
-        dev *= dev
-        b_mean, b_var = s[0], _sum(dev, axis=0) / n
         total = self.count + n
         delta = b_mean - self.mean
         self.mean = self.mean + delta * n / total
         m2 = self.var * self.count + b_var * n + np.square(delta) * self.count * n / total
         self.var = m2 / total
         self.count = total
+
+
+def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(x.mean(axis=0), x.var(axis=0))`` of ``[N, ...]`` float64 ``x``, computed as numpy
+    computes them (the same bits) with the mean shared and without their Python wrappers:
+    this runs every env step."""
+    n = x.shape[0]
+    s = _sum(x, axis=0, keepdims=True) / n
+    dev = x - s
+    dev *= dev
+    return s[0], _sum(dev, axis=0) / n
 
 
 class _Stats(tf.Module):
