@@ -277,17 +277,11 @@ class ActorCriticAgent:
         if self.cfg.adversarial_epsilon > 0:
             traj = hooks.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
-        mask = None if traj.mask is None else tf.constant(traj.mask)
-        # Tensors, never Python numbers: a Python float argument would retrace every call.
-        norm_stats = tuple(tuple(tf.constant(x, tf.float64) for x in (n.rms.mean, n.rms.var,
-                                                                      n.rms.count))
-                           for n in (self.obs_norm, self.reward_norm) if n is not None)
-        args = (tf.constant(traj.observations), tf.constant(traj.actions),
-                tf.constant(traj.rewards), tf.constant(traj.terminated),
-                tf.constant(traj.truncated), tf.constant(traj.next_observations),
-                tf.constant(traj.log_probs), mask, tf.constant(taken, tf.int64), norm_stats)
-        values, flat, *step_norms = self._call_update(args, fixed_shape=traj.mask is None)
-        flat = flat.numpy()
+        args = self._update_args(traj, taken)
+        out, *step_norms = self._call_update(args, fixed_shape=traj.mask is None)
+        out = out.numpy()  # [K + P]: the metrics, then the actor's flat weights (one fetch)
+        k = len(self._metric_keys)
+        flat = out[k:]
         if not np.isfinite(flat).all():  # finite gradients, but the step overflowed the weights
             raise FloatingPointError(
                 f"update {updates + 1} (env step {base + taken}) made the policy's weights "
@@ -295,10 +289,54 @@ class ActorCriticAgent:
         self.mirror.load_flat(flat)
         self._synced_updates = updates + 1
         self._env_steps = base + taken
-        metrics = dict(zip(self._metric_keys, values.numpy().tolist()))
+        metrics = dict(zip(self._metric_keys, out[:k].tolist()))
         if step_norms:  # cfg.diagnostics: [N] per-step norms, a histogram in TensorBoard
             metrics[hooks.STEP_NORMS_KEY] = step_norms[0].numpy()
         return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+
+    def _normalizers(self) -> list:
+        return [n for n in (self.obs_norm, self.reward_norm) if n is not None]
+
+    def _update_args(self, traj: rollout.Trajectory, taken: int) -> tuple:
+        """The update's inputs as four tensors (each tensor argument of a call costs a
+        conversion and signature matching, ~10 us apiece):
+
+        ``[2 T B obs_dim + 4 T B]`` float32: observations, next observations, rewards,
+        terminated, truncated and log-probs end to end (:meth:`_unpack` splits them);
+        the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S]`` float64: the
+        env steps taken, then each normaliser's mean, var and count.
+        """
+        floats = np.concatenate([traj.observations.ravel(), traj.next_observations.ravel(),
+                                 traj.rewards.ravel(), traj.terminated.ravel(),
+                                 traj.truncated.ravel(), traj.log_probs.ravel()],
+                                dtype=np.float32, casting="same_kind")
+        stats = np.concatenate([[float(taken)]] + [
+            np.ravel(x) for n in self._normalizers() for x in (n.rms.mean, n.rms.var,
+                                                               n.rms.count)],
+            dtype=np.float64, casting="same_kind")
+        mask = None if traj.mask is None else tf.constant(traj.mask)
+        return tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats)
+
+    def _unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor):
+        """Inverse of :meth:`_update_args` in the graph (static shapes where the actions'
+        are): ``(obs, next_obs [T, B, d], rewards, terminated, truncated, log_probs [T, B],
+        env steps taken, [(mean, var, count) per normaliser])``."""
+        T, B = (actions.shape[i] if actions.shape[i] is not None else tf.shape(actions)[i]
+                for i in (0, 1))
+        d = self.collector.obs_dim
+        n = T * B
+        obs, next_obs, *rest = tf.split(floats, [n * d, n * d, n, n, n, n])
+        obs, next_obs = (tf.reshape(x, [T, B, d]) for x in (obs, next_obs))
+        rest = [tf.reshape(x, [T, B]) for x in rest]
+        taken = tf.cast(stats[0], tf.int64)
+        norm_stats, at = [], 1
+        for norm in self._normalizers():
+            size = int(np.prod(norm.mean.shape))
+            mean = tf.reshape(stats[at: at + size], norm.mean.shape)
+            var = tf.reshape(stats[at + size: at + 2 * size], norm.var.shape)
+            norm_stats.append((mean, var, stats[at + 2 * size]))
+            at += 2 * size + 1
+        return (obs, next_obs, *rest, taken, norm_stats)
 
     def _call_update(self, args: tuple, fixed_shape: bool):
         """Runs the update; fixed-shape batches call the traced concrete function directly.
@@ -321,24 +359,26 @@ class ActorCriticAgent:
     def _run_update(self, args: tuple, fixed_shape: bool):
         if not fixed_shape:
             return self._update_fn(*args)
-        key = tuple(tuple(a.shape) for a in args[:7]) + (len(args[9]),)
+        key = (tuple(args[0].shape), tuple(args[1].shape), tuple(args[3].shape))
         fn = self._concrete.get(key)
         if fn is None:
             fn = self._concrete[key] = self._update_fn.get_concrete_function(*args)
         return fn(*args)
 
-    def _update(self, obs, actions, rewards, terminated, truncated, next_obs, log_probs, mask,
-                env_steps_taken, norm_stats):
-        """One update from a ``[T, B, ...]`` rollout (traced once per shape by tf.function).
+    def _update(self, floats, actions, mask, stats):
+        """One update from a ``[T, B, ...]`` rollout (traced once per shape by tf.function);
+        the arguments are :meth:`_update_args`.
 
         Also stores the counters and normaliser statistics (assignments in the same graph cost
         nothing extra; eager assignments cost a TensorFlow call each). Returns
-        ``([K] metric values named by self._metric_keys, [P] flat actor weights[, [N] norms])``.
+        ``([K + P]`` the metric values named by self._metric_keys then the flat actor weights,
+        fetched together``[, [N] norms])``.
         """
         cfg, net = self.cfg, self.net
+        (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
+         norm_stats) = self._unpack(floats, actions, stats)
         self.env_steps_var.assign_add(env_steps_taken)
-        norms = [n for n in (self.obs_norm, self.reward_norm) if n is not None]
-        for n, (mean, var, count) in zip(norms, norm_stats):
+        for n, (mean, var, count) in zip(self._normalizers(), norm_stats):
             n.mean.assign(mean)
             n.var.assign(var)
             n.count.assign(count)
@@ -387,7 +427,7 @@ class ActorCriticAgent:
         self.updates_var.assign_add(1)
         self._metric_keys = list(metrics)  # trace-time: the order of the stacked values
         values_out = tf.stack([tf.cast(tf.reshape(v, []), tf.float32) for v in metrics.values()])
-        return (values_out, self.mirror.flat_weights(), *extra_out)
+        return (tf.concat([values_out, self.mirror.flat_weights()], 0), *extra_out)
 
     def targets(self, rewards, terminated, truncated, values, next_values):
         """``[T, B]`` rollout -> ``(advantages, returns)`` ``[T, B]``: GAE(lambda) and

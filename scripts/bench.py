@@ -489,25 +489,21 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
     return out
 
 
-def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
-    """PPO on HalfCheetah-v5, pgrad then Stable-Baselines3, same settings and env steps (opt-in).
+def side_by_side_vs_sb3(name: str, goal: str, spec: dict, steps: int, full: int) -> dict:
+    """One training run per side in its own process, pgrad then SB3, same env steps and seed.
 
-    Both with SB3's PPO defaults (1 env, 2048 steps x 10 epochs x minibatch 64, Adam 3e-4,
-    64-64 tanh actor and critic). Value: pgrad's wall over SB3's at the same number of env
-    steps. The goal is stated for 1M steps (``--steps 1000000``, hours here); shorter runs give
-    the steps/s ratio at that length, labelled with it.
+    Value: pgrad's wall over SB3's at the same number of env steps (``full``: the length the
+    goal is stated for; shorter runs give the steps/s ratio at their length, labelled so).
     """
-    del repeats
-    goal = "<= 0.5 x SB3's wall (1M steps)"
     if not sb3_available():
-        return figure("ppo_mujoco_vs_sb3", float("nan"), goal, False,
+        return figure(name, float("nan"), goal, False,
                       skipped="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
-    spec = {"agent": "ppo", "env": "HalfCheetah-v5", "seed": seed, "max_steps": steps}
+    spec = {**spec, "max_steps": steps}
     ours, theirs = train_run("pgrad", spec), train_run("sb3", spec)
     sps = {r["side"]: r["env_steps"] / r["wall_s"] for r in (ours, theirs)}
     value = sps["sb3"] / sps["pgrad"]  # = pgrad wall / SB3 wall at equal env steps
-    return figure("ppo_mujoco_vs_sb3", value, goal, value <= 0.5,
-                  measured_at_env_steps=steps, full_length=steps >= 1_000_000,
+    return figure(name, value, goal, value <= 0.5,
+                  measured_at_env_steps=steps, full_length=steps >= full,
                   env_steps_per_s={k: round(v, 1) for k, v in sps.items()},
                   cpu_ratio=round((ours["cpu_s"] / ours["env_steps"])
                                   / (theirs["cpu_s"] / theirs["env_steps"]), 3),
@@ -515,6 +511,33 @@ def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
                   peak_rss_mb={"pgrad": ours["peak_rss_mb"], "sb3": theirs["peak_rss_mb"]},
                   note="run one after the other (pgrad first); the last-20 training return "
                   "is in each run")
+
+
+def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
+    """PPO on HalfCheetah-v5, pgrad then Stable-Baselines3, same settings and env steps (opt-in).
+
+    Both with SB3's PPO defaults (1 env, 2048 steps x 10 epochs x minibatch 64, Adam 3e-4,
+    64-64 tanh actor and critic). The goal is stated for 1M steps (``--steps 1000000``).
+    """
+    del repeats
+    return side_by_side_vs_sb3(
+        "ppo_mujoco_vs_sb3", "<= 0.5 x SB3's wall (1M steps)",
+        {"agent": "ppo", "env": "HalfCheetah-v5", "seed": seed}, steps, 1_000_000)
+
+
+def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21) -> dict:
+    """A2C on HalfCheetah-v5 with rl-zoo's MuJoCo A2C setting, pgrad then SB3 (opt-in).
+
+    SB3's A2C defaults plus rl-zoo's ``normalize: true``: 1 env, 5-step updates (one update
+    per 5 env steps: the per-update fixed cost decides the wall), RMSprop 7e-4, observations
+    and rewards normalised; pgrad with the same settings. The goal is stated for 300k steps
+    (``--steps 300000``), seed 21.
+    """
+    del repeats
+    hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
+    return side_by_side_vs_sb3(
+        "a2c_mujoco_vs_sb3", "<= 0.5 x SB3's wall (300k steps)",
+        {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp}, steps, 300_000)
 
 
 def _collection_cartpole_64(repeats: int) -> dict:
@@ -666,7 +689,8 @@ FIGURES: dict[str, Callable] = {
     "ray_scaling": ray_scaling,
 }
 #: Figures run only when named with --only (long).
-OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": ppo_mujoco_vs_sb3}
+OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": ppo_mujoco_vs_sb3,
+                               "a2c_mujoco_vs_sb3": a2c_mujoco_vs_sb3}
 
 
 def peak_rss_mb() -> float:
@@ -687,7 +711,7 @@ def run_figure(name: str, args) -> list[dict]:
     kwargs = {}
     if name == "a2c_cartpole":
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
-    elif name == "ppo_mujoco_vs_sb3":
+    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3"):
         kwargs = {"steps": args.steps}
     out = fn(args.repeats, **kwargs)
     out = out if isinstance(out, list) else [out]
@@ -718,7 +742,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="a2c_cartpole: seeds (one pgrad and one SB3 run each)")
     parser.add_argument("--steps", type=int, default=50_000,
-                        help="ppo_mujoco_vs_sb3: env steps per side (the goal is for 1000000)")
+                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3: env steps per side (the "
+                        "goals are for 1000000 / 300000)")
     parser.add_argument("--figure-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.figure_worker is not None:

@@ -11,7 +11,8 @@ Trains until the mean return of the last 20 training episodes reaches ``target``
 the agent (env included) to the end, whether the target was reached, the last-20 mean return,
 and the process's peak resident memory (VmHWM, which exec resets: this process alone).
 
-Each side runs with its own defaults for the agent plus ``hp`` overrides; the Stable-Baselines3
+Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config
+fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS); the Stable-Baselines3
 side never imports TensorFlow (it is blocked before ``stable_baselines3`` is imported, whose
 TensorBoard hook would load it otherwise) and runs PyTorch with one thread (``torch_threads``,
 default 1: with PyTorch's default of one thread per core, on this shared 2-core machine its
@@ -32,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SB3_SETTINGS = {
     ("a2c", "CartPole-v1"): {"n_envs": 8, "hp": {"ent_coef": 0.0}},  # rl-zoo a2c.yml
     ("ppo", "HalfCheetah-v5"): {"n_envs": 1, "hp": {}},  # SB3's PPO defaults (2048 x 10 x 64)
+    # rl-zoo a2c.yml, MuJoCo: SB3's A2C defaults (1 env, 5 steps) + VecNormalize (obs, reward)
+    ("a2c", "HalfCheetah-v5"): {"n_envs": 1, "hp": {}, "normalize": True},
 }
 
 
@@ -96,9 +99,13 @@ def sb3_run(spec: dict) -> dict:
 
     start, cpu_start = time.perf_counter(), time.process_time()
     envs = make_vec_env(spec["env"], n_envs=settings["n_envs"], seed=spec["seed"])
+    if settings.get("normalize"):
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        envs = VecNormalize(envs)
     algo = {"a2c": sb3.A2C, "ppo": sb3.PPO}[spec["agent"]]
     model = algo("MlpPolicy", envs, seed=spec["seed"], device="cpu",
-                 **{**settings["hp"], **spec.get("hp", {})})
+                 **{**settings["hp"], **spec.get("sb3_hp", {})})
     model.learn(spec["max_steps"], callback=Stop())
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     solved = target is not None and len(returns) >= 20 and last20(returns) >= target
@@ -108,6 +115,7 @@ def sb3_run(spec: dict) -> dict:
             "episodes": len(returns), "peak_rss_mb": peak_rss_mb(),
             "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__},
             "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"],
+            "vec_normalize": bool(settings.get("normalize")),
             "tensorflow_loaded": sys.modules.get("tensorflow") is not None}
 
 

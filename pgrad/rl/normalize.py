@@ -17,6 +17,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+_sum = np.add.reduce
+
+
+def _clip(x: np.ndarray, bound: float) -> np.ndarray:
+    """``np.clip(x, -bound, bound)`` (same values, NaN kept) as two ufunc calls."""
+    return np.minimum(np.maximum(x, -bound), bound)
+
 
 class _RunningMeanStd:
     """numpy mean/var/count over batches (parallel algorithm of Chan et al.)."""
@@ -28,7 +35,7 @@ class _RunningMeanStd:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float64)
-        self.update_from_moments(x.mean(axis=0), x.var(axis=0), x.shape[0])
+        self.update_from_moments(*batch_moments(x), x.shape[0])
 
     def update_from_moments(self, b_mean: np.ndarray, b_var: np.ndarray, n: float) -> None:
         """Merges in a batch given by its mean, (population) variance and size; also how the
@@ -39,6 +46,17 @@ class _RunningMeanStd:
         m2 = self.var * self.count + b_var * n + np.square(delta) * self.count * n / total
         self.var = m2 / total
         self.count = total
+
+
+def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(x.mean(axis=0), x.var(axis=0))`` of ``[N, ...]`` float64 ``x``, computed as numpy
+    computes them (the same bits) with the mean shared and without their Python wrappers:
+    this runs every env step."""
+    n = x.shape[0]
+    s = _sum(x, axis=0, keepdims=True) / n
+    dev = x - s
+    dev *= dev
+    return s[0], _sum(dev, axis=0) / n
 
 
 class _Stats(tf.Module):
@@ -80,7 +98,7 @@ class ObsNormalizer(_Stats):
         if update:
             self.rms.update(obs)
         out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.eps)
-        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+        return _clip(out, self.clip).astype(np.float32)
 
     def tf_normalize(self, obs: tf.Tensor) -> tf.Tensor:
         """The same map in TensorFlow, reading the variables (for exported policies)."""
@@ -110,4 +128,4 @@ class RewardNormalizer(_Stats):
         self.rms.update(self.returns)
         self.returns[dones] = 0.0
         out = rewards / np.sqrt(self.rms.var + self.eps)
-        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+        return _clip(out, self.clip).astype(np.float32)

@@ -188,6 +188,9 @@ def _space_of(env_id) -> str:
         env.close()
 
 
+_any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
+
+
 def _frozen(x):
     if x is not None:
         x.flags.writeable = False
@@ -216,6 +219,7 @@ class Collector:
         self.obs_norm, self.reward_norm = obs_norm, reward_norm
         self.env_steps = 0  # sub-env steps taken (the owner may set it: the run's total)
         self._raw_obs: np.ndarray | None = None
+        self._last_norm: tuple | None = None  # (flat, mean, var, normalised): see _norm
         self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
         self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
 
@@ -260,7 +264,18 @@ class Collector:
             self.obs_norm.rms.update(self._raw_obs)
 
     def _norm(self, flat: np.ndarray) -> np.ndarray:
-        return flat if self.obs_norm is None else self.obs_norm(flat)
+        """Normalised observations. A step's observations are normalised twice with the same
+        statistics (as the step's ``next_observations`` and as the next step's inputs): the
+        second call returns the first's array, kept with the exact inputs it was computed from
+        (the statistics arrays are replaced, never written to, on every change)."""
+        if self.obs_norm is None:
+            return flat
+        rms, last = self.obs_norm.rms, self._last_norm
+        if last is not None and last[0] is flat and last[1] is rms.mean and last[2] is rms.var:
+            return last[3]
+        out = self.obs_norm(flat)
+        self._last_norm = (flat, rms.mean, rms.var, out)
+        return out
 
     def _check(self, flat: np.ndarray, rewards: np.ndarray | None, step: int | None) -> np.ndarray:
         """Raises ValueError naming the env and step if an observation or reward is NaN/Inf."""
@@ -273,8 +288,12 @@ class Collector:
             )
         return flat
 
-    def _step(self, policy_fn: PolicyFn):
-        """One vector step. Returns the transition pieces and finished episodes."""
+    def _step(self, policy_fn: PolicyFn, check: bool = True):
+        """One vector step. Returns the transition pieces and finished episodes.
+
+        ``check=False`` leaves the finite checks of this step's observations and rewards to
+        the caller (:meth:`_check_rollout`).
+        """
         if self._raw_obs is None:
             self.reset()
         obs = self._norm(self._raw_obs)
@@ -282,17 +301,21 @@ class Collector:
         where = self.env_steps + self.num_envs
         raw, rewards, term, trunc, info = self._env_call(f"env step {where}", self.envs.step,
                                                          env_actions)
-        flat = self._check(self._flat(raw, f"env step {where}"), rewards, where)
-        self.env_steps += self.num_envs
-        done = term | trunc
+        flat = self._flat(raw, f"env step {where}")
+        if check:
+            self._check(flat, rewards, where)
+        done = np.logical_or(term, trunc)
         nxt = flat
         episodes = []
-        if done.any():
+        ended = _any(done)
+        if ended:
             nxt = flat.copy()
             final = info["final_obs"]
             for i in np.flatnonzero(done):
                 last = self._flat(spaces.batch_of_one(final[i]), f"env step {where}")
-                nxt[i] = self._check(last, None, where)[0]
+                nxt[i] = (self._check(last, None, where) if check else last)[0]
+        self.env_steps += self.num_envs
+        if ended:
             ep, mask = info["episode"], info["_episode"]
             for i in np.flatnonzero(mask):
                 episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
@@ -310,12 +333,53 @@ class Collector:
         """
         cols: list[list] = [[] for _ in range(8)]
         episodes: list = []
-        for _ in range(num_steps):
-            parts, eps = self._step(policy_fn)
-            for c, p in zip(cols, parts):
-                c.append(p)
-            episodes.extend(eps)
-        return self._trajectory(cols, None), episodes
+        # Without normalisers nothing is computed from an observation or reward before the
+        # update but the next action, so their finite checks run once over the whole rollout
+        # (the same error, naming the same env step, as a check per step).
+        deferred = self.obs_norm is None and self.reward_norm is None
+        start = self.env_steps
+        try:
+            for _ in range(num_steps):
+                parts, eps = self._step(policy_fn, check=not deferred)
+                for c, p in zip(cols, parts):
+                    c.append(p)
+                episodes.extend(eps)
+        except EnvError:  # a non-finite value stepped before may be the cause: name it first
+            if deferred and cols[0]:
+                self._check_rollout(self._trajectory(cols, None), start, None)
+            raise
+        traj = self._trajectory(cols, None)
+        if deferred:
+            self._check_rollout(traj, start, self._raw_obs)
+        return traj, episodes
+
+    def _check_rollout(self, traj: Trajectory, start: int, last_obs: np.ndarray | None) -> None:
+        """The per-step finite checks of :meth:`_step`, over a rollout collected without them.
+
+        Step ``t``'s observations are ``observations[t + 1]`` (``last_obs`` after the last
+        step; ``None``: the step that followed raised), its final observations are in
+        ``next_observations[t]``. Raises the EnvError of the first step with a NaN/Inf.
+        """
+        num = traj.rewards.shape[0]
+
+        def ok(x):  # [n, B, ...] -> [n] bool
+            return np.isfinite(x).reshape(x.shape[0], -1).all(1)
+
+        later = traj.observations[1:]
+        if last_obs is not None:
+            later = np.concatenate([later, last_obs[None]])
+        obs_ok = np.ones(num, bool)
+        obs_ok[: later.shape[0]] = ok(later)
+        reward_ok, final_ok = ok(traj.rewards), ok(traj.next_observations)
+        bad = np.flatnonzero(~(obs_ok & reward_ok & final_ok))
+        if bad.size:
+            t = int(bad[0])
+            what = "reward" if obs_ok[t] and not reward_ok[t] else "observation"
+            after = start + t * self.num_envs
+            raise EnvError(
+                f"env {self.name!r} returned a non-finite {what} at env step "
+                f"{after + self.num_envs} (after {after} env steps); pgrad needs finite "
+                "observations and rewards.")
 
     def collect_episodes(self, policy_fn: PolicyFn, min_steps: int,
                          max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:

@@ -54,3 +54,19 @@ def test_bench_runs_sb3_side_without_tensorflow():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["side"] == "sb3" and out["env_steps"] >= 400 and out["torch_threads"] == 1
     assert not out["tensorflow_loaded"]  # its memory and start-up are SB3's own
+
+
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
+                    reason="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+def test_bench_runs_a2c_mujoco_setting_on_both_sides():
+    """rl-zoo's MuJoCo A2C setting: SB3 with one env and VecNormalize, pgrad with the same
+    hyperparameters as config fields (a few hundred steps: it runs, no timing)."""
+    hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
+    spec = {"agent": "a2c", "env": "HalfCheetah-v5", "seed": 21, "max_steps": 200, "hp": hp}
+    for side in ("pgrad", "sb3"):
+        proc = run("bench_runs.py", side, json.dumps(spec))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["side"] == side and out["env_steps"] >= 200
+        if side == "sb3":
+            assert out["n_envs"] == 1 and out["vec_normalize"]

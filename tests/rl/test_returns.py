@@ -85,3 +85,34 @@ def test_gae_lambda1_is_nstep_return_minus_value_and_lambda0_is_td():
     np.testing.assert_allclose(adv0, r + GAMMA * (1 - term) * nv - v, rtol=1e-6)
     lam_ret = pgrad.lambda_returns(r, v, nv, term, trunc, GAMMA, LAM).numpy()
     np.testing.assert_allclose(lam_ret, pgrad.gae(r, v, nv, term, trunc, GAMMA, LAM) + v)
+
+
+@pytest.mark.parametrize("steps", [1, 5, 32, 40])
+def test_unrolled_recursions_equal_the_scan_bit_for_bit(steps, monkeypatch):
+    """Short rollouts of static length are unrolled in the graph; values equal tf.scan's
+    exactly (eager and traced; dynamic or long T takes the scan)."""
+    import tensorflow as tf
+
+    from pgrad.rl import returns
+
+    rng = np.random.default_rng(steps)
+    r, v, nv = (rng.normal(size=(steps, 3)).astype(np.float32) for _ in range(3))
+    term = (rng.random((steps, 3)) < 0.2).astype(np.float32)
+    trunc = (rng.random((steps, 3)) < 0.2).astype(np.float32)
+
+    def both():
+        return (pgrad.gae(r, v, nv, term, trunc, GAMMA, LAM).numpy(),
+                pgrad.discounted_returns(r, term, trunc, nv, GAMMA).numpy())
+
+    traced = tf.function(lambda *a: (pgrad.gae(*a[:5], GAMMA, LAM),
+                                     pgrad.discounted_returns(a[0], a[3], a[4], a[2], GAMMA)))
+    args = [tf.constant(x) for x in (r, v, nv, term, trunc)]
+    got = both(), [x.numpy() for x in traced(*args)]
+    dynamic = traced.get_concrete_function(*[tf.TensorSpec([None, 3], tf.float32)] * 5)
+    got_dynamic = [x.numpy() for x in dynamic(*args)]
+    monkeypatch.setattr(returns, "UNROLL_MAX_STEPS", 0)
+    want = both()
+    for a, b in zip([*got[0], *got[1], *got_dynamic], [*want, *want, *want]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(want[0], loop_gae(r, v, nv, term, trunc, GAMMA, LAM), rtol=1e-5,
+                               atol=1e-5)
