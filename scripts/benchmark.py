@@ -27,21 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pgrad_app.quiet  # noqa: E402,F401,I001  (first: silences TensorFlow's start-up noise)
 from pgrad.core.errors import UserError, run_cli  # noqa: E402
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, as train.py
-        raise UserError(f"{message} (see {self.prog} --help)")
+from pgrad_app.cli import OneLineParser, add_grid_args  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="benchmark.py", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="benchmark.py", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
-    add("--agents", nargs="+", metavar="AGENT", help="agents to run (e.g. ppo a2c)")
-    add("--envs", nargs="+", metavar="ENV", help="Gymnasium env ids (or module:EnvId)")
-    add("--seeds", nargs="+", type=int, default=[0, 1, 2], metavar="S",
-        help="seeds (default: 0 1 2)")
+    add_grid_args(p, "ppo a2c")
     add("--steps", type=int, metavar="N", help="env steps per run (default: the tuned entry's "
         "n_timesteps)")
     add("--jobs", type=int, default=2, metavar="J", help="runs at a time, each with cores/J "

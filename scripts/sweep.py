@@ -28,21 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pgrad_app.quiet  # noqa: E402,F401,I001  (first: silences TensorFlow's start-up noise)
 from pgrad.core.errors import UserError, run_cli  # noqa: E402
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, as train.py
-        raise UserError(f"{message} (see {self.prog} --help)")
+from pgrad_app.cli import OneLineParser, add_grid_args  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sweep.py", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="sweep.py", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
-    add("--agents", nargs="+", metavar="AGENT", help="agents to run (e.g. a2c ppo)")
-    add("--envs", nargs="+", metavar="ENV", help="Gymnasium env ids (or module:EnvId)")
-    add("--seeds", nargs="+", type=int, default=[0, 1, 2], metavar="S",
-        help="seeds (default: 0 1 2)")
+    add_grid_args(p, "a2c ppo")
     add("--grid", action="append", default=[], metavar="KEY=V1,V2",
         help="a hyperparameter and its values, one axis of the grid (repeatable; lists keep "
         "their commas: hidden=[64,64],[256,256]; default: none)")

@@ -22,16 +22,11 @@ import argparse
 
 import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
 from pgrad.core.errors import UserError, run_cli
-from pgrad_app.cli import command
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, without argparse's usage block
-        raise UserError(f"{message} (see {self.prog} --help)")
+from pgrad_app.cli import OneLineParser, command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=command("evaluate"), description="Evaluate the policy of a training run "
+    p = OneLineParser(prog=command("evaluate"), description="Evaluate the policy of a training run "
                 "or a saved agent (deterministic actions unless --stochastic).")
     p.add_argument("run", metavar="DIR", help="a run directory pgrad-train wrote, or a "
                    "directory agent.save wrote")

@@ -22,16 +22,11 @@ import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-u
 from pgrad.core.errors import UserError, one_line, run_cli
 from pgrad_app import rundir
 from pgrad_app import settings as config_lib
-from pgrad_app.cli import command
+from pgrad_app.cli import OneLineParser, command
 
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
                    "adversarial_epsilon", "no_tuned", "transform_arg")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2 (argparse's code) without the usage block
-        raise UserError(f"{message} (see {self.prog} --help)")
 
 
 def _defaults() -> dict:
@@ -54,7 +49,7 @@ def _agent_epilog() -> str:
 
 def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     d = _defaults()
-    p = _parser = _Parser(
+    p = _parser = OneLineParser(
         prog=command("train"),
         description="Train a policy-gradient agent and write a run directory.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
