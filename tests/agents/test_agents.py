@@ -293,6 +293,7 @@ def test_export_policy_loads_with_plain_tensorflow(space, tmp_path):
     agent.close()
 
 
+@pytest.mark.subprocess
 def test_export_loads_without_pgrad(tmp_path):
     """A fresh interpreter with only TensorFlow loads and runs the exported policy."""
     import subprocess

@@ -60,6 +60,7 @@ def evaluate(agent, seeds=range(10)) -> float:
     return total / len(seeds)
 
 
+@pytest.mark.slow
 def test_continuous_actions_learn_on_a_tiny_budget():
     cfg = agents.A2C.Config(num_envs=4, n_steps=5, hidden=(16,), learning_rate=3e-3,
                             optimizer="adam", optimizer_eps=1e-7, log_std_init=-0.5)
@@ -72,6 +73,7 @@ def test_continuous_actions_learn_on_a_tiny_budget():
     assert after > 0.3 * before, (before, after)
 
 
+@pytest.mark.slow
 def test_reinforce_learns_a_little():
     agent = agents.Reinforce(agents.Reinforce.Config(batch_steps=1000), env_id="CartPole-v1",
                              seed=0)

@@ -117,6 +117,7 @@ def test_plain_transforms_of_both_shapes_and_factory_arguments(tmp_path, capsys)
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.subprocess  # wandb runs its own service process
 def test_track_wandb_offline_writes_its_files(tmp_path, capsys, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")

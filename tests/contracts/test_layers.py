@@ -100,6 +100,7 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch):
         bad.unlink()
 
 
+@pytest.mark.subprocess  # a fresh interpreter: what import does to a clean process
 def test_import_pgrad_changes_nothing_global():
     """After its dependencies are imported (they set warning filters of their own), importing
     pgrad and agents (and using the taps) leaves the environment, warning filters, import

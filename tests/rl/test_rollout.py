@@ -290,6 +290,7 @@ def test_numpy_categorical_sampling_frequencies():
     np.testing.assert_allclose(np.bincount(a, minlength=3) / 20000, [0.2, 0.5, 0.3], atol=0.015)
 
 
+@pytest.mark.subprocess  # one process per env
 def test_async_vector_env_gives_the_same_trajectory():
     sync, asyn = (rollout.Collector(rollout.make_vec_env(counter(limit=3), 2, mode), "counter")
                   for mode in ("sync", "async"))

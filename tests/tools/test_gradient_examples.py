@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.subprocess  # each example runs in its own interpreter
+
 SCRIPTS = {
     "relu": ["custom_relu_gradcheck.py"],
     "clipping": ["per_sample_clipping.py", "--quick"],
