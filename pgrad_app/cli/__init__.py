@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+import pgrad_app.quiet  # noqa: F401,I001  (before pgrad: the commands import this package first)
 from pgrad.core.errors import UserError
 
 

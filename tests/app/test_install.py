@@ -60,5 +60,6 @@ def test_wheel_installs_the_console_commands(tmp_path):
     for command, flag in (("pgrad-train", "--eval-every"), ("pgrad-evaluate", "--stochastic")):
         proc = _run(venv / "bin" / command, "--help", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""  # no TensorFlow start-up noise from the installed command
         assert proc.stdout.startswith(f"usage: {command} ") and flag in proc.stdout
         assert "scripts/" not in proc.stdout
