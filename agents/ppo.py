@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 import pgrad
-from agents.base import ActorCriticAgent, linear_decay
+from agents.base import ActorCriticAgent
 from agents.config import ActorCriticConfig, doc, preset
+from agents.update import linear_decay
 
 
 @dataclass

@@ -248,7 +248,7 @@ def test_checkpoint_round_trip(cls, tmp_path):
     for _ in range(4):
         src.step()
     # Changing normaliser statistics and batch lengths must not retrace the update.
-    assert src._update_fn.experimental_get_tracing_count() <= (1 if cls is agents.A2C else 2)
+    assert src.updater.tracing_count() <= (1 if cls is agents.A2C else 2)
     path = tf.train.Checkpoint(**src.trackables()).write(str(tmp_path / "ckpt"))
     dst = cls(cfg, env_id="CartPole-v1", seed=9, transform=stateful)
     tf.train.Checkpoint(**dst.trackables()).read(path).assert_consumed()

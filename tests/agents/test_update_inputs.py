@@ -18,10 +18,10 @@ def test_unpacked_update_inputs_equal_the_trajectory_and_statistics(env_id, opti
     agent.step()  # statistics away from their start values
     rng = np.random.default_rng(0)
     traj, _ = agent.collector.collect(agent.acting_fn(rng), 4)
-    floats, actions, mask, stats = agent._update_args(traj, 12)
+    floats, actions, mask, stats = agent.updater.inputs(traj, 12)
     assert mask is None
     (obs, next_obs, rewards, terminated, truncated, log_probs, taken,
-     norm_stats) = agent._unpack(floats, actions, stats)
+     norm_stats) = agent.updater.unpack(floats, actions, stats)
     np.testing.assert_array_equal(actions.numpy(), traj.actions)
     for got, want in [(obs, traj.observations), (next_obs, traj.next_observations),
                       (rewards, traj.rewards), (terminated, traj.terminated),
