@@ -96,11 +96,15 @@ def test_every_shipped_entry_builds_a_valid_config_with_a_budget():
 
 def test_shipped_values_follow_the_translation_rules():
     """Spot checks of the rl-zoo / Tianshou translation (notes/hyperparams.md)."""
-    hopper, _ = hyperparams.tuned("ppo", "Hopper-v5")
-    assert (hopper["num_envs"], hopper["n_steps"], hopper["minibatch_size"]) == (1, 512, 32)
-    assert hopper["gamma"] == 0.999 and hopper["log_std_init"] == -2.0
+    cheetah, _ = hyperparams.tuned("ppo", "HalfCheetah-v5")
+    assert (cheetah["num_envs"], cheetah["n_steps"], cheetah["minibatch_size"]) == (1, 512, 64)
+    assert cheetah["gamma"] == 0.98 and cheetah["log_std_init"] == -2.0
     walker, _ = hyperparams.tuned("ppo", "Walker2d-v5")
     assert "hidden" not in walker and "activation" not in walker  # zoo: no policy_kwargs
+    hopper, _ = hyperparams.tuned("ppo", "Hopper-v5")  # CleanRL's: the defaults plus these
+    cfg = agents.get("ppo").Config(**hopper)
+    assert (cfg.num_envs, cfg.n_steps, cfg.minibatch_size, cfg.epochs) == (1, 2048, 64, 10)
+    assert (cfg.normalize_obs, cfg.normalize_reward, cfg.clip_range_vf) == (True, True, 0.2)
     for env in MUJOCO:  # Tianshou's A2C: 16 x 5, RMSprop 7e-4 decayed, gae 0.95, ent 0.01
         a2c, _ = hyperparams.tuned("a2c", env)
         cfg = agents.get("a2c").Config(**a2c)
@@ -190,15 +194,15 @@ def test_tuned_layer_sits_between_defaults_and_everything_else(tmp_path):
     _, cfg, _, _, path = resolve("--agent", "ppo", "--env", "HalfCheetah-v5", "--no-tuned")
     assert path is None and cfg == ppo()
     _, cfg, _, _, path = resolve("--agent", "ppo", "--set", "env=Hopper-v5")  # env from --set
-    assert path is not None and cfg.gamma == 0.999
+    assert path is not None and cfg.clip_range_vf == 0.2
 
 
 def test_a_tuned_value_that_conflicts_with_a_flag_is_reported_with_its_source():
-    # Tuned Hopper minibatch 32 with 1 env x 512 steps; --set n_steps=48 leaves 32 dividing 48
+    # Tuned Walker2d minibatch 32 with 1 env x 512 steps; --set n_steps=48 leaves 32 dividing 48
     # impossible: the message names the values, the run stops before anything is written.
     with pytest.raises(UserError, match="minibatch_size must divide") as err:
-        resolve("--agent", "ppo", "--env", "Hopper-v5", "--set", "n_steps=48")
-    assert f"{hyperparams.path_for('ppo')}: Hopper-v5: minibatch_size" in str(err.value)
+        resolve("--agent", "ppo", "--env", "Walker2d-v5", "--set", "n_steps=48")
+    assert f"{hyperparams.path_for('ppo')}: Walker2d-v5: minibatch_size" in str(err.value)
 
 
 def test_train_says_when_tuned_values_apply_and_records_them(tmp_path, capsys):
