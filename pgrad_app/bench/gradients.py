@@ -46,6 +46,17 @@ class Setup:
 
         return lambda: run(self.obs, self.act)
 
+    def engine_grad(self, chain, state, **kwargs):
+        """``pgrad.policy_gradients`` of ``chain`` as a tf.function of ``(obs, act, advantages)``
+        (``kwargs``: e.g. ``path="full"``); returns the gradients."""
+
+        @tf.function
+        def run(obs, act, adv):
+            return pgrad.policy_gradients(chain, state, self.log_prob, self.variables, (obs, act),
+                                          {"advantages": adv}, **kwargs)[0]
+
+        return run
+
 
 def largest_tensor(concrete) -> tuple[int, list]:
     """Elements and shape of the largest statically-shaped tensor in a traced graph (and bodies)."""
@@ -122,11 +133,7 @@ def fused_ratio(repeats: int) -> dict:
     s = Setup()
     chain = pgrad.chain(pgrad.weight_by("advantages", standardize=True), pgrad.mean_steps())
     state = chain.init(s.variables)
-
-    @tf.function
-    def engine(obs, act, adv):
-        return pgrad.policy_gradients(chain, state, s.log_prob, s.variables, (obs, act),
-                                      {"advantages": adv})[0]
+    engine = s.engine_grad(chain, state)
 
     @tf.function
     def by_hand(obs, act, adv):
@@ -151,16 +158,8 @@ def clip_ratio(repeats: int) -> dict:
     chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.clip_per_step(1.0),
                         pgrad.mean_steps())
     state = chain.init(s.variables)
-
-    @tf.function
-    def engine(obs, act, adv):
-        return pgrad.policy_gradients(chain, state, s.log_prob, s.variables, (obs, act),
-                                      {"advantages": adv})[0]
-
-    @tf.function
-    def full(obs, act, adv):
-        return pgrad.policy_gradients(chain, state, s.log_prob, s.variables, (obs, act),
-                                      {"advantages": adv}, path="full")[0]
+    engine = s.engine_grad(chain, state)
+    full = s.engine_grad(chain, state, path="full")
 
     fns = {"batched": s.batched_grad(), "engine": lambda: engine(s.obs, s.act, s.adv),
            "full": lambda: full(s.obs, s.act, s.adv)}
