@@ -7,7 +7,8 @@ process (``python -m pgrad_app.bench_run SPEC``) with its BLAS/TensorFlow thread
 ``cores // jobs``, so concurrent runs don't oversubscribe the cores. A run writes its result
 atomically, so the results folder is resumable: a run whose JSON exists is skipped, and one that
 crashed leaves only its log (``logs/NAME.log``). ``pgrad_app.bench_report`` turns the folder into
-tables and plots. Layout of a results folder::
+tables and plots. :func:`run_and_report` is the whole command (scripts/benchmark.py, and
+scripts/sweep.py with its own plan and launch). Layout of a results folder::
 
     RESULTS/AGENT__ENV__seedS.json     one finished run (schema: pgrad_app/bench_run.py)
     RESULTS/logs/AGENT__ENV__seedS.spec.json, .log   what was launched, and its output
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pgrad.core.errors import UserError, one_line
-from pgrad_app import hyperparams
+from pgrad_app import bench_report, hyperparams
 from pgrad_app import settings as config_lib
 
 ROOT = Path(__file__).resolve().parents[1]  # the folder holding pgrad/, agents/ and pgrad_app/
@@ -263,3 +264,41 @@ def command_line(argv: Sequence[str], script: str = "scripts/benchmark.py") -> s
 def elapsed(start: float) -> str:
     seconds = int(time.perf_counter() - start)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def run_and_report(args: Any, plan: Callable[[], Sequence[RunSpec]],
+                   launch: Callable[[list[RunSpec]], list[Finished] | None], noun: str,
+                   how: str) -> int:
+    """The flow of scripts/benchmark.py and scripts/sweep.py: plan every run, skip the finished
+    ones, launch the rest, print a summary, write the report (``--report-only``: the report only).
+
+    Args:
+      args: the parsed command line: ``agents``, ``envs``, ``results``, ``report_only``.
+      plan: checks the command's own options and returns every run (called only when running).
+      launch: runs the runs still to do and returns how each ended; None when it launched
+        nothing (then no summary line).
+      noun: what a run is called (``"run"``, ``"trial"``), in the lines printed and the report.
+      how: how they run, the end of the first line (``"2 at a time"``).
+
+    Returns:
+      The exit code: 1 if any run failed, else 0.
+
+    Raises:
+      UserError: no ``--agents`` or ``--envs``, or what ``plan`` or the report raise.
+    """
+    results = Path(args.results)
+    failed: list[Finished] = []
+    if not args.report_only:
+        if not args.agents or not args.envs:
+            raise UserError("--agents and --envs are needed (or --report-only).")
+        specs = plan()
+        todo = check_existing(specs, results)
+        print(f"{len(specs)} {noun}s, {len(specs) - len(todo)} already in {results}, "
+              f"{len(todo)} to run, {how}", flush=True)
+        start = time.perf_counter()
+        finished = launch(todo)
+        if finished is not None:
+            failed = [f for f in finished if f.result is None]
+            print(f"done in {elapsed(start)}: {len(finished) - len(failed)} finished, "
+                  f"{len(failed)} failed", flush=True)
+    return bench_report.finish(results, failed, noun)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,31 +71,21 @@ def progress(total: int):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    from pgrad_app import bench_report
+    from pgrad_app import benchmark
 
-    results = Path(args.results)
-    failed = []
-    if not args.report_only:
-        from pgrad_app import benchmark
-
-        if not args.agents or not args.envs:
-            raise UserError("--agents and --envs are needed (or --report-only).")
+    def plan():
         if args.jobs < 1:
             raise UserError(f"--jobs must be >= 1; got {args.jobs}.")
-        specs = benchmark.plan(args.agents, args.envs, args.seeds, steps=args.steps,
-                               sets=args.set, no_tuned=args.no_tuned,
-                               eval_episodes=args.eval_episodes)
-        todo = benchmark.check_existing(specs, results)
-        print(f"{len(specs)} runs, {len(specs) - len(todo)} already in {results}, "
-              f"{len(todo)} to run, {args.jobs} at a time", flush=True)
-        start = time.perf_counter()
+        return benchmark.plan(args.agents, args.envs, args.seeds, steps=args.steps,
+                              sets=args.set, no_tuned=args.no_tuned,
+                              eval_episodes=args.eval_episodes)
+
+    def launch(todo):
         with progress(len(todo)) as echo:
-            finished = benchmark.launch(todo, results, jobs=args.jobs,
-                                        command=benchmark.command_line(argv), echo=echo)
-        failed = [f for f in finished if f.result is None]
-        print(f"done in {benchmark.elapsed(start)}: {len(finished) - len(failed)} finished, "
-              f"{len(failed)} failed", flush=True)
-    return bench_report.finish(results, failed, "run")
+            return benchmark.launch(todo, args.results, jobs=args.jobs,
+                                    command=benchmark.command_line(argv), echo=echo)
+
+    return benchmark.run_and_report(args, plan, launch, "run", f"{args.jobs} at a time")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,33 +60,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    from pgrad_app import bench_report, benchmark
+    from pgrad_app import benchmark
 
-    results = Path(args.results)
-    failed = []
-    if not args.report_only:
+    def plan():
         from pgrad_app import distributed, sweep
 
-        if not args.agents or not args.envs:
-            raise UserError("--agents and --envs are needed (or --report-only).")
         if args.cpus_per_trial < 1:
             raise UserError(f"--cpus-per-trial must be >= 1; got {args.cpus_per_trial}.")
         distributed.import_ray("sweep.py")
-        trials = sweep.plan(args.agents, args.envs, args.seeds, steps=args.steps,
-                            sets=args.set, grid=args.grid, no_tuned=args.no_tuned,
-                            eval_episodes=args.eval_episodes)
-        todo = benchmark.check_existing(trials, results)
-        print(f"{len(trials)} trials, {len(trials) - len(todo)} already in {results}, "
-              f"{len(todo)} to run, {args.cpus_per_trial} CPU(s) each", flush=True)
-        start = time.perf_counter()
-        if todo:
-            with distributed.ray_session(args.ray_address, what="sweep.py"):
-                finished = sweep.launch(todo, results, args.cpus_per_trial,
-                                        benchmark.command_line(argv, "scripts/sweep.py"))
-            failed = [f for f in finished if f.result is None]
-            print(f"done in {benchmark.elapsed(start)}: {len(finished) - len(failed)} finished, "
-                  f"{len(failed)} failed", flush=True)
-    return bench_report.finish(results, failed, "trial")
+        return sweep.plan(args.agents, args.envs, args.seeds, steps=args.steps, sets=args.set,
+                          grid=args.grid, no_tuned=args.no_tuned,
+                          eval_episodes=args.eval_episodes)
+
+    def launch(todo):
+        from pgrad_app import distributed, sweep
+
+        if not todo:
+            return None  # no Ray instance started for nothing
+        with distributed.ray_session(args.ray_address, what="sweep.py"):
+            return sweep.launch(todo, args.results, args.cpus_per_trial,
+                                benchmark.command_line(argv, "scripts/sweep.py"))
+
+    return benchmark.run_and_report(args, plan, launch, "trial",
+                                    f"{args.cpus_per_trial} CPU(s) each")
 
 
 if __name__ == "__main__":

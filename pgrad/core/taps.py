@@ -14,204 +14,37 @@ row ``t``). Hence, from one ordinary batched backward pass::
 step (``per_step_variable``, e.g. the Gaussian head's log-std) has per-step gradient equal to
 the gradient with respect to that ``[T, *shape]`` copy.
 
-How the taps are captured: :func:`capture` runs ``fn`` once under a :class:`Recorder`. While a
-recorder is active (on this thread, in the graph it was opened in), ``keras.layers.Dense.call``
-computes ``x @ stop_gradient(W) + stop_gradient(b)`` for the Dense layers whose kernel is one of
-the variables being differentiated, and records ``x`` and the (watched) ``z``. Because the tapped
-use of ``W`` is cut from the tape, the batched gradient with respect to ``W`` is *unconnected*
-exactly when every use of ``W`` was tapped. Any variable that is also used in another way (shared
-with a non-Dense layer, a LoRA/quantised Dense, a Dense on 3-D inputs, a Dense inside a nested
-``tf.function`` or loop body), whose tap rows are not the steps, or whose tap the tape cannot
-connect to the output (unused, or hidden inside a ``tf.custom_gradient``), is reported as *not
-covered*; callers compute those with the generic vectorised path, so results are always exact.
-
-Nothing global changes outside a recording: ``keras.layers.Dense.call`` is wrapped when the first
-recording opens and restored when the last one closes; while wrapped, a call on another thread,
-in another graph, or of a layer whose variables are not being differentiated runs the original
-``call`` unchanged.
-
-Limitation (documented in ``docs/performance.md``): a Dense layer whose input has exactly ``T``
-rows is taken to be applied row-per-step. Disable the taps (``use_taps=False`` arguments, or
-``with pgrad.core.taps.disabled():``) for a model that applies a Dense layer to a ``T``-row tensor
-whose rows are not the steps.
+How the taps are recorded -- the context that makes ``keras.layers.Dense.call`` record ``x`` and
+``z`` for the variables being differentiated, and restores it after -- is
+:mod:`pgrad.core.recording`; its names are importable from here too. This module turns one
+recorded pass into per-step gradients: :func:`capture` backpropagates the pass's output to the
+taps (``delta``), and :class:`Capture` builds per-step gradient rows, their norms and reweighted
+sums from ``x`` and ``delta``, layer by layer.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import keras
 import tensorflow as tf
 
-_local = threading.local()
-_patch_lock = threading.Lock()
-_open_recordings = 0  # recordings open on any thread; Dense.call is wrapped while > 0
-_original_dense_call: Callable | None = None
+from pgrad.core.recording import (
+    DenseTap,
+    Recorder,
+    StepTap,
+    disabled,
+    enabled,
+    per_step_variable,
+    recording,
+    var_keys,
+)
+
+__all__ = ["OUTER_BUCKET", "SHAPE_MARK", "USE_XLA", "XLA_MIN_ELEMENTS", "Capture", "DenseTap",
+           "Recorder", "StepTap", "capture", "check_per_step", "disabled", "enabled",
+           "outer_rows", "per_step_variable", "recording", "split_output", "var_keys"]
+
 SHAPE_MARK = "must return a [T] tensor"
-
-
-class DenseTap(NamedTuple):
-    """One recorded call of a Dense layer."""
-
-    kernel: Any  # the layer's kernel variable, [in, out]
-    bias: Any  # its bias variable [out], or None
-    x: tf.Tensor  # [N, in] layer input
-    z: tf.Tensor  # [N, out] pre-activation output (watched)
-
-
-class StepTap(NamedTuple):
-    """One per-step copy of a variable (see :func:`per_step_variable`)."""
-
-    variable: Any
-    value: tf.Tensor  # [N, *variable.shape] (watched)
-
-
-class Recorder:
-    """Collects taps for one batched pass; see :func:`recording`.
-
-    Args:
-      tape: the tape the pass runs under (tapped pre-activations are watched on it).
-      variables: only Dense layers whose kernel is one of these are tapped (``None``: all).
-    """
-
-    def __init__(self, tape: tf.GradientTape, variables: Sequence[Any] | None = None):
-        self.tape = tape
-        self.eager = tf.executing_eagerly()
-        self.graph = None if self.eager else tf.compat.v1.get_default_graph()
-        self.keys = None if variables is None else set().union(*map(var_keys, variables))
-        self.dense: list[DenseTap] = []
-        self.step: list[StepTap] = []
-
-    def active_here(self) -> bool:
-        """True if ops created now belong to the pass being recorded (not a nested graph)."""
-        if tf.executing_eagerly():
-            return self.eager
-        return not self.eager and tf.compat.v1.get_default_graph() is self.graph
-
-    def wants(self, variable) -> bool:
-        return self.keys is None or not self.keys.isdisjoint(var_keys(variable))
-
-
-def _active() -> Recorder | None:
-    rec = getattr(_local, "recorder", None)
-    return rec if rec is not None and rec.active_here() else None
-
-
-def _tappable(layer, inputs, rec: Recorder) -> bool:
-    dense = keras.layers.Dense
-    if type(layer).kernel is not dense.kernel or getattr(layer, "lora_enabled", False):
-        return False
-    if getattr(layer, "quantization_mode", None) is not None:
-        return False
-    kernel = getattr(layer, "_kernel", None)
-    if kernel is None or not tf.is_tensor(inputs) or inputs.shape.rank != 2:
-        return False
-    return inputs.dtype == kernel.dtype and rec.wants(kernel)
-
-
-def _dense_call(self, inputs, training=None):
-    """``keras.layers.Dense.call``, recording taps while a :class:`Recorder` is active."""
-    rec = _active()
-    if rec is None or not _tappable(self, inputs, rec):
-        return _original_dense_call(self, inputs, training=training)
-    # Cut the tapped use of the variables from the tape: a variable whose batched gradient is
-    # still connected afterwards is used elsewhere too, and is left to the generic path.
-    z = tf.matmul(inputs, tf.stop_gradient(tf.convert_to_tensor(self._kernel)))  # [N, out]
-    if self.bias is not None:
-        z = z + tf.stop_gradient(tf.convert_to_tensor(self.bias))
-    rec.tape.watch(z)
-    rec.dense.append(DenseTap(self._kernel, self.bias, inputs, z))
-    return self.activation(z) if self.activation is not None else z
-
-
-def _open() -> None:
-    """Wraps ``keras.layers.Dense.call`` when the first recording opens."""
-    global _open_recordings, _original_dense_call
-    with _patch_lock:
-        if _open_recordings == 0:
-            _original_dense_call = keras.layers.Dense.call
-            keras.layers.Dense.call = functools.wraps(_original_dense_call)(_dense_call)
-        _open_recordings += 1
-
-
-def _close() -> None:
-    """Restores ``keras.layers.Dense.call`` when the last recording closes."""
-    global _open_recordings
-    with _patch_lock:
-        _open_recordings -= 1
-        if _open_recordings == 0:
-            keras.layers.Dense.call = _original_dense_call
-
-
-@contextlib.contextmanager
-def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
-    """Records taps of the computation run inside, on this thread, into a :class:`Recorder`.
-
-    Open it inside ``tape``'s context. Only Dense layers whose kernel is in ``variables`` are
-    tapped (all Dense layers if ``None``). Nested recordings are not supported (the inner one
-    wins).
-    """
-    rec = Recorder(tape, variables)
-    _open()
-    previous = getattr(_local, "recorder", None)
-    _local.recorder = rec
-    try:
-        yield rec
-    finally:
-        _local.recorder = previous
-        _close()
-
-
-@contextlib.contextmanager
-def disabled():
-    """No taps inside: for a ``fn`` that feeds a Dense layer ``T`` rows that are not the steps."""
-    previous = getattr(_local, "disabled", False)
-    _local.disabled = True
-    try:
-        yield
-    finally:
-        _local.disabled = previous
-
-
-def enabled() -> bool:
-    """False inside :func:`disabled`."""
-    return not getattr(_local, "disabled", False)
-
-
-def per_step_variable(variable, num_steps) -> tf.Tensor:
-    """``[num_steps, *variable.shape]``: ``variable`` repeated once per step.
-
-    Use it where a state-independent parameter meets per-step tensors (a Gaussian head's
-    log-std): outside a recording it is a plain ``tf.broadcast_to``; inside one it is a tap, so
-    the variable's per-step gradients come from the same batched pass as the Dense layers'.
-    """
-    value = tf.convert_to_tensor(variable)
-    shape = tf.concat([tf.reshape(tf.cast(num_steps, tf.int32), [1]), tf.shape(value)], 0)
-    rec = _active()
-    if rec is None or not rec.wants(variable):
-        return tf.broadcast_to(value, shape)
-    out = tf.broadcast_to(tf.stop_gradient(value), shape)
-    rec.tape.watch(out)
-    rec.step.append(StepTap(variable, out))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Capture: one batched pass -> per-variable per-step gradient factors.
-# ---------------------------------------------------------------------------------------------
-
-
-def var_keys(variable) -> set[int]:
-    """Identities under which a variable may appear (a Keras variable and its backing tf one)."""
-    keys = {id(variable)}
-    inner = getattr(variable, "_value", None)
-    if inner is not None:
-        keys.add(id(inner))
-    return keys
 
 
 def split_output(out) -> tuple[tf.Tensor, dict]:

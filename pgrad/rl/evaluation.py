@@ -78,7 +78,7 @@ def run_episodes(
       EnvError: an env failed (constructor, reset or step, or an observation that does not fit
         its space), naming the episode and its step.
     """
-    from pgrad.rl.rollout import EnvError, describe_failure
+    from pgrad.rl.envs import EnvError, describe_failure
     from pgrad.rl.spaces import batch_of_one
 
     def failed(err: Exception, i: int, what: str) -> EnvError:

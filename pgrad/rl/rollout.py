@@ -12,10 +12,8 @@ bootstrap from ``V(next_observations)`` at truncations and not at terminations
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
 any reward normalisation). ``vector_mode="envpool"`` presents envpool's pools through the same
 contract (:class:`pgrad.rl.envpool_env.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
-
-An env that fails -- its constructor, ``reset`` or ``step`` raises, or it returns observations
-that do not fit its observation space (wrong shape, strings), or a non-scalar ``terminated`` --
-raises :class:`EnvError`, one sentence naming the env, the env step and what went wrong.
+The vector envs and the env failures (:class:`EnvError`, one sentence naming the env, the env
+step and what went wrong) are in :mod:`pgrad.rl.envs`; their names are importable from here too.
 
 Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
@@ -25,16 +23,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
 from pgrad.rl import spaces
+from pgrad.rl.envs import VECTOR_MODES, EnvError, describe_failure, env_name, make_vec_env
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 
-#: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
-VECTOR_MODES = ("sync", "async", "envpool")
+__all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
+           "describe_failure", "env_name", "make_vec_env"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
@@ -68,124 +67,6 @@ class Trajectory(NamedTuple):
     values: np.ndarray | None
     next_observations: np.ndarray
     mask: np.ndarray | None = None
-
-
-class EnvError(ValueError):
-    """The env failed or returned something pgrad cannot use; the message names env and step."""
-
-
-# Library messages that mean little on their own -> what they mean for an env.
-_HINTS = (
-    ("wrong shape", "an observation does not fit the observation space {space}"),
-    ("could not broadcast", "an observation does not fit the observation space {space}"),
-    ("array element with a sequence",
-     "reward, terminated and truncated must be one number / bool per env"),
-    ("Expects terminated signal to be a boolean",
-     "reward, terminated and truncated must be one number / bool per env"),
-    ("Expects truncated signal to be a boolean",
-     "reward, terminated and truncated must be one number / bool per env"),
-    ("could not convert string", "observations must be numeric, as {space} says"),
-    ("dtype('<U", "observations must be numeric, as {space} says"),
-    ("dtype('S", "observations must be numeric, as {space} says"),
-)
-
-
-def describe_failure(err: BaseException, space: Any = None) -> str:
-    """``"Type: message (hint)"`` in one line, for an exception an env raised."""
-    text = " ".join(str(err).split()) or "(no message)"
-    if len(text) > 300:
-        text = text[:297] + "..."
-    hint = next((h for key, h in _HINTS if key in str(err)), None)
-    out = f"{type(err).__name__}: {text}"
-    if hint:
-        out += f" ({hint.format(space=space)})"
-    return out
-
-
-def env_name(env_id) -> str:
-    """A readable name for an env id or env factory (for error messages)."""
-    if isinstance(env_id, str):
-        return env_id
-    return getattr(env_id, "__name__", None) or repr(env_id)
-
-
-def make_vec_env(env_id, num_envs: int, mode: str = "sync",
-                 max_obs_dim: int | None = None) -> gym.vector.VectorEnv:
-    """A ``RecordEpisodeStatistics``-wrapped vector env in ``SAME_STEP`` autoreset mode.
-
-    Args:
-      env_id: a registered id (``"CartPole-v1"``) or a callable returning a ``gymnasium.Env``.
-      num_envs: number of sub-envs.
-      mode: ``"sync"`` (one process), ``"async"`` (one subprocess per env) or ``"envpool"``
-        (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only).
-      max_obs_dim: refuse (ValueError) an env whose flat observation is wider than this, after
-        building one env and before building the vector env: Gymnasium's batched spaces
-        allocate ``num_envs`` x the observation size up front, which for an enormous space
-        exhausts the machine's memory instead of raising.
-
-    Raises:
-      EnvError: the env's constructor raised.
-      ValueError: an unsupported or too large observation space.
-    """
-    if mode not in VECTOR_MODES:
-        raise ValueError(f"vector mode must be one of {VECTOR_MODES}; got {mode!r}.")
-    if mode == "envpool":
-        from pgrad.rl.envpool_env import EnvpoolVectorEnv
-
-        return gym.wrappers.vector.RecordEpisodeStatistics(EnvpoolVectorEnv(env_id, num_envs))
-    if not isinstance(env_id, str) and not callable(env_id):
-        raise TypeError(f"env_id must be a registered id or a callable; got {env_id!r}.")
-    if max_obs_dim is not None:
-        _check_obs_size(env_id, max_obs_dim)
-    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-    try:
-        if isinstance(env_id, str):
-            envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                                vector_kwargs=same_step)
-        else:
-            cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-            envs = cls([env_id] * num_envs, **same_step)
-    except MemoryError:
-        raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory "
-                       f"building {num_envs} of it{_space_of(env_id)}.") from None
-    except Exception as err:
-        raise EnvError(f"env {env_name(env_id)!r} could not be created: "
-                       f"{describe_failure(err)}") from err
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
-
-
-def _make_one(env_id) -> gym.Env:
-    try:
-        return gym.make(env_id) if isinstance(env_id, str) else env_id()
-    except MemoryError:
-        raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory.") from None
-    except Exception as err:
-        raise EnvError(f"env {env_name(env_id)!r} could not be created: "
-                       f"{describe_failure(err)}") from err
-
-
-def _check_obs_size(env_id, max_obs_dim: int) -> None:
-    env = _make_one(env_id)
-    try:
-        space = env.observation_space
-        dim = spaces.flat_dim(space)  # ValueError: unsupported space
-    finally:
-        env.close()
-    if dim > max_obs_dim:
-        raise ValueError(f"env {env_name(env_id)!r}: observation space {space} flattens to "
-                         f"{dim:,} values; the MLP policies take at most {max_obs_dim:,}.")
-
-
-def _space_of(env_id) -> str:
-    """``"; its observation space is ..."`` from one env, or ``""`` if even that fails."""
-    try:
-        env = _make_one(env_id)
-    except BaseException:  # noqa: BLE001  (only for a better message)
-        return ""
-    try:
-        return f"; its observation space is {env.observation_space}"
-    finally:
-        env.close()
 
 
 _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
