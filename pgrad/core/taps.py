@@ -167,27 +167,41 @@ class Capture:
     def norms_squared(self, num_rows) -> tf.Tensor:
         """``[T]`` squared global norm of each step's gradient over the covered variables."""
         dtype = self.variables[0].dtype if self.variables else tf.float32
-        total = tf.zeros(tf.reshape(tf.cast(num_rows, tf.int32), [1]), dtype)
         d = self._deltas
+        row_sq: dict[int, tf.Tensor] = {}  # tap index -> [T] |delta_t|^2, shared by kernel and bias
+
+        def squared_rows(j):
+            if j not in row_sq:
+                g = d[j]
+                row_sq[j] = tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
+            return row_sq[j]
+
+        # Few, larger ops: at these sizes each op's dispatch costs about what its arithmetic
+        # does, so the kernel and bias of a layer share one |delta|^2 and one add_n sums all.
+        terms = []
         for p, ok in zip(self._parts, self.covered):
             if not ok or not (p.pairs or p.rows):  # not covered, or unconnected: zero rows
                 continue
             pairs = [(x, d[j]) for x, j in p.pairs]
-            rows = [d[j] for j in p.rows]
-            if len(pairs) == 1 and not rows:  # the common case: |x_t|^2 |delta_t|^2
-                x, dz = pairs[0]
-                total += tf.reduce_sum(tf.square(x), 1) * tf.reduce_sum(tf.square(dz), 1)
-            elif pairs and not rows:  # a layer called k times: sum_kl (x_k.x_l)(d_k.d_l)
+            if len(pairs) == 1 and not p.rows:  # the common case: |x_t|^2 |delta_t|^2
+                x, _ = pairs[0]
+                terms.append(tf.reduce_sum(tf.square(x), 1) * squared_rows(p.pairs[0][1]))
+            elif pairs and not p.rows:  # a layer called k times: sum_kl (x_k.x_l)(d_k.d_l)
                 for x1, d1 in pairs:
                     for x2, d2 in pairs:
-                        total += tf.reduce_sum(x1 * x2, 1) * tf.reduce_sum(d1 * d2, 1)
-            elif rows and not pairs:
-                g = tf.add_n(rows)
-                total += tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
+                        terms.append(tf.reduce_sum(x1 * x2, 1) * tf.reduce_sum(d1 * d2, 1))
+            elif len(p.rows) == 1 and not pairs:  # a bias, or one per-step copy
+                terms.append(squared_rows(p.rows[0]))
+            elif p.rows and not pairs:
+                g = tf.add_n([d[j] for j in p.rows])
+                terms.append(tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1))
             else:  # mixed kinds of use (not produced by Dense layers); rare, so materialise
-                g = tf.add_n([tf.einsum("ti,to->tio", x, dz) for x, dz in pairs] + rows)
-                total += tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
-        return total
+                g = tf.add_n([tf.einsum("ti,to->tio", x, dz) for x, dz in pairs]
+                             + [d[j] for j in p.rows])
+                terms.append(tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1))
+        if not terms:
+            return tf.zeros(tf.reshape(tf.cast(num_rows, tf.int32), [1]), dtype)
+        return tf.add_n([tf.cast(t, dtype) for t in terms])
 
     def _assemble(self, dz: list[tf.Tensor | None]) -> list[tf.Tensor | None]:
         """Per covered variable, the batched gradient from pre-activation gradients ``dz``."""
