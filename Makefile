@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-quick: $(STAMP)  # unit and property tests on both cores (pytest-xdist)
-	$(PY) -m pytest -q -n 2 -m "not slow and not subprocess"
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow and not subprocess"
 
 lint: $(STAMP)
 	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples

@@ -1,21 +1,39 @@
 """Shared test set-up: quiet TensorFlow first (as the scripts do), small-policy fixtures."""
 
-import pgrad_app.quiet  # noqa: F401,I001  (before TensorFlow is imported)
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per pytest-xdist worker (make test-quick runs one per core): TensorFlow's
+    # default pools, one thread per core in every worker, oversubscribe the cores and spin.
+    for _var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+import pgrad_app.quiet  # noqa: E402,F401,I001  (before TensorFlow is imported)
 
 import pytest
-from policies import SPACES, SmallPolicy
+
+# The names of policies.SPACES. policies imports TensorFlow, so it is imported in the fixtures:
+# pytest-xdist's controller process loads this file too and never runs a test.
+SPACE_NAMES = ("categorical", "gaussian", "multibinary", "multidiscrete")
 
 
-@pytest.fixture(params=sorted(SPACES))
+def _small_policy(name):
+    from policies import SPACES, SmallPolicy
+
+    assert SPACE_NAMES == tuple(sorted(SPACES)), "update SPACE_NAMES to policies.SPACES"
+    return SmallPolicy(SPACES[name])
+
+
+@pytest.fixture(params=SPACE_NAMES)
 def policy(request):
-    return SmallPolicy(SPACES[request.param])
+    return _small_policy(request.param)
 
 
 @pytest.fixture
 def categorical():
-    return SmallPolicy(SPACES["categorical"])
+    return _small_policy("categorical")
 
 
 @pytest.fixture
 def gaussian():
-    return SmallPolicy(SPACES["gaussian"])
+    return _small_policy("gaussian")
