@@ -106,11 +106,23 @@ def plan(agent_names: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int
                                 "it; pass --steps N.")
             hyper = {f.name: config_lib.to_plain(getattr(cfg, f.name))
                      for f in dataclasses.fields(cfg)}
+            # The overrides as the config holds them (--set 7e-4 is YAML's string '7e-4').
+            given = {k: hyper[k] for k in overrides}
             specs.extend(RunSpec(agent_name.lower(), env, int(seed), int(budget), hyper,
-                                 str(tuned_from) if tuned_from else None,
-                                 config_lib.to_plain(overrides), eval_episodes)
+                                 shown_path(tuned_from), given, eval_episodes)
                          for seed in seeds)
     return specs
+
+
+def shown_path(path: Path | None) -> str | None:
+    """A tuned table's path as results record it: relative to the checkout for pgrad's own
+    tables (so results name the same file on every machine), else as given."""
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def mismatch(spec: RunSpec, result: dict) -> str | None:

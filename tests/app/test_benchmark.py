@@ -79,7 +79,8 @@ def test_benchmark_runs_resumes_reports_and_survives_a_crash(tmp_path):
     tuned, path = hyperparams.tuned("a2c", "CartPole-v1")
     for seed, r in enumerate(runs):
         assert (r["agent"], r["env"], r["seed"], r["budget"]) == ("a2c", "CartPole-v1", seed, STEPS)
-        assert r["steps"] >= STEPS and r["tuned_from"] == str(path)
+        assert r["steps"] >= STEPS and path.name == "a2c.yaml"
+        assert r["tuned_from"] == "pgrad_app/configs/a2c.yaml"  # the same on every machine
         assert r["hyperparameters"]["num_envs"] == tuned["num_envs"] == 16
         assert r["eval"]["episodes"] == 20 and len(r["eval"]["returns"]) == 20
         assert r["eval"]["seed"] == 10_000 + seed
@@ -132,6 +133,10 @@ def test_plan_resolves_defaults_tuned_and_set():
     assert ppo.hyperparameters["gamma"] == 0.9 and ppo.hyperparameters["ent_coef"] == 0.001
     assert ppo.hyperparameters["clip_range"] == 0.2 and ppo.name == "ppo__Pendulum-v1__seed0"
     assert a2c.hyperparameters["log_std_init"] == -2.0 and a2c.overrides == {"ent_coef": 0.001}
+    assert ppo.tuned_from == "pgrad_app/configs/ppo.yaml"
+    # Overrides are recorded as the config holds them: YAML reads 7e-4 as a string.
+    lr = benchmark.plan(["a2c"], ["CartPole-v1"], [0], sets=["learning_rate=7e-4"])[0]
+    assert lr.overrides == {"learning_rate": 7e-4} and lr.hyperparameters["learning_rate"] == 7e-4
     plain = benchmark.plan(["ppo"], ["Pendulum-v1"], [0], steps=5000, no_tuned=True)[0]
     assert plain.budget == 5000 and plain.tuned_from is None and plain.hyperparameters["gamma"] \
         == 0.99
