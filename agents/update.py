@@ -353,7 +353,9 @@ class CompiledUpdate:
         stop = tf.constant(False)
         if cfg.target_kl > 0:
             stop = kl > 1.5 * cfg.target_kl
-        finite = pgrad.all_finite(grads)
+        # One check for every element: a NaN/Inf anywhere makes the global norm NaN/Inf (and a
+        # norm that overflows float32 would have scaled the clipped step to zero).
+        finite = tf.math.is_finite(grad_norm)
         metrics = {
             "policy_loss": loss_lib.surrogate(out.log_probs, mb["behaviour_log_probs"], adv,
                                               self.agent.report_clip_range(scalars)),
@@ -367,8 +369,8 @@ class CompiledUpdate:
         for k, v in out.metrics.items():
             if k != "grad_norm":
                 metrics[_metric_name(k)] = tf.cast(v, tf.float32)
-        applied = pgrad.apply_updates(self.optimizer, grads, all_vars, skip_nonfinite=True,
-                                      condition=tf.logical_not(stop))
+        applied = pgrad.apply_updates(self.optimizer, grads, all_vars,
+                                      condition=tf.logical_and(finite, tf.logical_not(stop)))
         # A skipped update leaves the transform state as it was, too.
         old = self.transform_state.read()
         self.transform_state.write(tf.nest.map_structure(
