@@ -12,7 +12,6 @@ shows the traceback. See docs/scripts.md and docs/troubleshooting.md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -24,13 +23,8 @@ from pgrad_app import rundir
 from pgrad_app import settings as config_lib
 from pgrad_app.cli import OneLineParser, command
 
-# Flags that describe the run itself and so cannot change when resuming it.
-FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
-                   "adversarial_epsilon", "no_tuned", "transform_arg")
-
-
-def _defaults() -> dict:
-    return {f.name: f.default for f in dataclasses.fields(config_lib.RunSettings)}
+# resolve is re-exported: scripts/train.py and tests use it from here.
+from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note  # noqa: F401
 
 
 def _agent_epilog() -> str:
@@ -48,7 +42,7 @@ def _agent_epilog() -> str:
 
 
 def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
-    d = _defaults()
+    d = run_defaults()
     p = _parser = OneLineParser(
         prog=command("train"),
         description="Train a policy-gradient agent and write a run directory.",
@@ -160,160 +154,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------------------------------
-# Resolving settings.
-# ---------------------------------------------------------------------------------------------
-
-
-def _get_agent(name: str):
-    import agents
-
-    try:
-        return agents.get(name)
-    except (KeyError, ValueError) as err:
-        raise UserError(f"--agent: {one_line(err)}") from None
-
-
-FLAG_KEYS = {  # argparse dest -> run setting
-    "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
-    "transform": "transform", "stop_at_return": "stop_at_return",
-    "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
-    "workers": "workers",
-    "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
-}
-
-
-def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | None]:
-    """Merges defaults < tuned < file < flags < --set into (RunSettings, agent Config, agent
-    class, where each value came from, the tuned file used or None).
-
-    The tuned layer is the agent's entry for the env in ``pgrad_app/configs/AGENT.yaml``
-    (``pgrad_app.hyperparams``), skipped with ``--no-tuned``.
-    """
-    from pgrad_app import hyperparams
-
-    file_values = config_lib.load_yaml(args.config) if args.config else {}
-    set_pairs = [config_lib.parse_set(p) for p in args.set]
-    agent_name = args.agent or dict(set_pairs).get("agent") or file_values.get("agent") or "a2c"
-    agent_cls = _get_agent(str(agent_name))
-    env = (args.env or dict(set_pairs).get("env") or file_values.get("env")
-           or _defaults()["env"])
-    source: dict[str, str] = {}
-    run_values, hyper = {}, {}
-    try:
-        found = None if args.no_tuned else hyperparams.tuned(str(agent_name), str(env))
-    except UserError as err:
-        raise UserError(f"{err} (--no-tuned skips the tuned hyperparameters)") from None
-    if found is not None:
-        tuned_values, tuned_path = found
-        hyper.update(tuned_values)
-        source.update({k: f"{tuned_path}: {env}: {k}" for k in tuned_values})
-    if args.config:
-        run_f, hyper_f = config_lib.split_keys(file_values, agent_cls.Config, args.config)
-        run_values.update(run_f)
-        hyper.update(hyper_f)
-        source.update({k: f"{args.config}: {k}" for k in [*run_f, *hyper_f]})
-    for dest, key in FLAG_KEYS.items():
-        value = getattr(args, dest)
-        if value is not None:
-            run_values[key] = value
-            source[key] = "--" + dest.replace("_", "-")
-    if args.num_envs is not None:
-        if "num_envs" not in config_lib.field_types(agent_cls.Config):
-            raise UserError(f"--num-envs: agent {agent_name!r} has no num_envs setting.")
-        hyper["num_envs"] = args.num_envs
-        source["num_envs"] = "--num-envs"
-    for dest in ("diagnostics", "adversarial_epsilon"):  # agent hyperparameters with a flag
-        if getattr(args, dest) is not None:
-            hyper[dest] = getattr(args, dest)
-            source[dest] = "--" + dest.replace("_", "-")
-    for key, value in set_pairs:
-        run_s, hyper_s = config_lib.split_keys({key: value}, agent_cls.Config, f"--set {key}")
-        run_values.update(run_s)
-        hyper.update(hyper_s)
-        source[key] = f"--set {key}"
-    if args.transform_arg:
-        run_values["transform_args"] = {
-            **(run_values.get("transform_args") or {}),
-            **dict(config_lib.parse_set(p, "--transform-arg") for p in args.transform_arg)}
-        source["transform_args"] = "--transform-arg"
-    run_values["agent"] = str(agent_name)
-    settings = config_lib.build(config_lib.RunSettings, run_values, source)
-    cfg = config_lib.build(agent_cls.Config, hyper, source)
-    # The tuned file counts only if one of its values survived the later layers.
-    tuned_path = found[1] if found is not None else None
-    if tuned_path is not None and not any(v.startswith(f"{tuned_path}: ") for v in source.values()):
-        tuned_path = None
-    return settings, cfg, agent_cls, source, tuned_path
-
-
-def tuned_note(agent: str, env: str, path: Path) -> str:
-    """The line pgrad-train prints when a tuned entry applies."""
-    return (f"using tuned hyperparameters for {agent} on {env} from {path} "
-            "(--no-tuned for the plain defaults)")
-
-
-def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
-    """Settings of the run in ``--resume DIR``; only the length/stopping flags may change.
-
-    ``DIR`` may also be a directory ``agent.save`` wrote (then ``--total-steps`` is needed).
-    config.yaml is checked against what the run recorded (agent.json, checkpoints); code it
-    names is imported only if given again (--env, --transform) or with --trust-run-code.
-    """
-    from pgrad_app import resume as resume_lib
-    from pgrad_app.plugins import check_run_code, names_code, same_spec
-
-    out = Path(args.resume)
-    if (out / "config.yaml").is_file():
-        values = config_lib.load_yaml(out / "config.yaml")
-    else:  # a directory agent.save wrote becomes a run directory from here on
-        values = config_lib.saved_run_values(out)
-        if values is None:
-            raise UserError(f"--resume {out}: no run there (no config.yaml) and no saved agent "
-                            "(no agent.json).")
-        if args.total_steps is None:
-            raise UserError(f"--resume {out}: a saved agent has no run settings yet; give "
-                            "--total-steps N (the env-step count to train to).")
-        named = config_lib.saved_transform(out)
-        if named and args.transform is None:
-            raise UserError(f"--resume {out}: the agent was trained with the transform "
-                            f"{named!r}; pass it again with --transform MODULE:ATTR.")
-    recorded_env = str(values.get("env", ""))
-    for dest in FIXED_ON_RESUME:
-        value = getattr(args, dest)
-        if dest == "env" and value is not None and same_spec(value, recorded_env):
-            continue  # naming the run's env module again is how its code is allowed
-        if value not in (None, [], False) and not (dest == "out" and Path(value) == out):
-            flag = "--" + dest.replace("_", "-")
-            raise UserError(f"{flag} cannot be changed when resuming; the settings are in "
-                            f"{out / 'config.yaml'} (change them in a new run).")
-    agent_cls = _get_agent(str(values.get("agent", "a2c")))
-    run_values, hyper = config_lib.split_keys(values, agent_cls.Config, str(out / "config.yaml"))
-    recorded = run_values.get("transform")
-    if recorded and args.transform is None and not args.trust_run_code:
-        # Never import code because a run directory names it: the user passes it again.
-        raise UserError(f"this run was trained with --transform {recorded}; pass it again "
-                        "to resume (pgrad never imports code named by a run directory; "
-                        "or --trust-run-code).")
-    if args.transform is not None and not same_spec(args.transform, recorded, split_last=True):
-        was = f"--transform {recorded}" if recorded else "the agent's own chain"
-        raise UserError(f"--transform {args.transform} cannot be changed when resuming: this run "
-                        f"was trained with {was}, and its checkpoints hold that transform's "
-                        "state (start a new run for another transform).")
-    if names_code(recorded_env):
-        check_run_code("env", recorded_env, args.env, args.trust_run_code, out, "--env")
-    source = {}
-    for dest, key in FLAG_KEYS.items():
-        value = getattr(args, dest)
-        if value is not None and key not in ("env", "transform"):  # checked above
-            run_values[key] = value
-            source[key] = "--" + dest.replace("_", "-")
-    settings = config_lib.build(config_lib.RunSettings, run_values, source)
-    cfg = config_lib.build(agent_cls.Config, hyper, {})
-    resume_lib.check(out, settings, cfg)
-    return settings, cfg, agent_cls
 
 
 def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
