@@ -36,8 +36,6 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,60 +43,21 @@ import numpy as np
 from pgrad.core.errors import RunError, UserError, one_line
 from pgrad.rl.rollout import Trajectory
 
-ROOT = Path(__file__).resolve().parents[1]  # the folder holding pgrad/, agents/, pgrad_app/
-INSTALL_HINT = "pip install 'pgrad[ray]'"
+# Re-exported: the commands reach the session helpers through this module.
+from pgrad_app.ray_session import (  # noqa: F401
+    INSTALL_HINT,
+    ROOT,
+    import_ray,
+    ray_session,
+    worker_runtime_env,
+)
+
 MAX_RESTARTS = 3
-NICENESS_VAR = "RAY_worker_niceness"
 RESTART_TIMEOUT_S = 300.0  # a restarted worker imports TensorFlow and builds its envs
 
 
 class WorkerError(RunError):
     """A rollout worker died and could not be restarted (the message names it)."""
-
-
-def import_ray(what: str = "--workers"):
-    """The ``ray`` module, or a :class:`UserError` naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise UserError(f"{what} needs Ray, which is not installed: {INSTALL_HINT}") from None
-    return ray
-
-
-@contextlib.contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None,
-                what: str = "--workers") -> Iterator[Any]:
-    """Yields the ``ray`` module with a connection: to ``address`` (a running cluster; ``auto``
-    finds a local one) or to a local instance started here (``num_cpus``: default the cores)
-    and shut down on exit. A process already connected keeps its connection (and it is left
-    open). No dashboard, no worker logs on this terminal."""
-    ray = import_ray(what)
-    if ray.is_initialized():
-        yield ray
-        return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                              "logging_level": "ERROR", "configure_logging": True}
-    if address:
-        kwargs["address"] = address
-    else:
-        kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
-    # Ray runs its workers at nice 15 by default; the learner waits on them every update, so
-    # a local instance runs them at the learner's priority.
-    saved = os.environ.get(NICENESS_VAR)
-    if not address:
-        os.environ.setdefault(NICENESS_VAR, "0")
-    try:
-        ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise UserError(f"cannot connect to {where}: {one_line(err)}") from None
-    finally:
-        if saved is None:
-            os.environ.pop(NICENESS_VAR, None)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 def split_envs(num_envs: int, workers: int) -> list[tuple[int, int]]:
@@ -371,13 +330,6 @@ class RemoteCollector:
                 self._ray.kill(actor, no_restart=True)
         self.actors = []
         self.local.close()
-
-
-def worker_runtime_env() -> dict:
-    """Ray ``runtime_env`` of pgrad's actors and tasks: this checkout first on their path (as
-    on the driver's; a folder a node lacks is skipped there, which then uses its install)."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return {"env_vars": {"PYTHONPATH": path}}
 
 
 def start(agent, workers: int, address: str | None = None, env_spec: Any = None,

@@ -202,7 +202,7 @@ def launch(trials: Sequence[Trial], results: Path, cpus_per_trial: int = 1, comm
     e.g. :func:`pgrad_app.distributed.ray_session`); ``echo`` gets a line per finished one."""
     import ray
 
-    from pgrad_app.distributed import worker_runtime_env
+    from pgrad_app.ray_session import worker_runtime_env
 
     results = Path(results).resolve()
     results.mkdir(parents=True, exist_ok=True)
