@@ -353,9 +353,7 @@ class CompiledUpdate:
         stop = tf.constant(False)
         if cfg.target_kl > 0:
             stop = kl > 1.5 * cfg.target_kl
-        # One check for every element: a NaN/Inf anywhere makes the global norm NaN/Inf (and a
-        # norm that overflows float32 would have scaled the clipped step to zero).
-        finite = tf.math.is_finite(grad_norm)
+        finite = pgrad.all_finite(grads)  # computed once: apply_updates takes it as condition
         metrics = {
             "policy_loss": loss_lib.surrogate(out.log_probs, mb["behaviour_log_probs"], adv,
                                               self.agent.report_clip_range(scalars)),
