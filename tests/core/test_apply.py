@@ -48,3 +48,26 @@ def test_nonfinite_update_is_skipped_entirely(graph):
     for before, after in zip(snapshot, v + list(opt.variables)):
         np.testing.assert_array_equal(before, after.numpy())
     assert bool(fn(good)) and int(opt.iterations.numpy()) == 2
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_all_finite_checks_every_element_of_every_gradient(compiled):
+    """Against a plain numpy check: same-dtype gradients (checked together), mixed dtypes,
+    one bad element anywhere, huge finite values whose norm overflows, and no gradients."""
+    def check(grads):
+        fn = tf.function(pgrad.all_finite) if compiled else pgrad.all_finite
+        return bool(fn(grads))
+
+    rng = np.random.default_rng(0)
+    base = [rng.normal(size=s).astype(np.float32) for s in [(3, 4), (4,), (2, 2, 2), ()]]
+    assert check([tf.constant(g) for g in base])
+    for i, bad in [(0, np.nan), (1, np.inf), (2, -np.inf), (3, np.nan)]:
+        grads = [g.copy() for g in base]
+        grads[i].flat[-1] = bad
+        expected = all(np.isfinite(g).all() for g in grads)
+        assert check([tf.constant(g) for g in grads]) is expected is False
+    huge = [tf.fill([4], 3e38), tf.fill([2], 3e38)]  # finite, but the global norm is inf
+    assert check(huge) and not np.isfinite(float(tf.linalg.global_norm(huge)))
+    mixed = [tf.constant([1.0, np.nan], tf.float64), tf.constant([1.0], tf.float32)]
+    assert not check(mixed) and check([mixed[1], tf.constant([2.0], tf.float64)])
+    assert pgrad.all_finite([]).numpy()
