@@ -36,3 +36,30 @@ def test_unpacked_update_inputs_equal_the_trajectory_and_statistics(env_id, opti
         np.testing.assert_array_equal(var.numpy(), norm.rms.var)
         assert float(count) == norm.rms.count
     agent.close()
+
+
+@pytest.mark.parametrize("name, env_id, options", [
+    ("a2c", "CartPole-v1", {}),
+    ("ppo", "Pendulum-v1", {"normalize_obs": True, "normalize_reward": True,
+                            "minibatch_size": 8, "epochs": 2}),
+])
+def test_flat_calls_run_the_update_exactly_as_the_public_call(name, env_id, options, monkeypatch):
+    """The fixed-shape update's flat entry point gives the public call's weights, metrics and
+    counters, bit for bit, over several updates."""
+    from agents import update as update_lib
+
+    def run(flat):
+        monkeypatch.setattr(update_lib, "FLAT_CALLS", flat)
+        agent = agents.make(name, env_id, seed=1, num_envs=2, n_steps=8, **options)
+        metrics = [agent.step()["metrics"] for _ in range(3)]
+        called = next(iter(agent.updater._concrete.values()))
+        assert (getattr(called, "__name__", "") == "call") is flat  # the path really taken
+        weights = [v.numpy() for v in agent.net.variables]
+        state = (agent.env_steps, int(agent.updates_var.numpy()))
+        agent.close()
+        return metrics, weights, state
+
+    (m_flat, w_flat, s_flat), (m_pub, w_pub, s_pub) = run(True), run(False)
+    assert m_flat == m_pub and s_flat == s_pub
+    for a, b in zip(w_flat, w_pub):
+        np.testing.assert_array_equal(a, b)
