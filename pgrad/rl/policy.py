@@ -142,8 +142,7 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
     h = head
     n = params.shape[0]
     if isinstance(h, dist_lib.CategoricalHead):
-        a, lp = _categorical(params, rng.random(n))
-        return a, lp.astype(np.float32)
+        return _categorical(params, rng.random(n), np.float32)
     if isinstance(h, dist_lib.GaussianHead):
         mean, step_log_std = gaussian_numpy(h, params, log_std)
         if h.uses_latent and sde_noise is not None:  # gSDE: noise = latent @ W, W held
@@ -274,19 +273,29 @@ _cumsum_rows = np.add.accumulate
 _count_rows = np.add.reduce
 
 
-def _categorical(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+_row_offsets: dict[tuple[int, int], np.ndarray] = {}  # (N, K) -> [N] start of each row in ravel()
+
+
+def _categorical(logits: np.ndarray, u: np.ndarray, out_dtype=np.float64):
     """Inverse-CDF sampling from ``[N, K]`` logits with one uniform per row.
 
     Action ``a`` is the number of CDF entries below ``u * total`` (float64 CDF of the
     max-shifted exponentials), clipped to ``K - 1``. Returns ``([N]`` int32 actions, ``[N]``
-    float64 log-probabilities ``z_a - log(total)``).
+    log-probabilities ``z_a - log(total)``, computed in float64 and stored as ``out_dtype``).
     """
+    n, k = logits.shape
     z = logits - _max_rows(logits, axis=1, keepdims=True)
     cdf = _cumsum_rows(np.exp(z, dtype=np.float64), axis=1)
-    total = cdf[:, -1:]  # [N, 1]
-    a = _count_rows(u[:, None] * total > cdf, axis=1, dtype=np.int32)
-    np.minimum(a, logits.shape[1] - 1, out=a)
-    return a, z[np.arange(logits.shape[0]), a] - np.log(total[:, 0])
+    total = cdf[:, -1]  # [N]
+    a = _count_rows(np.multiply(u, total)[:, None] > cdf, axis=1, dtype=np.int32)
+    np.minimum(a, k - 1, out=a)
+    offsets = _row_offsets.get((n, k))
+    if offsets is None:
+        offsets = _row_offsets[(n, k)] = np.arange(0, n * k, k)
+    # z[arange(N), a] - log(total), without building the row index every call
+    log_probs = np.subtract(z.ravel()[a + offsets], np.log(total), out=np.empty(n, out_dtype),
+                            casting="same_kind")
+    return a, log_probs
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -72,6 +72,11 @@ class Trajectory(NamedTuple):
 _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
 
 
+def _where(where: str | int) -> str:
+    """An env call's place in an error message: ``"reset (...)"`` or ``"env step N"``."""
+    return where if isinstance(where, str) else f"env step {where}"
+
+
 def _frozen(x):
     if x is not None:
         x.flags.writeable = False
@@ -104,8 +109,11 @@ class Collector:
         self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
         self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
 
-    def _env_call(self, where: str, fn: Callable, *args, **kwargs):
+    def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
+
+        ``where`` names the call in that error: a description, or the env step number (the
+        message is only formatted if it is needed: the call runs every env step).
 
         Warnings raised during a call that then fails are dropped (the error says what went
         wrong): Gymnasium's env checker warns about the first reset's and step's outputs just
@@ -125,15 +133,16 @@ class Collector:
         except EnvError:
             raise
         except Exception as err:
-            raise EnvError(f"env {self.name!r} failed at {where}: "
+            raise EnvError(f"env {self.name!r} failed at {_where(where)}: "
                            f"{describe_failure(err, self.envs.single_observation_space)}") from err
 
-    def _flat(self, raw, where: str) -> np.ndarray:
+    def _flat(self, raw, where: str | int) -> np.ndarray:
         """Preprocessed observations; an observation that does not fit the space -> EnvError."""
         try:
             return self.preprocess(raw)
         except (ValueError, TypeError, IndexError) as err:
-            raise EnvError(f"env {self.name!r} returned an unusable observation at {where}: "
+            raise EnvError(f"env {self.name!r} returned an unusable observation at "
+                           f"{_where(where)}: "
                            f"{describe_failure(err, self.envs.single_observation_space)}") from err
 
     def reset(self, seed: int | None = None) -> None:
@@ -180,9 +189,8 @@ class Collector:
         obs = self._norm(self._raw_obs)
         actions, env_actions, log_probs, values = policy_fn(obs)
         where = self.env_steps + self.num_envs
-        raw, rewards, term, trunc, info = self._env_call(f"env step {where}", self.envs.step,
-                                                         env_actions)
-        flat = self._flat(raw, f"env step {where}")
+        raw, rewards, term, trunc, info = self._env_call(where, self.envs.step, env_actions)
+        flat = self._flat(raw, where)
         if check:
             self._check(flat, rewards, where)
         done = np.logical_or(term, trunc)
@@ -193,7 +201,7 @@ class Collector:
             nxt = flat.copy()
             final = info["final_obs"]
             for i in np.flatnonzero(done):
-                last = self._flat(spaces.batch_of_one(final[i]), f"env step {where}")
+                last = self._flat(spaces.batch_of_one(final[i]), where)
                 nxt[i] = (self._check(last, None, where) if check else last)[0]
         self.env_steps += self.num_envs
         if ended:
@@ -212,7 +220,7 @@ class Collector:
 
         ``episodes`` is a list of ``(env_step, return, length)`` finished during the call.
         """
-        cols: list[list] = [[] for _ in range(8)]
+        steps: list[tuple] = []  # per vector step, the 8 pieces of _step (columns at the end)
         episodes: list = []
         # Without normalisers nothing is computed from an observation or reward before the
         # update but the next action, so their finite checks run once over the whole rollout
@@ -222,14 +230,14 @@ class Collector:
         try:
             for _ in range(num_steps):
                 parts, eps = self._step(policy_fn, check=not deferred)
-                for c, p in zip(cols, parts):
-                    c.append(p)
-                episodes.extend(eps)
+                steps.append(parts)
+                if eps:
+                    episodes.extend(eps)
         except EnvError:  # a non-finite value stepped before may be the cause: name it first
-            if deferred and cols[0]:
-                self._check_rollout(self._trajectory(cols, None), start, None)
+            if deferred and steps:
+                self._check_rollout(self._trajectory(steps, None), start, None)
             raise
-        traj = self._trajectory(cols, None)
+        traj = self._trajectory(steps, None)
         if deferred:
             self._check_rollout(traj, start, self._raw_obs)
         return traj, episodes
@@ -272,7 +280,7 @@ class Collector:
         keeps reward-to-go returns exact. The first steps of a batch may continue an episode
         begun in the previous call.
         """
-        cols: list[list] = [[] for _ in range(8)]
+        steps: list[tuple] = []
         masks, episodes = [], []
         open_ = np.ones(self.num_envs, bool)
         count = 0
@@ -283,17 +291,17 @@ class Collector:
                     "steps; whole-episode collection needs episodes that end (add a TimeLimit)."
                 )
             parts, eps = self._step(policy_fn)
-            for c, p in zip(cols, parts):
-                c.append(p)
+            steps.append(parts)
             masks.append(open_.astype(np.float32))
             episodes.extend(eps)
             count += int(open_.sum())
             if count >= min_steps:
                 open_ &= ~(parts[3] | parts[4])
-        return self._trajectory(cols, np.stack(masks)), episodes
+        return self._trajectory(steps, np.stack(masks)), episodes
 
-    def _trajectory(self, cols, mask) -> Trajectory:
-        obs, act, rew, term, trunc, logp, vals, nxt = cols
+    def _trajectory(self, steps: list[tuple], mask) -> Trajectory:
+        """The ``[T, B, ...]`` Trajectory of ``T`` :meth:`_step` results."""
+        obs, act, rew, term, trunc, logp, vals, nxt = zip(*steps)
         f32 = lambda c: np.asarray(np.stack(c), np.float32)  # noqa: E731
         return Trajectory(
             observations=_frozen(np.stack(obs)),
