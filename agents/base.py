@@ -149,7 +149,9 @@ class ActorCriticAgent:
         Returns the update count. ``step`` keeps the copies current itself (the update returns
         the new weights), so the usual cost is one variable read.
         """
-        updates = int(self.updates_var.numpy())
+        # The bare read op: ``Variable.numpy()`` adds a name scope, a tape check and an identity
+        # (~20 us against ~6 us here, on every step).
+        updates = int(tf.raw_ops.ReadVariableOp(resource=self.updates_var.handle, dtype=tf.int64))
         if updates != self._synced_updates:
             self.mirror.sync()
             for norm in (self.obs_norm, self.reward_norm):

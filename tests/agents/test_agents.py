@@ -278,6 +278,25 @@ def test_checkpoint_round_trip(cls, tmp_path):
     dst.close()
 
 
+def test_restore_through_a_checkpoint_made_before_training_is_noticed(tmp_path):
+    """A user's Checkpoint over ``trackables()``, restored after some steps: the next step sees
+    the new update counter and re-reads the weights (the mirror is not stale)."""
+    cfg = small(agents.A2C)
+    src = agents.A2C(cfg, env_id="CartPole-v1", seed=0)
+    for _ in range(3):
+        src.step()
+    path = tf.train.Checkpoint(**src.trackables()).write(str(tmp_path / "ckpt"))
+    dst = agents.A2C(cfg, env_id="CartPole-v1", seed=0)
+    ckpt = tf.train.Checkpoint(**dst.trackables())
+    dst.step()  # the mirror now holds dst's own weights after one update
+    ckpt.read(path).assert_consumed()
+    obs = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(dst.act(obs, deterministic=True),
+                                  src.act(obs, deterministic=True))
+    np.testing.assert_array_equal(dst.mirror.flat_numpy(), src.mirror.flat_numpy())
+    src.close()
+    dst.close()
+
 GAUSSIAN = {"box-state-std": {"state_dependent_std": True}, "box-squash": {"squash": True},
             "box-state-std-squash": {"state_dependent_std": True, "squash": True},
             "box-sde": {"use_sde": True, "sde_sample_freq": 4},
