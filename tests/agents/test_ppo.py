@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from test_agents import ACTION_SPACES, factory
 from test_learning import train
 
@@ -45,6 +46,64 @@ def test_more_epochs_move_the_ratio_and_clip():
     assert metrics["minibatch_updates"] == 8 * 4
     assert metrics["clip_fraction"] > 0.0 and metrics["approx_kl"] > 0.0
     ppo.close()
+
+
+@pytest.mark.parametrize("target_kl", [0.0, 0.005])
+def test_epochs_in_one_graph_equal_a_python_loop_over_minibatches(target_kl):
+    """Every epoch's shuffled minibatch steps run in one compiled ``tf.while_loop``. The same
+    update run eagerly with a Python loop instead (the shuffles built here from the documented
+    seeds, ``(seed * 7919 + epoch, update)``, one ``_minibatch`` call per minibatch, stopping
+    after the step whose KL passes ``1.5 * target_kl``) ends with the same weights, optimizer
+    state, counters and metrics."""
+    env = factory(ACTION_SPACES["discrete"])
+    kw = {**SHARED, "learning_rate": 3e-2, "epochs": 3, "minibatch_size": 4,
+          "target_kl": target_kl}
+    fast, ref = (agents.make("ppo", env, seed=5, **kw) for _ in range(2))
+    fast.step()  # a second update: its seeds and optimizer state differ from the first's
+    ref.step()
+    traj, _ = fast.collector.collect(fast.acting_fn(np.random.default_rng(0)), 8)
+    args = fast.updater.inputs(traj, traj.rewards.size)
+    out_fast = fast.updater(args, fixed_shape=True)[0].numpy()
+
+    up = ref.updater
+    steps = []
+
+    def python_epochs(data, scalars):
+        n, size = int(data["advantages"].shape[0]), 4
+        seed, update = int(up.seed_var.numpy()) * 7919, int(up.updates_var.numpy())
+        sums, count = {}, 0.0
+        for epoch in range(3):
+            order = tf.argsort(tf.random.stateless_uniform([n], [seed + epoch, update])).numpy()
+            for start in range(0, n - size + 1, size):
+                batch = {k: tf.gather(v, order[start:start + size]) for k, v in data.items()}
+                metrics, stop = up._minibatch(batch, scalars)
+                sums = {k: sums.get(k, 0.0) + v for k, v in metrics.items()}
+                count += 1.0
+                steps.append(order[start:start + size])
+                if bool(stop):  # counted, not applied (as in the graph)
+                    return sums, tf.constant(count)
+        return sums, tf.constant(count)
+
+    up._epochs = python_epochs
+    out_ref = up._update(*args)[0].numpy()  # eager: every op dispatched from Python
+    k = len(up.metric_keys)
+    got = dict(zip(fast.updater.metric_keys, out_fast[:k]))
+    want = dict(zip(up.metric_keys, out_ref[:k]))
+    assert set(got) == set(want)
+    assert got["minibatch_updates"] == want["minibatch_updates"] == len(steps)
+    if target_kl:  # the early stop is exercised, after the first minibatch
+        assert 1 < len(steps) < 12, len(steps)
+    else:
+        assert len(steps) == 12
+    for key in got:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    np.testing.assert_allclose(out_fast[k:], out_ref[k:], rtol=1e-5, atol=1e-6)
+    for a, b in zip(fast.net.variables + fast.optimizer.variables,
+                    ref.net.variables + ref.optimizer.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.name)
+    assert int(fast.updates_var.numpy()) == int(ref.updates_var.numpy()) == 2
+    fast.close()
+    ref.close()
 
 
 @pytest.mark.slow
