@@ -311,7 +311,8 @@ class Collector:
         """The ``[T, B, ...]`` Trajectory of ``T`` :meth:`_step` results."""
         obs, act, rew, term, trunc, logp, vals, nxt = zip(*steps)
         # np.array of equal-shape arrays stacks them like np.stack, and casts in the same copy
-        # (2-3x faster than stack + astype at every rollout size measured: 5 to 2048 steps)
+        # (2-3x faster than stack + astype for vector observations, 5 to 2048 steps; the same
+        # for image-sized ones)
         f32 = lambda c: np.array(c, np.float32)  # noqa: E731
         return Trajectory(
             observations=_frozen(np.array(obs)),
