@@ -24,6 +24,7 @@ from typing import Any
 
 from agents import persistence
 from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
+from pgrad.rl.evaluation import eval_seed
 
 EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "episodes",
                 "deterministic", "best")
@@ -99,8 +100,9 @@ class EvalCallback(Callback):
       episodes: episodes per evaluation (episode ``i`` reset with ``seed + i``, the same
         episodes every time, so evaluations compare).
       deterministic: the policy's mode (default) instead of sampled actions.
-      seed: seed of the first evaluation episode; default: the agent's seed + 2000 (apart from
-        training's and from ``pgrad-evaluate``'s default episodes).
+      seed: seed of the first evaluation episode; default: pgrad's evaluation protocol, the
+        agent's seed + 10000 (:func:`pgrad.rl.evaluation.eval_seed`: the episodes
+        ``pgrad-evaluate`` and the benchmark's final score use too).
       log_dir: write ``log_dir/eval.csv`` (one row per evaluation) and keep the best policy in
         ``log_dir/best`` (``agents.load`` / ``pgrad.evaluate`` read it).
       best_dir: where the best policy goes instead (``None`` with no ``log_dir``: not kept).
@@ -137,7 +139,7 @@ class EvalCallback(Callback):
         if not isinstance(self.env_id, str):
             raise ValueError("EvalCallback needs env_id: the agent's env is not a registered id.")
         if self.seed is None:
-            self.seed = int(agent.seed) + 2000
+            self.seed = eval_seed(agent.seed)
         self._next = (loop.env_steps // self.every + 1) * self.every
         if self.log_path is not None:
             self._continue_log(loop.env_steps)

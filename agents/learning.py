@@ -8,7 +8,7 @@ and the rolling return; returning ``False`` or calling ``loop.stop(reason)`` end
 that update (every callback still sees it). ``on_start`` runs before the first update, ``on_end``
 after the last one of a run that finished (by its length or a stop; not after an error), and
 ``close`` always, last. The command line adds its run-directory callbacks (logs, checkpoints,
-export: ``pgrad_app.trainer``) to the same loop.
+export: ``pgrad_app.run.trainer``) to the same loop.
 
 Callbacks are given as one :class:`Callback`, a list of them, or a plain function
 ``fn(loop) -> bool | None`` (called after every update; ``False`` stops). Ready-made ones are in

@@ -24,10 +24,12 @@ import argparse
 import numpy as np
 
 # isort: off
-import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
-import pgrad
-import keras
-import tensorflow as tf
+from pgrad_app.quiet import silence  # noqa: I001
+
+silence()  # first: TensorFlow's start-up noise off (what pgrad's commands do)
+import pgrad  # noqa: E402
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 # isort: on
 

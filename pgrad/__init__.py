@@ -6,7 +6,7 @@ to apply the result. See README.md and docs/architecture.md.
 Layers, bottom to top (each imports only the ones below it; ``pgrad`` never imports ``agents``):
 ``pgrad.core`` -> ``pgrad.transforms`` -> ``pgrad.engine`` -> ``pgrad.tools`` -> ``pgrad.rl``.
 Importing pgrad changes nothing global: no environment variables, warning filters or patched
-classes (the scripts silence TensorFlow's start-up noise themselves; see ``pgrad_app.quiet``).
+classes (the commands silence TensorFlow's start-up noise themselves: ``pgrad_app.quiet``).
 """
 
 import importlib
@@ -71,51 +71,14 @@ _LAZY = {
     "evaluate": "pgrad.rl.evaluation",
 }
 
-# Module paths of pgrad 0.1, kept working for one release: ``import pgrad.per_step`` etc.
-_MOVED = {
-    "errors": "pgrad.core.errors", "per_step": "pgrad.core.per_step", "taps": "pgrad.core.taps",
-    "apply": "pgrad.core.apply", "compose": "pgrad.transforms.chain",
-    "natural": "pgrad.transforms.natural", "transform_specs": "pgrad.transforms.registry",
-    "ops": "pgrad.tools.ops", "gradcheck": "pgrad.tools.gradcheck",
-    "keras_model": "pgrad.tools.keras_model", "diagnostics": "pgrad.tools.diagnostics",
-    "adversarial": "pgrad.tools.adversarial", "returns": "pgrad.rl.returns",
-    "distributions": "pgrad.rl.distributions", "spaces": "pgrad.rl.spaces",
-    "normalize": "pgrad.rl.normalize", "rollout": "pgrad.rl.rollout",
-    "networks": "pgrad.rl.networks", "policy": "pgrad.rl.policy",
-    "checkpoint": "pgrad.rl.checkpoint",
-}
-
 
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _MOVED:
-        return importlib.import_module(_MOVED[name])
     raise AttributeError(f"module 'pgrad' has no attribute {name!r}")
 
-
-def _alias_moved_modules() -> None:
-    """``import pgrad.per_step`` (a 0.1 path) finds the module at its new home.
-
-    Entries go into ``sys.modules`` under pgrad's own names only; the one module with private
-    Keras imports is aliased lazily (it loads on first attribute access).
-    """
-    import importlib.util
-    import sys
-
-    for old, new in _MOVED.items():
-        if new not in sys.modules:
-            spec = importlib.util.find_spec(new)
-            spec.loader = importlib.util.LazyLoader(spec.loader)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[new] = module
-            spec.loader.exec_module(module)
-        sys.modules.setdefault(f"pgrad.{old}", sys.modules[new])
-
-
-_alias_moved_modules()
 
 __all__ = [
     "ActionHead", "ClipGradient", "ClipState", "EmptyState", "EngineOutput", "FisherState",

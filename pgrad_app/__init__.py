@@ -8,7 +8,7 @@ writes: ``agent.learn(N, callbacks=pgrad_app.RunDirectory("runs/x"))``.
 
 def __getattr__(name: str):
     if name == "RunDirectory":  # imported on use: it loads TensorFlow and the agents
-        from pgrad_app.recorder import RunDirectory
+        from pgrad_app.run.recorder import RunDirectory
 
         return RunDirectory
     raise AttributeError(f"module 'pgrad_app' has no attribute {name!r}")

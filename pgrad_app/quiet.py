@@ -1,10 +1,11 @@
-"""Silence TensorFlow's start-up noise before TensorFlow is imported: the scripts' job.
+"""Silence TensorFlow's start-up noise: what the entry points do before TensorFlow is imported.
 
-Importing this module does it; the scripts and installed commands import it first, before
-anything imports TensorFlow (the library itself changes nothing global). TensorFlow's C++
-runtime writes "Could not find cuda drivers" and absl's "All log messages before
-absl::InitializeLog()" straight to file descriptor
-2 while it loads, before ``TF_CPP_MIN_LOG_LEVEL`` is read, so we point fd 2 at /dev/null for the
+Importing this module changes nothing; :func:`silence` does, and only the entry points call it
+(``scripts/*.py``, the installed commands in :mod:`pgrad_app.cli.entry`, the child processes
+pgrad starts), before anything imports TensorFlow -- the library and every other module of the
+application change nothing global. TensorFlow's C++ runtime writes "Could not find cuda
+drivers" and absl's "All log messages before absl::InitializeLog()" straight to file descriptor
+2 while it loads, before ``TF_CPP_MIN_LOG_LEVEL`` is read, so fd 2 points at /dev/null for the
 duration of the import only. Python-level errors still surface: they are raised after fd 2 is
 restored. Set ``PGRAD_TF_LOGS=1`` to see everything TensorFlow says.
 
@@ -12,42 +13,66 @@ Python warnings (e.g. Gymnasium's env checker) are printed as one ``warning: ...
 without the source line and colour codes, like pgrad's own warnings.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import re
 import sys
 import warnings
 
-_VERBOSE = os.environ.get("PGRAD_TF_LOGS", "") not in ("", "0")
-
-if not _VERBOSE:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # its notice, and stable CPU maths
-    noisy = r"(tensorflow|keras|tf_keras|tensorflow_probability|absl|google|gymnasium)"
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module=noisy + r".*")
-    warnings.filterwarnings("ignore", module=r"tensorflow_probability.*")
-    warnings.filterwarnings("ignore", module=r"tf_keras.*")
+_NOISY = r"(tensorflow|keras|tf_keras|tensorflow_probability|absl|google|gymnasium)"
+_done = False
 
 
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+def verbose() -> bool:
+    """Whether the user asked to see TensorFlow's own logs (``PGRAD_TF_LOGS=1``)."""
+    return os.environ.get("PGRAD_TF_LOGS", "") not in ("", "0")
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """``warnings.formatwarning`` for the commands: ``warning: <message>`` on one line."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(message)).strip()
     text = text.removeprefix("WARN: ")
     return f"warning: {' '.join(text.split())}\n"
 
 
-if not _VERBOSE:
-    warnings.formatwarning = _one_line_warning
+def silence() -> None:
+    """Quiets TensorFlow and its neighbours for this process (idempotent); imports TensorFlow.
 
-# TensorFlow's pooled (BFC) CPU allocator, for the processes the scripts start. With the default
-# malloc-based one, every large tensor (per-step gradients are [T, params]: ~38 MB for a 64-64
-# MLP at T=2048) is a fresh mmap whose
-# page faults cost more than computing it; measured in docs/performance.md. Has effect only if
-# TensorFlow is imported after this module.
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    Also selects TensorFlow's pooled (BFC) CPU allocator for the processes the commands start:
+    with the default malloc-based one, every large tensor (per-step gradients are ``[T,
+    params]``: ~38 MB for a 64-64 MLP at T=2048) is a fresh mmap whose page faults cost more
+    than computing it (docs/performance.md). It has effect only before TensorFlow is imported.
+    """
+    global _done
+    if _done:
+        return
+    _done = True
+    quiet = not verbose()
+    if quiet:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # its notice, and stable CPU maths
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=_NOISY + r".*")
+        warnings.filterwarnings("ignore", module=r"tensorflow_probability.*")
+        warnings.filterwarnings("ignore", module=r"tf_keras.*")
+        warnings.formatwarning = one_line_warning
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    _import_tensorflow_quietly(quiet)
+    if quiet:
+        import tensorflow as tf
+
+        tf.get_logger().setLevel(logging.ERROR)
+        try:
+            import absl.logging
+
+            absl.logging.set_verbosity(absl.logging.ERROR)
+        except ImportError:  # pragma: no cover
+            pass
 
 
-def _import_tensorflow_quietly():
-    if _VERBOSE or "tensorflow" in sys.modules:
+def _import_tensorflow_quietly(quiet: bool) -> None:
+    if not quiet or "tensorflow" in sys.modules:
         import tensorflow  # noqa: F401
 
         return
@@ -68,17 +93,3 @@ def _import_tensorflow_quietly():
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
-
-
-_import_tensorflow_quietly()
-
-import tensorflow as tf  # noqa: E402
-
-if not _VERBOSE:
-    tf.get_logger().setLevel(logging.ERROR)
-    try:
-        import absl.logging
-
-        absl.logging.set_verbosity(absl.logging.ERROR)
-    except ImportError:  # pragma: no cover
-        pass

@@ -1,11 +1,10 @@
 #!/usr/bin/env python
-"""``pgrad-evaluate`` as a script; the code is in pgrad_app/cli/evaluate.py."""
+"""The evaluate program as a script (pgrad_app/cli/; see pgrad_app/cli/entry.py)."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's pgrad, if any
-import pgrad_app.quiet  # noqa: E402,F401,I001  (first: silences TensorFlow's start-up noise)
-from pgrad_app.cli.evaluate import build_parser, entry, main  # noqa: E402,F401
+from pgrad_app.cli.entry import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    sys.exit(run("evaluate"))

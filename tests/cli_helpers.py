@@ -4,29 +4,19 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from pgrad.core.errors import run_cli
+from pgrad_app.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-def load_script(name: str):
-    """``scripts/<name>.py`` as a module (its ``main(argv)``)."""
-    spec = importlib.util.spec_from_file_location(f"pgrad_script_{name}",
-                                                  ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train_script = load_script("train")
-evaluate_script = load_script("evaluate")
+from pgrad_app.cli import evaluate as evaluate_script  # noqa: E402  (the programs' main)
+from pgrad_app.cli import train as train_script  # noqa: E402
 
 
 def train(*argv, capsys=None) -> tuple[int, str, str]:

@@ -8,9 +8,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 
-import pgrad_app.quiet  # noqa: E402,F401,I001  (before TensorFlow is imported)
+import pytest  # noqa: E402,I001
 
-import pytest
+from pgrad_app.quiet import silence  # noqa: E402
+
+silence()  # as the commands do, before TensorFlow is imported
 
 # The names of policies.SPACES. policies imports TensorFlow, so it is imported in the fixtures:
 # pytest-xdist's controller process loads this file too and never runs a test.

@@ -7,6 +7,12 @@ call per step). The policy is an agent (anything with a ``policy`` attribute tha
 exported policy (a run or save directory holding ``policy/``, or the export itself: see
 :mod:`pgrad.rl.export`). Loading a path reads data only; no code from it is imported.
 
+**Which episodes.** One protocol everywhere pgrad evaluates a policy trained with seed ``s``
+(``pgrad-evaluate``, evaluations during training, the benchmark's final score, the learning
+targets): episode ``i`` resets with seed ``s + EVAL_SEED_OFFSET + i`` (:func:`eval_seed`), apart
+from every training env (sub-env ``j`` of a run is seeded ``s + j``), and the same episodes
+every time, so evaluations of one run compare like with like.
+
 Deterministic actions (the distribution's mode) are the default, as in Stable-Baselines3's
 ``evaluate_policy`` and rl-zoo's ``enjoy.py``.
 
@@ -30,6 +36,13 @@ import numpy as np
 from pgrad.rl.policy import Policy
 
 ATTACKS = ("fgsm", "pgd")
+#: Evaluation episodes of a run trained with seed ``s`` start at seed ``s + EVAL_SEED_OFFSET``.
+EVAL_SEED_OFFSET = 10_000
+
+
+def eval_seed(train_seed: int) -> int:
+    """The seed of the first evaluation episode of a run trained with ``train_seed``."""
+    return int(train_seed) + EVAL_SEED_OFFSET
 
 
 def as_policy(target: Any, env_id: str | None) -> tuple[Policy, str]:

@@ -1,22 +1,16 @@
-"""The command-line programs: ``pgrad-train`` / ``scripts/train.py`` and ``pgrad-evaluate`` /
-``scripts/evaluate.py`` (one ``main(argv)`` each; parse, build settings, call the Python API)."""
+"""The command-line programs: parse the arguments, build settings, call the Python API below.
+
+One module per program (``train``, ``evaluate``, ``benchmark``, ``sweep``, ``bench``,
+``targets``), each a ``main(argv)``; :mod:`pgrad_app.cli.entry` holds the installed commands
+and ``scripts/*.py`` the same programs as scripts. Nothing here quiets the terminal: the
+entry points do (:func:`pgrad_app.quiet.silence`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-import pgrad_app.quiet  # noqa: F401,I001  (before pgrad: the commands import this package first)
-from pgrad.core.errors import UserError
-
-
-def command(name: str) -> str:
-    """How the user runs command ``name`` ("train", "evaluate") in this process, for messages:
-    ``python scripts/train.py`` when started as the script, else the installed ``pgrad-train``."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") == f"{name}.py":
-        return f"python scripts/{name}.py"
-    return f"pgrad-{name}"
+from pgrad_app.errors import UserError
 
 
 class OneLineParser(argparse.ArgumentParser):

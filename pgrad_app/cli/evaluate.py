@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
-from pgrad.core.errors import UserError, run_cli
-from pgrad_app.cli import OneLineParser, command
+from pgrad_app.cli import OneLineParser
+from pgrad_app.errors import UserError, command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deterministic", action="store_true",
                    help="greedy actions: the default, kept for older command lines (default: on)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
-                   help="env seed of the first episode (default: the run's seed + 1000)")
+                   help="env seed of the first episode (default: the run's seed + 10000, the "
+                   "evaluation protocol every pgrad evaluation uses)")
     p.add_argument("--video", metavar="VDIR", default=None,
                    help="record every episode as mp4 into VDIR (needs moviepy; default: off)")
     p.add_argument("--env", metavar="ENV_ID", default=None,
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from pgrad_app.evaluate import evaluate_run
+    from pgrad_app.run.evaluate import evaluate_run
 
     if args.attack is None and args.epsilon is not None:
         raise UserError("--epsilon needs --attack fgsm or --attack pgd.")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                  epsilons=args.epsilon, pgd_steps=args.pgd_steps,
                  trust_run_code=args.trust_run_code)
     if args.attack is not None:
-        from pgrad_app.robustness import table
+        from pgrad_app.run.robustness import table
 
         a = r["attack"]
         mode = "deterministic" if r["deterministic"] else "sampled"
@@ -89,7 +89,3 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; videos in {args.video}" if args.video else ""))
     return 0
 
-
-def entry() -> int:
-    """The console command (``[project.scripts]``): ``main`` with one-line errors."""
-    return run_cli(main)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pgrad.core.errors import UserError, one_line
-from pgrad_app import settings as config_lib
+from pgrad_app.config import settings as config_lib
+from pgrad_app.config import yamlfile
+from pgrad_app.config.values import field_types, parse_set
+from pgrad_app.errors import UserError, one_line
 
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
@@ -45,13 +47,13 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
     """Merges defaults < tuned < file < flags < --set into (RunSettings, agent Config, agent
     class, where each value came from, the tuned file used or None).
 
-    The tuned layer is the agent's entry for the env in ``pgrad_app/configs/AGENT.yaml``
-    (``pgrad_app.hyperparams``), skipped with ``--no-tuned``.
+    The tuned layer is the agent's entry for the env in ``pgrad_app/config/hyperparams/AGENT.yaml``
+    (``pgrad_app.config.tuned``), skipped with ``--no-tuned``.
     """
-    from pgrad_app import hyperparams
+    from pgrad_app.config import tuned as hyperparams
 
-    file_values = config_lib.load_yaml(args.config) if args.config else {}
-    set_pairs = [config_lib.parse_set(p) for p in args.set]
+    file_values = yamlfile.load_yaml(args.config) if args.config else {}
+    set_pairs = [parse_set(p) for p in args.set]
     agent_name = args.agent or dict(set_pairs).get("agent") or file_values.get("agent") or "a2c"
     agent_cls = _get_agent(str(agent_name))
     env = (args.env or dict(set_pairs).get("env") or file_values.get("env")
@@ -77,7 +79,7 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
             run_values[key] = value
             source[key] = "--" + dest.replace("_", "-")
     if args.num_envs is not None:
-        if "num_envs" not in config_lib.field_types(agent_cls.Config):
+        if "num_envs" not in field_types(agent_cls.Config):
             raise UserError(f"--num-envs: agent {agent_name!r} has no num_envs setting.")
         hyper["num_envs"] = args.num_envs
         source["num_envs"] = "--num-envs"
@@ -93,7 +95,7 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
     if args.transform_arg:
         run_values["transform_args"] = {
             **(run_values.get("transform_args") or {}),
-            **dict(config_lib.parse_set(p, "--transform-arg") for p in args.transform_arg)}
+            **dict(parse_set(p, "--transform-arg") for p in args.transform_arg)}
         source["transform_args"] = "--transform-arg"
     run_values["agent"] = str(agent_name)
     settings = config_lib.build(config_lib.RunSettings, run_values, source)
@@ -118,12 +120,12 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
     config.yaml is checked against what the run recorded (agent.json, checkpoints); code it
     names is imported only if given again (--env, --transform) or with --trust-run-code.
     """
-    from pgrad_app import resume as resume_lib
-    from pgrad_app.plugins import check_run_code, names_code, same_spec
+    from pgrad_app.config.plugins import check_run_code, names_code, same_spec
+    from pgrad_app.run import resume as resume_lib
 
     out = Path(args.resume)
     if (out / "config.yaml").is_file():
-        values = config_lib.load_yaml(out / "config.yaml")
+        values = yamlfile.load_yaml(out / "config.yaml")
     else:  # a directory agent.save wrote becomes a run directory from here on
         values = config_lib.saved_run_values(out)
         if values is None:

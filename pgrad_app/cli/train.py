@@ -4,7 +4,8 @@
         --out runs/a2c-cartpole
 
 Settings are resolved in this order (later wins): defaults < the agent's tuned hyperparameters
-for the env (pgrad_app/configs/AGENT.yaml; --no-tuned skips them) < --config FILE < flags < --set.
+for the env (pgrad_app/config/hyperparams/AGENT.yaml; --no-tuned skips them) < --config FILE < flags
+< --set.
 Every bad input is reported in one line with exit code 2 before anything is written; --debug
 shows the traceback. See docs/scripts.md and docs/troubleshooting.md.
 """
@@ -17,14 +18,12 @@ import os
 import sys
 from pathlib import Path
 
-import pgrad_app.quiet  # noqa: F401,I001  (first: silences TensorFlow's start-up noise)
-from pgrad.core.errors import UserError, one_line, run_cli
-from pgrad_app import rundir
-from pgrad_app import settings as config_lib
-from pgrad_app.cli import OneLineParser, command
-
-# resolve is re-exported: scripts/train.py and tests use it from here.
-from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note  # noqa: F401
+from pgrad_app.cli import OneLineParser
+from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note
+from pgrad_app.config import plugins
+from pgrad_app.config import settings as config_lib
+from pgrad_app.errors import UserError, command, one_line
+from pgrad_app.run import directory as rundir
 
 
 def _agent_epilog() -> str:
@@ -63,7 +62,7 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--config", metavar="FILE", help="YAML file with run settings and hyperparameters "
         "(default: none; a run's config.yaml works)")
     add("--no-tuned", action="store_true", help="ignore the agent's tuned hyperparameters "
-        "for the env (pgrad_app/configs/AGENT.yaml) and start from the plain defaults "
+        "for the env (pgrad_app/config/hyperparams/AGENT.yaml) and start from the plain defaults "
         "(default: use them when the env has an entry)")
     add("--set", action="append", default=[], metavar="KEY=VALUE",
         help="override one setting or hyperparameter, typed from its field (repeatable; "
@@ -190,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         build_parser(with_epilog=True).print_help()
         return 0
     args = build_parser().parse_args(argv)
-    from pgrad_app.trainer import Trainer, summary
+    from pgrad_app.run.trainer import Trainer, summary
 
     resume = args.resume is not None
     if resume and args.overwrite:
@@ -213,13 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             rundir.check_new(out, args.overwrite)
         warn_about_work(settings, cfg)
         if settings.track:
-            from pgrad_app.tracking import require
+            from pgrad_app.run.tracking import require
 
             require(settings.track)
         if settings.workers:
-            from pgrad_app import distributed
+            from pgrad_app.distributed import session
 
-            distributed.import_ray()  # not installed: one line naming the extra, exit 2
+            session.import_ray()  # not installed: one line naming the extra, exit 2
         elif args.ray_address:
             raise UserError("--ray-address needs --workers N.")
         # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
@@ -227,13 +226,15 @@ def main(argv: list[str] | None = None) -> int:
         # is still refused.
         env_spec = (args.env or settings.env) if resume else settings.env
         transform_spec = (args.transform or settings.transform) if resume else settings.transform
-        env_id = config_lib.resolve_env(env_spec, forbid_dir=out if resume else None)
-        transform = (config_lib.load_transform(transform_spec, settings.transform_args)
+        env_id = plugins.resolve_env(env_spec, forbid_dir=out if resume else None)
+        transform = (plugins.load_transform(transform_spec, settings.transform_args)
                      if transform_spec else None)
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
         if settings.workers:  # the envs on Ray actors; closed after agent.close()
             try:
-                ray_run = distributed.start(agent, settings.workers, args.ray_address, env_spec)
+                from pgrad_app.distributed import workers
+
+                ray_run = workers.start(agent, settings.workers, args.ray_address, env_spec)
             except BaseException:
                 agent.close()
                 raise
@@ -264,7 +265,3 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(result))
     return 0
 
-
-def entry() -> int:
-    """The console command (``[project.scripts]``): ``main`` with one-line errors."""
-    return run_cli(main)

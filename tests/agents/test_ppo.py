@@ -110,7 +110,7 @@ def test_epochs_in_one_graph_equal_a_python_loop_over_minibatches(target_kl):
 @pytest.mark.timeout(300)
 def test_ppo_solves_cartpole():
     """rl-zoo's tuned PPO CartPole settings: last-20 training mean >= 475 within 100k steps."""
-    from pgrad_app import hyperparams
+    from pgrad_app.config import tuned as hyperparams
 
     tuned, _ = hyperparams.tuned("ppo", "CartPole-v1")
     agent = agents.make("ppo", "CartPole-v1", seed=0, **tuned)
@@ -124,7 +124,7 @@ def test_ppo_solves_cartpole():
 def test_ppo_pendulum_improves_on_a_small_budget():
     """Continuous control: tuned PPO on Pendulum-v1 for 40k steps beats the untrained policy's
     deterministic return by a wide margin (untrained: about -1200 to -1500)."""
-    from pgrad_app import hyperparams
+    from pgrad_app.config import tuned as hyperparams
 
     tuned, _ = hyperparams.tuned("ppo", "Pendulum-v1")
     agent = agents.make("ppo", "Pendulum-v1", seed=0, **tuned)

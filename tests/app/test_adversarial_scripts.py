@@ -16,9 +16,9 @@ import tensorflow as tf
 import agents
 import pgrad
 from agents import hooks as extras
-from pgrad.core.errors import UserError
-from pgrad_app.evaluate import evaluate_run
-from pgrad_app.robustness import parse_epsilons
+from pgrad_app.errors import UserError
+from pgrad_app.run.evaluate import evaluate_run
+from pgrad_app.run.robustness import parse_epsilons
 
 pytestmark = pytest.mark.subprocess
 

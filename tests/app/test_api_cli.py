@@ -12,9 +12,8 @@ from cli_helpers import evaluate, one_error_line, train
 
 import agents
 import pgrad
-from pgrad.core.errors import UserError
-from pgrad_app.cli import command
-from pgrad_app.evaluate import evaluate_run
+from pgrad_app.errors import UserError, command
+from pgrad_app.run.evaluate import evaluate_run
 
 TRANSFORMS = '''
 import tensorflow as tf

@@ -1,4 +1,5 @@
-"""scripts/bench.py and scripts/bench_runs.py run as a user runs them (tiny settings, no timing).
+"""scripts/bench.py and the side-by-side runs (pgrad_app.perf.side_by_side) run as a user runs
+them (tiny settings, no timing).
 
 Only that they run and report what they promise (JSON figures with goals, peak memory, a table);
 the numbers themselves are never asserted: the machine is shared and timings are noisy.
@@ -18,11 +19,14 @@ import pytest
 pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
+SIDE_BY_SIDE = "pgrad_app.perf.side_by_side"
 
 
 def run(script: str, *args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
+    command = ([str(ROOT / "scripts" / script)] if script.endswith(".py")
+               else ["-m", script])  # a module: python -m pgrad_app.perf.side_by_side
+    return subprocess.run([sys.executable, *command, *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -38,7 +42,7 @@ def test_bench_figure_reports_value_goal_and_memory():
 
 def test_bench_runs_pgrad_side():
     spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 400, "target": 475}
-    proc = run("bench_runs.py", "pgrad", json.dumps(spec))
+    proc = run(SIDE_BY_SIDE, "pgrad", json.dumps(spec))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["side"] == "pgrad" and out["env_steps"] >= 400 and not out["solved"]
@@ -49,7 +53,7 @@ def test_bench_runs_pgrad_side():
                     reason="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
 def test_bench_runs_sb3_side_without_tensorflow():
     spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 400, "target": 475}
-    proc = run("bench_runs.py", "sb3", json.dumps(spec))
+    proc = run(SIDE_BY_SIDE, "sb3", json.dumps(spec))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["side"] == "sb3" and out["env_steps"] >= 400 and out["torch_threads"] == 1
@@ -64,7 +68,7 @@ def test_bench_runs_a2c_mujoco_setting_on_both_sides():
     hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
     spec = {"agent": "a2c", "env": "HalfCheetah-v5", "seed": 21, "max_steps": 200, "hp": hp}
     for side in ("pgrad", "sb3"):
-        proc = run("bench_runs.py", side, json.dumps(spec))
+        proc = run(SIDE_BY_SIDE, side, json.dumps(spec))
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out["side"] == side and out["env_steps"] >= 200

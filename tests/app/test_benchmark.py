@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pgrad.core.errors import UserError
-from pgrad_app import bench_report, benchmark, hyperparams, stats
-from pgrad_app.bench_run import downsample
+from pgrad_app.config import tuned as hyperparams
+from pgrad_app.errors import UserError
+from pgrad_app.experiments import plan as benchmark
+from pgrad_app.experiments import report as bench_report
+from pgrad_app.experiments import stats
+from pgrad_app.experiments.single_run import downsample
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2000
@@ -80,7 +83,8 @@ def test_benchmark_runs_resumes_reports_and_survives_a_crash(tmp_path):
     for seed, r in enumerate(runs):
         assert (r["agent"], r["env"], r["seed"], r["budget"]) == ("a2c", "CartPole-v1", seed, STEPS)
         assert r["steps"] >= STEPS and path.name == "a2c.yaml"
-        assert r["tuned_from"] == "pgrad_app/configs/a2c.yaml"  # the same on every machine
+        # the same on every machine:
+        assert r["tuned_from"] == "pgrad_app/config/hyperparams/a2c.yaml"
         assert r["hyperparameters"]["num_envs"] == tuned["num_envs"] == 16
         assert r["eval"]["episodes"] == 20 and len(r["eval"]["returns"]) == 20
         assert r["eval"]["seed"] == 10_000 + seed
@@ -133,7 +137,7 @@ def test_plan_resolves_defaults_tuned_and_set():
     assert ppo.hyperparameters["gamma"] == 0.9 and ppo.hyperparameters["ent_coef"] == 0.001
     assert ppo.hyperparameters["clip_range"] == 0.2 and ppo.name == "ppo__Pendulum-v1__seed0"
     assert a2c.hyperparameters["log_std_init"] == -2.0 and a2c.overrides == {"ent_coef": 0.001}
-    assert ppo.tuned_from == "pgrad_app/configs/ppo.yaml"
+    assert ppo.tuned_from == "pgrad_app/config/hyperparams/ppo.yaml"
     # Overrides are recorded as the config holds them: YAML reads 7e-4 as a string.
     lr = benchmark.plan(["a2c"], ["CartPole-v1"], [0], sets=["learning_rate=7e-4"])[0]
     assert lr.overrides == {"learning_rate": 7e-4} and lr.hyperparameters["learning_rate"] == 7e-4
@@ -251,7 +255,7 @@ def test_report_names_a_broken_result(tmp_path):
 
 @pytest.mark.subprocess
 def test_bench_run_module_needs_a_spec():
-    proc = subprocess.run([sys.executable, "-m", "pgrad_app.bench_run"], capture_output=True,
-                          text=True, env=benchmark.child_env(1), timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.single_run"],
+                          capture_output=True, text=True, env=benchmark.child_env(1), timeout=120)
     assert proc.returncode == 2 and "usage" in proc.stderr
 

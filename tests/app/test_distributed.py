@@ -10,12 +10,15 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import load_script, one_error_line, read_rows, train
+from cli_helpers import one_error_line, read_rows, train
 
-from pgrad.core.errors import run_cli
 from pgrad.rl.normalize import _RunningMeanStd
 from pgrad.rl.rollout import Trajectory
-from pgrad_app import distributed, sweep
+from pgrad_app.cli import sweep as sweep_cli
+from pgrad_app.distributed import session
+from pgrad_app.distributed import workers as distributed
+from pgrad_app.errors import run_cli
+from pgrad_app.experiments import sweep
 
 SMALL = ("--no-tuned", "--num-envs", "4", "--set", "n_steps=16", "--quiet")
 
@@ -23,7 +26,7 @@ SMALL = ("--no-tuned", "--num-envs", "4", "--set", "n_steps=16", "--quiet")
 @pytest.fixture(scope="module")
 def ray_local():
     pytest.importorskip("ray")
-    with distributed.ray_session(num_cpus=2) as ray:
+    with session.ray_session(num_cpus=2) as ray:
         yield ray
 
 
@@ -104,7 +107,7 @@ def test_no_ray_names_the_extra_and_writes_nothing(tmp_path, monkeypatch, capsys
     assert code == 2
     assert "pip install 'pgrad[ray]'" in one_error_line(err)
     assert not (tmp_path / "run").exists()
-    code = run_cli(load_script("sweep").main, ["--agents", "a2c", "--envs", "CartPole-v1",
+    code = run_cli(sweep_cli.main, ["--agents", "a2c", "--envs", "CartPole-v1",
                                                "--results", str(tmp_path / "sw")])
     assert code == 2 and "pgrad[ray]" in one_error_line(capsys.readouterr().err)
 
@@ -135,7 +138,7 @@ def test_two_workers_are_deterministic(ray_local, tmp_path, capsys):
     runs = []
     for i in range(2):  # an env a module registers: each worker imports it
         out = tmp_path / f"r{i}"
-        code, _, err = train("--agent", "a2c", "--env", "pgrad_app.slow_env:SleepyCartPole-v1",
+        code, _, err = train("--agent", "a2c", "--env", "pgrad_app.perf.slow_env:SleepyCartPole-v1",
                              "--total-steps", "1500", "--seed", "1", *SMALL, "--workers", "2",
                              "--out", out, capsys=capsys)
         assert code == 0, err
@@ -193,7 +196,7 @@ def test_a_dead_worker_stops_the_run_with_its_checkpoint_intact(ray_local, tmp_p
 
 @pytest.mark.subprocess
 def test_sweep_runs_trials_skips_finished_ones_and_aggregates(ray_local, tmp_path, capsys):
-    script = load_script("sweep")
+    script = sweep_cli
     argv = ["--agents", "a2c", "--envs", "CartPole-v1", "--seeds", "0", "1", "--grid",
             "learning_rate=1e-3,3e-3", "--steps", "300", "--eval-episodes", "2", "--results",
             str(tmp_path / "sw")]

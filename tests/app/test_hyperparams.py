@@ -1,18 +1,18 @@
-"""Tuned per-env hyperparameters (pgrad_app/configs/*.yaml): loading, precedence in train.py,
+"""Tuned per-env hyperparameters (pgrad_app/config/hyperparams/*.yaml): loading, precedence in
+train.py,
 --no-tuned, errors that name the file, env and key, and every shipped entry is a valid Config."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 
 import agents
-from pgrad.core.errors import UserError, run_cli
-from pgrad_app import hyperparams
+from pgrad_app.config import tuned as hyperparams
+from pgrad_app.errors import UserError, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 MUJOCO = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
@@ -20,15 +20,7 @@ REQUIRED = ("CartPole-v1", "Acrobot-v1", "LunarLander-v3", "Pendulum-v1", "Inver
             *MUJOCO)
 
 
-def _load_train_script():
-    spec = importlib.util.spec_from_file_location("pgrad_script_train_hp",
-                                                  ROOT / "scripts" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train_script = _load_train_script()
+from pgrad_app.cli import train as train_script  # noqa: E402  (the program's main, resolve)
 
 
 def resolve(*argv):

@@ -4,7 +4,6 @@ checkpoints, reproducibility and safe loading -- driven through the scripts as a
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -19,8 +18,8 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401
-from pgrad.core.errors import run_cli
 from pgrad.rl.checkpoint import CheckpointStore
+from pgrad_app.errors import run_cli
 
 pytestmark = pytest.mark.subprocess
 
@@ -28,16 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
-def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"pgrad_script_{name}", ROOT / "scripts" /
-                                                  f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train_script = _load_script("train")
-evaluate_script = _load_script("evaluate")
+from pgrad_app.cli import evaluate as evaluate_script  # noqa: E402  (the programs' main)
+from pgrad_app.cli import train as train_script  # noqa: E402
 
 ENVS = '''
 import gymnasium as gym

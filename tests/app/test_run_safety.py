@@ -316,7 +316,7 @@ def test_a_row_cut_mid_line_and_a_cut_header_are_dropped_and_restored(run_copy, 
 
 
 def test_repair_csv_and_a_headerless_updates_log(tmp_path):
-    from pgrad_app.runlog import RunLog, plot_learning_curve, repair_csv
+    from pgrad_app.run.logs import RunLog, plot_learning_curve, repair_csv
 
     path = tmp_path / "updates.csv"
     path.write_text("80,0.5,1\n160,0.25,2\n240,0.1\n320,0.1,4\n400,0.2,5")  # no header
@@ -414,7 +414,7 @@ def test_transform_help_says_side_effects_run_once():
 
 
 def test_specs_name_the_same_plugin_by_file_name_across_working_directories():
-    from pgrad_app.plugins import same_spec
+    from pgrad_app.config.plugins import same_spec
 
     assert same_spec("user_tf.py:good", "/home/me/project/user_tf.py:good", split_last=True)
     assert not same_spec("user_tf.py:good", "user_tf.py:boom", split_last=True)

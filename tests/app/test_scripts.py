@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pgrad_app.evaluate import evaluate_run
+from pgrad_app.run.evaluate import evaluate_run
 
 pytestmark = pytest.mark.subprocess
 
@@ -56,7 +56,7 @@ def test_run_directory_holds_every_artifact(trained):
 
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     import agents
-    from pgrad_app.settings import field_help
+    from pgrad_app.config.settings import field_help
 
     fields = {f for f, _, _ in field_help(agents.get("a2c").Config)}
     assert cfg["agent"] == "a2c" and cfg["env"] == "CartPole-v1" and cfg["seed"] == 0
@@ -104,7 +104,7 @@ def test_checkpoint_restores_into_a_fresh_agent(trained):
 
     import agents
     from pgrad.rl.checkpoint import CheckpointStore
-    from pgrad_app.settings import load_transform
+    from pgrad_app.config.plugins import load_transform
 
     out, _ = trained
     a2c = agents.get("a2c")
@@ -195,19 +195,15 @@ def test_resume_continues_from_the_saved_step_count(trained, tmp_path):
 def test_help_documents_every_option_with_its_default():
     proc = run("train.py", "--help")
     assert proc.returncode == 0
-    spec = importlib.util.spec_from_file_location("train_script", ROOT / "scripts" / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
+    from pgrad_app.cli import evaluate as evaluate_script
+    from pgrad_app.cli import train
+
     for action in train.build_parser()._actions:
         if action.dest == "help":
             continue
         assert "default" in (action.help or ""), action.dest
         assert action.option_strings[0] in proc.stdout
     assert "hyperparameters" in proc.stdout and "gae_lambda" in proc.stdout
-    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "scripts" /
-                                                  "evaluate.py")
-    evaluate_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(evaluate_script)
     parser = evaluate_script.build_parser()
     assert "--deterministic" in parser.format_help()
     for action in parser._actions:
@@ -251,7 +247,7 @@ def test_custom_transform_example_forms_agree():
 def test_runlog_writes_csv_rows_histograms_and_truncates_on_resume(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from pgrad_app.runlog import RunLog, rolling_mean
+    from pgrad_app.run.logs import RunLog, rolling_mean
 
     log = RunLog(tmp_path)
     log.episode(10, 0.5, 12.0, 12)

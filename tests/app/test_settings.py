@@ -12,8 +12,11 @@ import tensorflow as tf
 import yaml
 
 import pgrad  # noqa: F401  (first: quiet TensorFlow)
-from pgrad.core.errors import UserError
-from pgrad_app import settings as C
+from pgrad_app.config import plugins as P
+from pgrad_app.config import settings as C
+from pgrad_app.config import values as V
+from pgrad_app.config import yamlfile as Y
+from pgrad_app.errors import UserError
 
 
 @dataclass
@@ -31,7 +34,7 @@ class Toy:
 
 
 def test_set_values_are_typed_from_the_field_types():
-    types = C.field_types(Toy)
+    types = V.field_types(Toy)
     cases = {
         ("gamma", "0.5"): 0.5, ("gamma", "1e-3"): 1e-3, ("gamma", "1"): 1.0,
         ("n_steps", "16"): 16, ("n_steps", "1e3"): 1000,
@@ -39,8 +42,8 @@ def test_set_values_are_typed_from_the_field_types():
         ("optimizer", "rmsprop"): "rmsprop", ("clip", "null"): None, ("clip", "0.5"): 0.5,
     }
     for (key, text), want in cases.items():
-        k, raw = C.parse_set(f"{key}={text}")
-        got = C.coerce(raw, types[k], f"--set {k}")
+        k, raw = V.parse_set(f"{key}={text}")
+        got = V.coerce(raw, types[k], f"--set {k}")
         assert got == want and type(got) is type(want), (key, text, got)
 
 
@@ -52,15 +55,15 @@ def test_set_values_are_typed_from_the_field_types():
     ("optimizer=adamw", "must be one of ['adam', 'rmsprop']"),
 ])
 def test_set_values_of_the_wrong_type_name_the_key(pair, fragment):
-    key, raw = C.parse_set(pair)
+    key, raw = V.parse_set(pair)
     with pytest.raises(UserError, match="--set " + key) as err:
-        C.coerce(raw, C.field_types(Toy)[key], f"--set {key}")
+        V.coerce(raw, V.field_types(Toy)[key], f"--set {key}")
     assert fragment in str(err.value)
 
 
 def test_set_without_equals_is_an_error():
     with pytest.raises(UserError, match="expected key=value"):
-        C.parse_set("gamma")
+        V.parse_set("gamma")
 
 
 def test_unknown_keys_suggest_the_nearest():
@@ -90,10 +93,10 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("gamma: 0.9\nhidden: [64, 64\nn_steps: 5\n")
     with pytest.raises(UserError, match=r"bad.yaml:\d+:\d+: malformed YAML"):
-        C.load_yaml(path)
+        Y.load_yaml(path)
     path.write_text("- a\n- b\n")
     with pytest.raises(UserError, match="expected a mapping"):
-        C.load_yaml(path)
+        Y.load_yaml(path)
 
 
 def test_yaml_is_read_with_the_safe_loader(tmp_path):
@@ -101,7 +104,7 @@ def test_yaml_is_read_with_the_safe_loader(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text(f'gamma: !!python/object/apply:os.system ["touch {marker}"]\n')
     with pytest.raises(UserError, match="malformed YAML"):
-        C.load_yaml(path)
+        Y.load_yaml(path)
     assert not marker.exists()
 
 
@@ -125,11 +128,11 @@ def test_field_help_lists_every_field_with_its_default():
 
 
 def test_resolve_env_suggests_close_matches():
-    assert C.resolve_env("CartPole-v1") == "CartPole-v1"
+    assert P.resolve_env("CartPole-v1") == "CartPole-v1"
     with pytest.raises(UserError, match="unknown env 'CartPol-v1'. Did you mean.*'CartPole-v1'"):
-        C.resolve_env("CartPol-v1")
+        P.resolve_env("CartPol-v1")
     with pytest.raises(UserError, match="cannot import module 'no_such_mod_xyz'"):
-        C.resolve_env("no_such_mod_xyz:Foo-v0")
+        P.resolve_env("no_such_mod_xyz:Foo-v0")
 
 
 def test_resolve_env_module_form_imports_the_module_first(tmp_path, monkeypatch):
@@ -138,7 +141,7 @@ def test_resolve_env_module_form_imports_the_module_first(tmp_path, monkeypatch)
         gym.register("MyCorridorTest-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert C.resolve_env("my_envs_mod:MyCorridorTest-v0") == "MyCorridorTest-v0"
+    assert P.resolve_env("my_envs_mod:MyCorridorTest-v0") == "MyCorridorTest-v0"
 
 
 TRANSFORMS = '''
@@ -176,18 +179,18 @@ def transforms_file(tmp_path):
 
 
 def test_load_transform_accepts_transform_factory_and_plain_function(transforms_file):
-    t = C.load_transform(f"{transforms_file}:ready")
+    t = P.load_transform(f"{transforms_file}:ready")
     assert isinstance(t, pgrad.GradientTransform) and t.aggregates
-    t = C.load_transform(f"{transforms_file}:factory")
+    t = P.load_transform(f"{transforms_file}:factory")
     assert [c.name for c in t.leaves][0] == "clip_per_step(1.0)"
     g = [tf.constant([[1.0, 2.0], [3.0, 4.0]])]  # [T=2, 2]
     adv = tf.constant([1.0, -2.0])
-    ready = C.load_transform(f"{transforms_file}:ready")
+    ready = P.load_transform(f"{transforms_file}:ready")
     ref, _ = ready.update(g, ready.init([tf.Variable([0.0, 0.0])]), advantages=adv)
     # A plain function returning per-step gradients gets the mean; one returning aggregated
     # gradients is the aggregation itself. Both compute mean_t(adv_t * g_t), like the chain.
     for name in ("plain", "aggregated"):
-        t = C.load_transform(f"{transforms_file}:{name}")
+        t = P.load_transform(f"{transforms_file}:{name}")
         assert [c.name for c in t.leaves] == [name] and t.aggregates
         out, _ = t.update(g, t.init([tf.Variable([0.0, 0.0])]), advantages=adv)
         assert out[0].numpy().tolist() == ref[0].numpy().tolist() == [-2.5, -3.0]
@@ -201,15 +204,15 @@ def test_plain_function_of_neither_shape_is_named():
 
 
 def test_transform_args_are_typed_for_the_factory(transforms_file):
-    t = C.load_transform(f"{transforms_file}:factory", {"max_norm": 2})  # int -> float
+    t = P.load_transform(f"{transforms_file}:factory", {"max_norm": 2})  # int -> float
     assert t.leaves[0].name == "clip_per_step(2.0)"
     for kwargs, fragment in [({"max_nrom": 1}, "Did you mean 'max_norm'"),
                              ({"max_norm": "abc"}, "--transform-arg max_norm: expected a number")]:
         with pytest.raises(UserError) as err:
-            C.load_transform(f"{transforms_file}:factory", kwargs)
+            P.load_transform(f"{transforms_file}:factory", kwargs)
         assert fragment in str(err.value)
     with pytest.raises(UserError, match="needs a factory"):
-        C.load_transform(f"{transforms_file}:ready", {"max_norm": 1.0})
+        P.load_transform(f"{transforms_file}:ready", {"max_norm": 1.0})
 
 
 @pytest.mark.parametrize("attr, fragment", [
@@ -221,7 +224,7 @@ def test_transform_args_are_typed_for_the_factory(transforms_file):
 ])
 def test_load_transform_rejects_what_is_not_a_transform(transforms_file, attr, fragment):
     with pytest.raises(UserError, match=f"--transform {transforms_file}:{attr}") as err:
-        C.load_transform(f"{transforms_file}:{attr}")
+        P.load_transform(f"{transforms_file}:{attr}")
     assert fragment in str(err.value)
 
 
@@ -229,12 +232,12 @@ def test_load_transform_import_failures_are_one_line(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("x = 1\ndef f(:\n")
     with pytest.raises(UserError, match=r"SyntaxError \(line 2\)"):
-        C.load_transform(f"{broken}:f")
+        P.load_transform(f"{broken}:f")
     raising = tmp_path / "raising.py"
     raising.write_text("raise RuntimeError('no GPU here')\n")
     with pytest.raises(UserError, match="RuntimeError: no GPU here"):
-        C.load_transform(f"{raising}:f")
+        P.load_transform(f"{raising}:f")
     with pytest.raises(UserError, match="does not exist"):
-        C.load_transform(f"{tmp_path / 'nope.py'}:f")
+        P.load_transform(f"{tmp_path / 'nope.py'}:f")
     with pytest.raises(UserError, match="expected module:attr"):
-        C.load_transform("just_a_name")
+        P.load_transform("just_a_name")

@@ -15,8 +15,8 @@ import tensorflow as tf
 from policies import SPACES, SmallPolicy, assert_all_close, jacobian_reference
 
 import pgrad
-from pgrad import per_step as per_step_lib
-from pgrad import taps
+from pgrad.core import per_step as per_step_lib
+from pgrad.core import taps
 
 
 def reference_norms(fn, variables, *args):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad import rollout
 from pgrad.rl import policy as policy_lib
+from pgrad.rl import rollout
 from pgrad.rl.networks import ActorCritic
 from pgrad.rl.policy import NumpyPolicy
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import agents
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad import rollout, spaces
+from pgrad.rl import rollout, spaces
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import ActorCritic, NumpyPolicy
 

@@ -1,0 +1,277 @@
+"""Plug-ins the user names on the command line: ``--env module:EnvId`` and ``--transform``.
+
+Only code the user names explicitly is imported. A run directory's ``config.yaml`` may name code
+too (an env module, a transform); that code is imported only when the user gives the same spec
+again on the command line, or passes ``--trust-run-code`` (:func:`check_run_code`), and never
+from a file inside the run directory itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from pgrad_app.errors import UserError, suggest
+
+
+@contextlib.contextmanager
+def _cwd_on_path():
+    """Puts the working directory on ``sys.path`` for one import only, so that
+    ``--transform my_module:fn`` works from a project directory without leaving the working
+    directory (which may be a run directory) importable afterwards."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _import_module(name: str, what: str):
+    """Imports a module by dotted name or ``.py`` file path; errors become one line."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    looks_like_path = name.endswith(".py") or os.sep in name or "/" in name
+    try:
+        if looks_like_path:
+            path = Path(name)
+            if not path.is_file():
+                raise UserError(f"{what}: file {name!r} does not exist.")
+            mod_name = "pgrad_user_" + path.stem.replace("-", "_")
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise UserError(f"{what}: cannot import {name!r} as a Python file.")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+            return module
+        with _cwd_on_path():
+            return importlib.import_module(name)
+    except UserError:
+        raise
+    except ModuleNotFoundError as err:
+        raise UserError(f"{what}: cannot import module {name!r}: {err}.") from None
+    except Exception as err:  # the user's module raised while importing
+        where = ""
+        if isinstance(err, SyntaxError) and err.lineno:
+            where = f" (line {err.lineno})"
+        raise UserError(
+            f"{what}: importing {name!r} failed with {type(err).__name__}{where}: {err}"
+        ) from None
+
+
+def _refuse_inside(module: str, directory: Path, what: str) -> None:
+    """Refuses to import ``module`` if its code would come from ``directory`` (a run directory
+    names the module in its config.yaml; loading a run must never execute code shipped in it)."""
+    import importlib.util
+    import os
+    import sys
+
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        origin = Path(module)
+    else:
+        # Only the top-level name: find_spec of "a.b" would import (run) package "a".
+        top = module.split(".")[0]
+        if top in sys.modules:
+            return  # already imported, from wherever it came: nothing new runs
+        with _cwd_on_path():
+            spec = importlib.util.find_spec(top)
+        if spec is None or spec.origin is None:
+            return  # not importable at all: _import_module reports it
+        origin = Path(spec.origin)
+    if origin.resolve().is_relative_to(directory.resolve()):
+        raise UserError(f"{what}: refusing to import {module!r} from the run directory "
+                        f"{directory} (a run is data; install or move the module).")
+
+
+def _normal_spec(spec: str, split_last: bool) -> tuple[str, str]:
+    """``(module, rest)``; a path-like module reduced to its file name (see :func:`same_spec`)."""
+    import os
+
+    module, sep, rest = spec.rpartition(":") if split_last else spec.partition(":")
+    if not sep:
+        return "", spec
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        module = "file:" + os.path.basename(module)
+    return module, rest
+
+
+def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
+    """Whether two ``module:name`` specs name the same plug-in.
+
+    A ``.py`` path is compared by file name: a run records the path as it was typed, relative to
+    where it was trained, and a resume from elsewhere names the same file by another path.
+    ``split_last``: split at the last colon (transforms ``module:attr``) instead of the first
+    (envs ``module:EnvId``).
+    """
+    if a is None or b is None:
+        return a is b
+    return a == b or _normal_spec(a, split_last) == _normal_spec(b, split_last)
+
+
+def names_code(env_spec: str | None) -> bool:
+    """Whether an env spec names a module to import (``module:EnvId``)."""
+    return bool(env_spec) and ":" in str(env_spec)
+
+
+def check_run_code(what: str, spec: str, given: str | None, trust: bool, run_dir: str | Path,
+                   flag: str) -> None:
+    """Refuses to import code named by a run directory unless the user named it too.
+
+    Args:
+      what: ``"env"`` or ``"transform"`` (for the message).
+      spec: what the run directory's config names.
+      given: the same setting from the command line, if given.
+      trust: ``--trust-run-code`` was passed.
+      run_dir: the run directory.
+      flag: the command-line flag that names it (``--env``, ``--transform``).
+
+    Raises:
+      UserError: saying how to allow it.
+    """
+    if trust or same_spec(given, spec, split_last=what == "transform"):
+        return
+    raise UserError(
+        f"{run_dir} names code to import: {what} {spec}. pgrad imports code named by a run "
+        f"directory only when you name it again: pass {flag} {spec} (after checking it), or "
+        "--trust-run-code.")
+
+
+def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
+    """Checks a Gymnasium env id (``EnvId`` or ``module:EnvId``) and returns the bare id.
+
+    ``module:EnvId`` imports the module first, as ``gymnasium.make`` does, so that it can
+    register its envs. With ``forbid_dir`` (a run directory whose config named the env), a
+    module found inside that directory is refused instead of imported.
+
+    Raises:
+      UserError: the module cannot be imported or the id is not registered (with close matches).
+    """
+    import gymnasium as gym
+
+    env_id = spec
+    if ":" in spec:
+        module, env_id = spec.split(":", 1)
+        if forbid_dir is not None:
+            _refuse_inside(module, Path(forbid_dir), f"env {spec}")
+        _import_module(module, f"--env {spec}")
+    if env_id not in gym.registry:
+        hint = suggest(env_id, gym.registry.keys())
+        raise UserError(
+            f"unknown env {env_id!r}.{hint or ' See gymnasium.pprint_registry() for the ids.'}"
+        )
+    return env_id
+
+
+TRANSFORM_KINDS = (
+    "a GradientTransform, a function returning one (a factory; keyword arguments from "
+    "--transform-arg), or a plain function fn(grads, **context) -> grads"
+)
+
+
+def _typed_kwargs(factory, kwargs: dict, what: str) -> dict:
+    """``kwargs`` (parsed as YAML) typed like ``--set``: from each parameter's annotation, else
+    from the type of its default; unknown names are refused with the nearest one."""
+    import inspect
+    import typing
+
+    from pgrad_app.config.values import coerce
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # an annotation that does not resolve: use the defaults' types
+        hints = {}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    typed = {}
+    for key, value in kwargs.items():
+        param = params.get(key)
+        if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            if takes_any:
+                typed[key] = value
+                continue
+            hint = suggest(key, [n for n, p in params.items() if p.kind not in
+                                 (p.VAR_POSITIONAL, p.VAR_KEYWORD)])
+            raise UserError(f"--transform-arg {key}: {what} takes no argument {key!r}.{hint}")
+        tp = hints.get(key)
+        if tp is None and param.default is not param.empty and param.default is not None:
+            tp = type(param.default)
+        typed[key] = coerce(value, tp, f"--transform-arg {key}") if tp is not None else value
+    return typed
+
+
+def load_transform(spec: str, kwargs: dict | None = None):
+    """``module:attr`` -> a ``GradientTransform`` (the module may be a ``.py`` file path).
+
+    ``attr`` may be a ``GradientTransform``; a factory of one, called with ``kwargs`` (typed from
+    its parameters' annotations or defaults, as ``--set`` types hyperparameters); or a plain
+    function ``fn(grads, **context) -> grads`` over per-step gradients ``[T, *shape]``, which
+    becomes :func:`pgrad.from_function` (per-step results are then averaged over the steps;
+    aggregated ``[*shape]`` results are the gradient as they are).
+
+    Raises:
+      UserError: the spec is malformed, the module cannot be imported, the attribute is missing
+        or is none of the above, ``kwargs`` do not fit the factory.
+    """
+    import inspect
+
+    from pgrad.transforms import GradientTransform, from_function
+    from pgrad.transforms.chain import chain
+
+    what = f"--transform {spec}"
+    kwargs = dict(kwargs or {})
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"{what}: expected module:attr or path/to/file.py:attr.")
+    module = _import_module(module_name, what)
+    if not hasattr(module, attr):
+        public = [n for n in dir(module) if not n.startswith("_")]
+        hint = suggest(attr, public)
+        raise UserError(f"{what}: {module_name!r} has no attribute {attr!r}.{hint}")
+    obj = getattr(module, attr)
+    if isinstance(obj, GradientTransform):
+        if kwargs:
+            raise UserError(f"{what}: {attr!r} is a GradientTransform; --transform-arg needs a "
+                            "factory (a function returning one).")
+        return obj
+    if not callable(obj):
+        raise UserError(f"{what}: {attr!r} is a {type(obj).__name__}; expected {TRANSFORM_KINDS}.")
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    required = [p for p in params if p.default is p.empty and p.name not in kwargs
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not required:  # a factory
+        typed = _typed_kwargs(obj, kwargs, f"{attr}()")
+        try:
+            made = obj(**typed)
+        except Exception as err:
+            raise UserError(
+                f"{what}: calling {attr}() raised {type(err).__name__}: {err}"
+            ) from None
+        if isinstance(made, GradientTransform):
+            return made
+        raise UserError(
+            f"{what}: {attr}() returned a {type(made).__name__}; expected {TRANSFORM_KINDS}."
+        )
+    if kwargs:
+        raise UserError(f"{what}: --transform-arg given, but {attr}() still needs "
+                        f"{', '.join(p.name for p in required)}.")
+    if len(required) == 1:  # sees per-step [T, *shape] gradients; per-step results get the mean
+        return chain(from_function(obj, name=attr), name=attr)
+    raise UserError(
+        f"{what}: {attr!r} takes {len(required)} required arguments; expected {TRANSFORM_KINDS}."
+    )

@@ -1,0 +1,120 @@
+"""Tuned hyperparameters per env, rl-zoo style: ``pgrad_app/config/hyperparams/<agent>.yaml``.
+
+Each file maps Gymnasium env ids to the hyperparameters (fields of the agent's ``Config``) tuned
+for that env, plus an optional ``n_timesteps``, the benchmark budget in env steps::
+
+    HalfCheetah-v5:
+      n_timesteps: 1000000
+      learning_rate: 2.0633e-5
+      hidden: [256, 256]
+
+The YAML files live inside the package (``pgrad_app/config/hyperparams/``, installed with it as
+package data), so an installed wheel finds them exactly as a checkout does; that folder is the one
+source of truth, and ``configs/README.md`` at the top of the repository points to it.
+``pgrad-train`` applies an entry between the defaults and ``--config`` (``--no-tuned``
+skips it); ``scripts/benchmark.py`` uses it and its budget. Files are read with
+``yaml.safe_load``; every key is checked against the agent's ``Config`` and every value typed
+and validated, with errors naming the file, the env and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pgrad_app.config import settings as config_lib
+from pgrad_app.config import yamlfile
+from pgrad_app.config.values import coerce
+from pgrad_app.errors import UserError
+
+#: Where the tuned tables are: ``<agent name>.yaml`` each.
+CONFIG_DIR = Path(__file__).resolve().parent / "hyperparams"
+#: The one key of an entry that is not a hyperparameter: the benchmark budget in env steps.
+BUDGET_KEY = "n_timesteps"
+
+
+def path_for(agent_name: str, directory: Path | None = None) -> Path:
+    """The tuned table of ``agent_name`` (it may not exist)."""
+    return Path(directory or CONFIG_DIR) / f"{agent_name.lower()}.yaml"
+
+
+def _config_cls(agent_name: str) -> type:
+    import agents
+
+    try:
+        return agents.get(agent_name).Config
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def load_table(agent_name: str, directory: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every entry of the agent's table: ``{env_id: {key: raw YAML value}}`` ({} if no file).
+
+    Raises:
+      UserError: malformed YAML, or the file or an entry is not a mapping (naming file and env).
+    """
+    path = path_for(agent_name, directory)
+    if not path.is_file():
+        return {}
+    table = yamlfile.load_yaml(path)
+    for env_id, entry in table.items():
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: {env_id}: expected a mapping of hyperparameter: value; "
+                            f"got {entry!r}.")
+    return {str(env_id): entry for env_id, entry in table.items()}
+
+
+def _checked(agent_name: str, env_id: str, entry: dict, path: Path) -> tuple[dict, int | None]:
+    """Types and validates one entry: ``(hyperparameters, n_timesteps or None)``."""
+    config_cls = _config_cls(agent_name)
+    where = f"{path}: {env_id}"
+    values = dict(entry)
+    budget = values.pop(BUDGET_KEY, None)
+    if budget is not None:
+        budget = coerce(budget, int, f"{where}: {BUDGET_KEY}")
+        if budget < 1:
+            raise UserError(f"{where}: {BUDGET_KEY} must be >= 1; got {budget}.")
+    # Under "hyperparameters:", every key must be a Config field (else an error naming it).
+    _, hyper = config_lib.split_keys({config_lib.HYPER_KEY: values}, config_cls, where)
+    source = {key: f"{where}: {key}" for key in hyper}
+    cfg = config_lib.build(config_cls, hyper, source)  # types and validates (errors name key)
+    return {key: getattr(cfg, key) for key in hyper}, budget
+
+
+def tuned(agent_name: str, env_id: str,
+          directory: Path | None = None) -> tuple[dict[str, Any], Path] | None:
+    """The tuned hyperparameters of ``agent_name`` on ``env_id`` and the file they come from.
+
+    Args:
+      agent_name: a registered agent (``agents.names()``).
+      env_id: a Gymnasium id; ``module:EnvId`` looks up ``EnvId``.
+      directory: folder of the tables (default: :data:`CONFIG_DIR`).
+
+    Returns:
+      ``(hyperparameters, path)`` -- values typed as the ``Config`` fields (``n_timesteps`` is
+      not among them, see :func:`budget`) -- or None when the agent has no entry for the env.
+
+    Raises:
+      UserError: an unknown key or a bad value in the entry, naming the file, env and key.
+    """
+    env_id = env_id.split(":")[-1]
+    path = path_for(agent_name, directory)
+    entry = load_table(agent_name, directory).get(env_id)
+    if entry is None:
+        return None
+    hyper, _ = _checked(agent_name, env_id, entry, path)
+    return hyper, path
+
+
+def budget(agent_name: str, env_id: str, directory: Path | None = None) -> int | None:
+    """The entry's ``n_timesteps`` (env steps), or None if there is no entry or no budget."""
+    env_id = env_id.split(":")[-1]
+    entry = load_table(agent_name, directory).get(env_id)
+    if entry is None:
+        return None
+    return _checked(agent_name, env_id, entry, path_for(agent_name, directory))[1]
+
+
+def shipped() -> dict[str, list[str]]:
+    """``{agent name: [env ids]}`` of every table in :data:`CONFIG_DIR`."""
+    return {path.stem: list(load_table(path.stem)) for path in sorted(CONFIG_DIR.glob("*.yaml"))}

@@ -1,0 +1,70 @@
+"""Ray sessions for pgrad's commands: import Ray or name the extra, connect to a cluster or
+start (and stop) a local instance, and the runtime env that puts this checkout on the path of
+pgrad's actors and tasks (:mod:`pgrad_app.distributed.workers`,
+:mod:`pgrad_app.experiments.sweep`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pgrad_app.errors import UserError, one_line
+
+ROOT = Path(__file__).resolve().parents[1]  # the folder holding pgrad/, agents/, pgrad_app/
+INSTALL_HINT = "pip install 'pgrad[ray]'"
+NICENESS_VAR = "RAY_worker_niceness"
+
+
+def import_ray(what: str = "--workers"):
+    """The ``ray`` module, or a :class:`UserError` naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"{what} needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None,
+                what: str = "--workers") -> Iterator[Any]:
+    """Yields the ``ray`` module with a connection: to ``address`` (a running cluster; ``auto``
+    finds a local one) or to a local instance started here (``num_cpus``: default the cores)
+    and shut down on exit. A process already connected keeps its connection (and it is left
+    open). No dashboard, no worker logs on this terminal."""
+    ray = import_ray(what)
+    if ray.is_initialized():
+        yield ray
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                              "logging_level": "ERROR", "configure_logging": True}
+    if address:
+        kwargs["address"] = address
+    else:
+        kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
+    # Ray runs its workers at nice 15 by default; the learner waits on them every update, so
+    # a local instance runs them at the learner's priority.
+    saved = os.environ.get(NICENESS_VAR)
+    if not address:
+        os.environ.setdefault(NICENESS_VAR, "0")
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise UserError(f"cannot connect to {where}: {one_line(err)}") from None
+    finally:
+        if saved is None:
+            os.environ.pop(NICENESS_VAR, None)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def worker_runtime_env() -> dict:
+    """Ray ``runtime_env`` of pgrad's actors and tasks: this checkout first on their path (as
+    on the driver's; a folder a node lacks is skipped there, which then uses its install)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}

@@ -1,0 +1,132 @@
+"""Collection figures: the Collector against bare env stepping, and the vector-env backends."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pgrad_app.perf.common import figure, interleaved, ratio
+
+
+def rollout_ratio(repeats: int) -> dict:
+    """Rollout collection with the A2C policy vs random-action stepping of the same vector env."""
+    import agents
+    from pgrad.rl import rollout
+
+    num_envs, steps = 8, 256
+    cls = agents.get("a2c")
+    agent = cls(cls.Config(num_envs=num_envs), env_id="CartPole-v1", seed=0)
+    raw_envs = rollout.make_vec_env("CartPole-v1", num_envs)
+    raw_envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, size=(steps, num_envs))
+
+    def raw():
+        for a in actions:
+            raw_envs.step(a)
+
+    def policy():
+        agent.collector.collect(agent.acting_fn(rng), steps)
+
+    times = interleaved({"raw": raw, "policy": policy}, max(5, repeats // 6), warmup=1)
+    value = ratio(times, "raw", "policy")  # throughput ratio = inverse time ratio
+    steps_per_s = {k: round(steps * num_envs / float(np.median(v))) for k, v in times.items()}
+    agent.close()
+    raw_envs.close()
+    return figure("rollout_ratio", value, ">= 0.8", value >= 0.8, num_envs=num_envs,
+                  vector_steps_per_round=steps, env_steps_per_s=steps_per_s,
+                  policy="A2C collector with its numpy mirror of the TensorFlow policy")
+
+
+def collection_backends(repeats: int, env_id: str = "CartPole-v1", num_envs: int = 8) -> dict:
+    """Collection speed over the vector-env backends: Gymnasium sync and async, envpool.
+
+    Each backend is timed twice per round: random-action stepping of the bare vector env, and
+    the Collector with the A2C policy (numpy mirror, recording). Value: envpool's collector
+    env steps/s over Gymnasium sync's.
+    """
+    import agents
+    from pgrad.rl import envpool_env, rollout
+
+    name = "collection_envpool_" + env_id.split("-")[0].lower() + f"_{num_envs}envs"
+    if not envpool_env.is_available():
+        return figure(name, float("nan"), "(informative)", False,
+                      skipped=f"envpool is not installed ({envpool_env.INSTALL_HINT})")
+    steps = 128
+    cls = agents.get("a2c")
+    agent = cls(cls.Config(num_envs=num_envs), env_id=env_id, seed=0)
+    rng = np.random.default_rng(0)
+    policy_fn = agent.acting_fn(rng)
+    space = agent.collector.envs.single_action_space
+    actions = np.stack([np.stack([space.sample() for _ in range(num_envs)])
+                        for _ in range(steps)])
+    fns, closers = {}, []
+    modes = [m for m in rollout.VECTOR_MODES if m != "async" or num_envs <= 16]
+    for mode in modes:  # (async: one process per env, not tried past 16 on 2 cores)
+        envs = rollout.make_vec_env(env_id, num_envs, mode)
+        envs.reset(seed=0)
+        col = rollout.Collector(envs, env_id)
+        col.reset(seed=0)
+        closers.append(col)
+
+        def raw(envs=envs):
+            for a in actions:
+                envs.step(a)
+
+        fns[f"{mode}_raw"] = raw
+        fns[f"{mode}_collect"] = lambda col=col: col.collect(policy_fn, steps)
+    times = interleaved(fns, max(5, repeats // 6), warmup=1)
+    for c in closers:
+        c.close()
+    agent.close()
+    value = ratio(times, "sync_collect", "envpool_collect")
+    steps_per_s = {k: round(steps * num_envs / float(np.median(v))) for k, v in times.items()}
+    return figure(name, value, "(informative: envpool / sync collection)", True, env=env_id,
+                  num_envs=num_envs, vector_steps_per_round=steps, env_steps_per_s=steps_per_s,
+                  envpool_over_sync_raw=round(ratio(times, "sync_raw", "envpool_raw"), 3),
+                  async_over_sync_collect=(round(ratio(times, "sync_collect", "async_collect"), 3)
+                                           if "async" in modes else None))
+
+
+def collection_cartpole_64(repeats: int) -> dict:
+    return collection_backends(repeats, "CartPole-v1", num_envs=64)
+
+
+def collection_cheetah(repeats: int) -> dict:
+    return collection_backends(repeats, "HalfCheetah-v5")
+
+
+def naive_acting_ratio(repeats: int, vector_steps: int = 400) -> dict:
+    """Collection with the numpy mirror, and with one ``tf.function`` policy call per vector step
+    (the naive alternative), each against random-action stepping of the same 8-env CartPole
+    vector env: what the mirror buys. Interleaved rounds, median of per-round ratios."""
+    import tensorflow as tf
+
+    import agents
+
+    agent = agents.make("a2c", "CartPole-v1", seed=0, num_envs=8)
+    envs, rng = agent.collector.envs, np.random.default_rng(0)
+    net, head = agent.net, agent.head
+
+    @tf.function
+    def tf_act(obs, seed):
+        dist = head.distribution(net.params(obs))
+        actions = dist.sample(seed=seed)
+        return actions, dist.log_prob(actions)
+
+    def naive_fn(obs):
+        a, lp = tf_act(tf.constant(obs), tf.constant([0, 1]))
+        a = a.numpy()
+        return a, head.to_env(a), lp.numpy(), None
+
+    policy_fn = agent.acting_fn(rng)
+    agent.collector.collect(naive_fn, 5)  # trace
+    times = interleaved({
+        "raw": lambda: [envs.step(rng.integers(0, 2, 8)) for _ in range(vector_steps)],
+        "mirror": lambda: agent.collector.collect(policy_fn, vector_steps),
+        "naive": lambda: agent.collector.collect(naive_fn, vector_steps),
+    }, max(3, repeats // 10), warmup=1)
+    agent.close()
+    mirror, naive = ratio(times, "raw", "mirror"), ratio(times, "raw", "naive")
+    return figure("naive_acting_ratio", naive, "(informative)", True,
+                  mirror_ratio=mirror, env_steps_per_s_raw=round(
+                      8 * vector_steps / float(np.median(times["raw"]))))

@@ -1,0 +1,59 @@
+"""The table of pgrad's performance figures, each a ratio of two things measured side by side.
+
+    python scripts/bench.py                 # every default figure, then a table
+    python scripts/bench.py --only clip_ratio --repeats 50
+    python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
+
+Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
+measured, then a readable table. Each figure runs in a fresh process, whose peak memory (VmHWM)
+is in its details (``figure_process_peak_rss_mb``; both sides of an in-process ratio share it).
+Timed ratios interleave the two sides (A, B, A, B, ...) after a warm-up and report the median
+of the per-round ratios, so machine load shared by both sides cancels. Gradient shapes: a 64-64
+tanh MLP with a Categorical head on CartPole shapes (obs 4, 2 actions), T = 2048 steps.
+Figures against Stable-Baselines3 (``pip install 'pgrad[bench]'``) run each training run in its
+own process (``python -m pgrad_app.perf.side_by_side``) and report each side's peak memory;
+without SB3 they are marked skipped. The command line is :mod:`pgrad_app.cli.bench`; see
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pgrad_app.perf import collection, gradients, sb3, scaling, speed
+from pgrad_app.perf.common import peak_rss_mb
+
+FIGURES: dict[str, Callable] = {
+    "per_step_ratio": gradients.per_step_ratio,
+    "fused_ratio": gradients.fused_ratio,
+    "clip_ratio": gradients.clip_ratio,
+    "jacobian_ratio": gradients.jacobian_ratio,
+    "diagnostics_ratio": gradients.diagnostics_ratio,
+    "rollout_ratio": collection.rollout_ratio,
+    "update_overhead": speed.update_overhead,
+    "a2c_speed_ratio": speed.a2c_speed_ratio,
+    "collection_envpool_cartpole": collection.collection_backends,
+    "collection_envpool_cartpole_64envs": collection.collection_cartpole_64,
+    "collection_envpool_halfcheetah": collection.collection_cheetah,
+    "a2c_cartpole": sb3.a2c_cartpole,
+    "ray_scaling": scaling.ray_scaling,
+}
+#: Figures run only when named with --only (long).
+OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
+                               "a2c_mujoco_vs_sb3": sb3.a2c_mujoco_vs_sb3,
+                               "naive_acting_ratio": collection.naive_acting_ratio}
+
+
+def run_figure(name: str, args) -> list[dict]:
+    """Runs one figure here; adds this process's peak memory to each result."""
+    fn = {**FIGURES, **OPT_IN}[name]
+    kwargs = {}
+    if name == "a2c_cartpole":
+        kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
+    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3"):
+        kwargs = {"steps": args.steps}
+    out = fn(args.repeats, **kwargs)
+    out = out if isinstance(out, list) else [out]
+    for r in out:
+        r["details"]["figure_process_peak_rss_mb"] = round(peak_rss_mb(), 1)
+    return out

@@ -1,0 +1,131 @@
+"""Figures side by side with Stable-Baselines3 (``pip install 'pgrad[bench]'``).
+
+Each training run is its own process (:mod:`pgrad_app.perf.side_by_side`), whose peak memory it
+reports; without SB3 the SB3 figures are marked skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from pgrad_app.perf.common import figure
+
+
+def sb3_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("stable_baselines3") is not None
+
+
+def train_run(side: str, spec: dict) -> dict:
+    """One training run in a fresh process (:mod:`pgrad_app.perf.side_by_side`); its JSON."""
+    out = subprocess.run([sys.executable, "-m", "pgrad_app.perf.side_by_side", side,
+                          json.dumps(spec)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{side} run {spec} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> list[dict]:
+    """A2C to a last-20 mean of 475 on CartPole-v1, pgrad and Stable-Baselines3 side by side.
+
+    One fresh process per run; per seed pgrad then SB3 (next seed: SB3 first), each side with
+    its own defaults (pgrad's A2C: 16 envs, lr 1.4e-3; SB3: rl-zoo's CartPole A2C, 8 envs).
+    """
+    del repeats
+    runs: dict[str, list[dict]] = {"pgrad": [], "sb3": []}
+    sides = ["pgrad", "sb3"] if sb3_available() else ["pgrad"]
+    for i, seed in enumerate(seeds):
+        for side in sides if i % 2 == 0 else sides[::-1]:
+            spec = {"agent": "a2c", "env": "CartPole-v1", "seed": seed,
+                    "max_steps": max_steps, "target": 475}
+            runs[side].append(train_run(side, spec))
+
+    def med(side, key):
+        return float(np.median([r[key] for r in runs[side]]))
+
+    ours = runs["pgrad"]
+    solved = all(r["solved"] for r in ours)
+    wall = med("pgrad", "wall_s")
+    rss = max(r["peak_rss_mb"] for r in ours)
+    out = [figure("a2c_cartpole_wall_s", wall, "(reported; the goal is the SB3 ratio)", solved,
+                  median_env_steps=med("pgrad", "env_steps"), runs=ours,
+                  note="median over seeds; wall from agent construction to solved, fresh "
+                  "process per run; cpu_s = process CPU time over all threads")]
+    goal = "<= 0.33 x SB3's solve wall"
+    if "sb3" in sides:
+        theirs = runs["sb3"]
+        value = wall / med("sb3", "wall_s")
+        out.append(figure(
+            "a2c_cartpole_vs_sb3", value, goal, solved and value <= 0.33,
+            pgrad_median_wall_s=wall, sb3_median_wall_s=med("sb3", "wall_s"),
+            cpu_ratio=round(med("pgrad", "cpu_s") / med("sb3", "cpu_s"), 3),
+            pgrad_median_env_steps=med("pgrad", "env_steps"),
+            sb3_median_env_steps=med("sb3", "env_steps"),
+            sb3_all_solved=all(r["solved"] for r in theirs), sb3_runs=theirs,
+            peak_rss_mb={"pgrad": rss, "sb3": max(r["peak_rss_mb"] for r in theirs)}))
+    else:
+        out.append(figure("a2c_cartpole_vs_sb3", float("nan"), goal, False,
+                          skipped="stable-baselines3 is not installed (pip install "
+                          "'pgrad[bench]')"))
+    out.append(figure("a2c_cartpole_peak_rss_mb", rss, "(reported, no goal)", True,
+                      sb3_peak_rss_mb=(max(r["peak_rss_mb"] for r in runs["sb3"])
+                                       if runs["sb3"] else None),
+                      note="max over the per-seed run processes (VmHWM of each)"))
+    return out
+
+
+def side_by_side_vs_sb3(name: str, goal: str, spec: dict, steps: int, full: int) -> dict:
+    """One training run per side in its own process, pgrad then SB3, same env steps and seed.
+
+    Value: pgrad's wall over SB3's at the same number of env steps (``full``: the length the
+    goal is stated for; shorter runs give the steps/s ratio at their length, labelled so).
+    """
+    if not sb3_available():
+        return figure(name, float("nan"), goal, False,
+                      skipped="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+    spec = {**spec, "max_steps": steps}
+    ours, theirs = train_run("pgrad", spec), train_run("sb3", spec)
+    sps = {r["side"]: r["env_steps"] / r["wall_s"] for r in (ours, theirs)}
+    value = sps["sb3"] / sps["pgrad"]  # = pgrad wall / SB3 wall at equal env steps
+    return figure(name, value, goal, value <= 0.5,
+                  measured_at_env_steps=steps, full_length=steps >= full,
+                  env_steps_per_s={k: round(v, 1) for k, v in sps.items()},
+                  cpu_ratio=round((ours["cpu_s"] / ours["env_steps"])
+                                  / (theirs["cpu_s"] / theirs["env_steps"]), 3),
+                  runs=[ours, theirs],
+                  peak_rss_mb={"pgrad": ours["peak_rss_mb"], "sb3": theirs["peak_rss_mb"]},
+                  note="run one after the other (pgrad first); the last-20 training return "
+                  "is in each run")
+
+
+def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
+    """PPO on HalfCheetah-v5, pgrad then Stable-Baselines3, same settings and env steps (opt-in).
+
+    Both with SB3's PPO defaults (1 env, 2048 steps x 10 epochs x minibatch 64, Adam 3e-4,
+    64-64 tanh actor and critic). The goal is stated for 1M steps (``--steps 1000000``).
+    """
+    del repeats
+    return side_by_side_vs_sb3(
+        "ppo_mujoco_vs_sb3", "<= 0.5 x SB3's wall (1M steps)",
+        {"agent": "ppo", "env": "HalfCheetah-v5", "seed": seed}, steps, 1_000_000)
+
+
+def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21) -> dict:
+    """A2C on HalfCheetah-v5 with rl-zoo's MuJoCo A2C setting, pgrad then SB3 (opt-in).
+
+    SB3's A2C defaults plus rl-zoo's ``normalize: true``: 1 env, 5-step updates (one update
+    per 5 env steps: the per-update fixed cost decides the wall), RMSprop 7e-4, observations
+    and rewards normalised; pgrad with the same settings. The goal is stated for 300k steps
+    (``--steps 300000``), seed 21.
+    """
+    del repeats
+    hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
+    return side_by_side_vs_sb3(
+        "a2c_mujoco_vs_sb3", "<= 0.5 x SB3's wall (300k steps)",
+        {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp}, steps, 300_000)

@@ -1,0 +1,259 @@
+"""The run directory: what marks it as pgrad's, who may write to it, what ``--overwrite`` deletes.
+
+* ``.pgrad-run`` (a small JSON file) marks a directory that ``pgrad-train`` created. Only a
+  directory with it is a run that ``--overwrite`` may replace. A folder without it is never
+  emptied, and one that already holds files with a run's names (``config.yaml``,
+  ``checkpoints/``, ...) is refused rather than written over.
+* ``.pgrad-lock``: a training holds an exclusive ``fcntl.flock`` on it while it writes. A second
+  training into the same directory (new, ``--overwrite`` or ``--resume``) gets one line and exit
+  code 2. The kernel drops the lock when the process ends, however it ends (SIGKILL too), so a
+  lock is never stale; the file itself stays.
+* ``--overwrite`` deletes only what pgrad writes, matched by name (:data:`OWNED`): any other
+  file, in the run directory or its subfolders, stays, and folders go only once empty.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import json
+import os
+from pathlib import Path
+
+from pgrad_app.errors import UserError
+
+MARKER = ".pgrad-run"
+LOCK = ".pgrad-lock"
+
+_CHECKPOINT = {"ckpt.index": None, "ckpt.data-*": None, "meta.json": None}
+_EXPORT = {"saved_model.pb": None, "fingerprint.pb": None, "pgrad_policy.json": None,
+           "variables": {"variables.index": None, "variables.data-*": None}, "assets": {}}
+#: What pgrad writes in a run directory, by name (``None``: a file; a dict: a folder and what
+#: pgrad writes inside it). ``--overwrite`` deletes these and nothing else.
+OWNED: dict = {
+    "config.yaml": None, "agent.json": None, "episodes.csv": None, "updates.csv": None,
+    "eval.json": None, "learning_curve.png": None, "robustness.png": None,
+    "config.yaml.tmp": None, "eval.json.tmp": None, ".agent.json.tmp-*": None,
+    ".episodes.csv.tmp-*": None, ".updates.csv.tmp-*": None,
+    "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
+    "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT,
+    "tb": {"events.out.tfevents.*": None},
+    "eval.csv": None, ".eval.csv.tmp-*": None,
+    "best": {"agent.json": None, ".agent.json.tmp-*": None, "eval.json": None,
+             "eval.json.tmp": None,
+             "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
+             "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT},
+    "wandb-run-id": None,  # --track wandb; its own folder wandb/ is the tracker's, kept
+}
+#: Names whose presence means a directory holds (part of) a run.
+RUN_NAMES = ("config.yaml", "agent.json", "episodes.csv", "updates.csv", "checkpoints", "policy")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks made before anything is written.
+# ---------------------------------------------------------------------------------------------
+
+
+def _existing_parent(path: Path) -> Path:
+    probe = path.absolute()
+    while True:
+        try:
+            if probe.exists() or probe.parent == probe:
+                return probe
+        except OSError:  # e.g. a component too long: keep climbing
+            pass
+        probe = probe.parent
+
+
+def check_path(path: Path, flag: str) -> None:
+    """Refuses a path the file system cannot hold (a component or the whole too long)."""
+    base = _existing_parent(path)
+    try:
+        name_max = os.pathconf(base if base.is_dir() else base.parent, "PC_NAME_MAX")
+        path_max = os.pathconf(base if base.is_dir() else base.parent, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise UserError(f"{flag}: the path component {part[:24]}... is "
+                            f"{len(os.fsencode(part))} bytes long; the file system allows "
+                            f"{name_max}.")
+    if len(os.fsencode(str(path.absolute()))) >= path_max:
+        raise UserError(f"{flag}: the path is longer than the file system allows ({path_max}).")
+
+
+def is_run(path: Path) -> bool:
+    """Whether ``path`` is a run directory written by pgrad-train (it holds the marker)."""
+    try:
+        return (path / MARKER).is_file()
+    except OSError:
+        return False
+
+
+def run_names(path: Path) -> list[str]:
+    """The names of a run's files and folders that ``path`` already holds."""
+    try:
+        return [n for n in RUN_NAMES if (path / n).exists()] if path.is_dir() else []
+    except OSError:
+        return []
+
+
+def check_new(out: Path, overwrite: bool) -> None:
+    """Checks ``--out`` for a new run before any work: a usable path, not a run (unless
+    ``overwrite``), not a foreign folder holding a run's names, writable.
+
+    Raises:
+      UserError: saying which and what to do instead.
+    """
+    check_path(out, f"--out {out}")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a directory.")
+    if is_run(out):
+        if not overwrite:
+            raise UserError(f"--out {out} already holds a run; use --resume {out} to continue "
+                            "it, --overwrite to replace it, or another --out.")
+    else:
+        found = run_names(out)
+        if found:
+            hint = (f"; if it is a run of an older pgrad, continue it with --resume {out}"
+                    if "config.yaml" in found else "")
+            raise UserError(f"--out {out} holds {', '.join(found)} but is not a pgrad run "
+                            f"directory (no {MARKER} file), so pgrad will not write over or "
+                            f"delete its files{hint}; choose another --out.")
+    probe = _existing_parent(out)
+    if not probe.is_dir():
+        raise UserError(f"--out {out}: {probe} is not a directory.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {probe} is not writable.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock.
+# ---------------------------------------------------------------------------------------------
+
+
+class RunLock:
+    """An exclusive lock on a run directory for one writer (see the module docstring).
+
+    Args:
+      out: the run directory (must exist).
+
+    Raises:
+      UserError: another process holds the lock (it names that process's pid).
+    """
+
+    def __init__(self, out: Path):
+        import fcntl
+
+        self.path = Path(out) / LOCK
+        try:
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise UserError(f"cannot lock {out}: {err.strerror or err}.") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
+            os.close(self._fd)
+            self._fd = None
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UserError(f"cannot lock {out}: {err.strerror or err}.") from None
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise UserError(f"{out} is in use by another training{who}; wait for it to end or "
+                            "choose another --out.") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Releases the lock (the process ending releases it too)."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating, marking and clearing.
+# ---------------------------------------------------------------------------------------------
+
+
+def write_marker(out: Path) -> None:
+    """Marks ``out`` as a pgrad run directory (atomically)."""
+    tmp = out / f"{MARKER}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps({"pgrad": "run directory written by pgrad-train",
+                               "format": 1}) + "\n")
+    os.replace(tmp, out / MARKER)
+
+
+def create(out: Path, overwrite: bool) -> tuple[RunLock, list[Path]]:
+    """Creates (or, with ``overwrite``, clears) the run directory ``out`` and locks it.
+
+    The checks of :func:`check_new` are repeated under the lock: two trainings started into the
+    same ``--out`` at once both pass them before either wrote anything; only one gets here.
+
+    Returns:
+      ``(lock, kept)``: the held lock (release it when the training ends) and, with
+      ``overwrite``, what was left in place because pgrad did not write it.
+
+    Raises:
+      UserError: the directory cannot be created or written, is in use, or became a run.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot create it ({err.strerror or err}).") from None
+    lock = RunLock(out)
+    kept: list[Path] = []
+    try:
+        check_new(out, overwrite)
+        if overwrite and is_run(out):
+            kept = clear(out)
+        write_marker(out)
+    except OSError as err:
+        lock.release()
+        raise UserError(f"--out {out}: cannot write there ({err.strerror or err}).") from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock, kept
+
+
+def clear(out: Path) -> list[Path]:
+    """Deletes what pgrad wrote in run directory ``out`` (:data:`OWNED`), nothing else.
+
+    Returns the paths of what was left because pgrad did not write it (for a note to the user).
+    """
+    kept: list[Path] = []
+    _clear(out, OWNED, kept)
+    return kept
+
+
+def _match(name: str, spec: dict):
+    for pattern, sub in spec.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return True, sub
+    return False, None
+
+
+def _clear(directory: Path, spec: dict, kept: list[Path]) -> None:
+    for entry in sorted(directory.iterdir()):
+        if entry.name in (MARKER, LOCK) and spec is OWNED:
+            continue
+        owned, sub = _match(entry.name, spec)
+        if not owned:
+            kept.append(entry)
+        elif sub is None and (entry.is_symlink() or entry.is_file()):
+            entry.unlink()
+        elif isinstance(sub, dict) and entry.is_dir() and not entry.is_symlink():
+            _clear(entry, sub, kept)
+            try:
+                entry.rmdir()
+            except OSError:  # something pgrad did not write is inside: it stays
+                pass
+        else:
+            kept.append(entry)

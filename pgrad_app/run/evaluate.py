@@ -1,0 +1,294 @@
+"""Evaluate a run directory or a saved agent: what ``pgrad-evaluate`` (scripts/evaluate.py) runs.
+
+The policy comes from the run's exported ``policy/`` (deterministic or sampled actions, and
+attacks: the export carries the differentiable parameters) or, for a run without an export (an
+interrupted one) or with ``source="checkpoint"``, from its newest good checkpoint restored into
+a fresh agent; an export that cannot be loaded falls back to the checkpoint with a warning. The
+episodes themselves are :func:`pgrad.evaluate`'s. Loading a run reads data only (YAML with the
+safe loader, TensorFlow checkpoints, a SavedModel graph): an env module the run's config names
+(``module:EnvId``) is imported only if the user names it again (``--env``) or passes
+``--trust-run-code``, and never from inside the run directory.
+
+Failures are one line: bad input or a damaged run directory is a :class:`UserError` (exit 2),
+an env that fails during the episodes a :class:`RunError` (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pgrad_app.errors import RunError, UserError, one_line
+
+SOURCES = ("auto", "policy", "checkpoint")
+
+
+def run_settings(run_dir: Path) -> dict[str, Any]:
+    """The run's ``config.yaml`` (safe YAML), or for a directory ``agent.save`` wrote, the same
+    settings from its ``agent.json``; a :class:`UserError` if it is neither."""
+    from pgrad_app.config.settings import saved_run_values
+    from pgrad_app.config.yamlfile import load_yaml
+
+    try:
+        is_dir = run_dir.is_dir()
+    except OSError as err:  # e.g. a name too long for the file system
+        raise UserError(f"{run_dir}: {err.strerror or err}.") from None
+    if not is_dir:
+        raise UserError(f"{run_dir} is not a directory; expected a run directory from "
+                        "pgrad-train or a directory from agent.save.")
+    if (run_dir / "config.yaml").is_file():
+        return load_yaml(run_dir / "config.yaml")
+    saved = saved_run_values(run_dir)
+    if saved is None:
+        raise UserError(f"{run_dir} holds no run (no config.yaml) and no saved agent (no "
+                        "agent.json); expected a directory written by pgrad-train --out or "
+                        "agent.save.")
+    return saved
+
+
+def checkpoint_agent(run_dir: Path, values: dict, env_id: str):
+    """A fresh agent of the run's kind on ``env_id`` with the newest good checkpoint's networks
+    and normaliser statistics (what acting needs)."""
+    import agents
+    from agents.persistence import restore
+    from pgrad_app.config.settings import build, split_keys
+
+    agent_cls = agents.get(str(values.get("agent")))
+    _, hyper = split_keys(values, agent_cls.Config, str(run_dir / "config.yaml"))
+    cfg = build(agent_cls.Config, dict(hyper, num_envs=1, vector_mode="sync"), {})
+    try:
+        agent = agent_cls(cfg, env_id=env_id, seed=int(values.get("seed", 0)))
+    except ValueError as err:  # EnvError too: the env failed while being created
+        raise UserError(f"cannot rebuild the agent of {run_dir}: {one_line(err)}") from None
+    skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
+    try:
+        restore(agent, run_dir / "checkpoints", acting_only=True, warn=skipped.append)
+    except ValueError as err:
+        agent.close()
+        if "holds no checkpoint" in str(err):
+            raise UserError(f"{run_dir} has neither an exported policy/ nor a checkpoint "
+                            "yet.") from None
+        raise UserError(f"{run_dir}: {one_line(err)}") from None
+    for text in skipped:
+        print(f"warning: {text}", file=sys.stderr, flush=True)
+    return agent
+
+
+def check_same_spaces(env_id: str, trained_id: str) -> None:
+    """Refuses an evaluation env whose spaces differ from the training env's."""
+    import gymnasium as gym
+
+    def short(space) -> str:
+        if isinstance(space, gym.spaces.Box):
+            return f"Box{space.shape} {space.dtype}"
+        return str(space)
+
+    ours, trained = gym.make(env_id), gym.make(trained_id)
+    try:
+        for what in ("observation_space", "action_space"):
+            a, b = getattr(ours, what), getattr(trained, what)
+            # Bounds may differ (the policy still runs); kind, shape and sizes may not.
+            if short(a) != short(b):
+                raise UserError(
+                    f"--env {env_id}: its {what.replace('_', ' ')} {short(a)} differs from "
+                    f"{short(b)} of {trained_id}, which the policy was trained on."
+                )
+    finally:
+        ours.close()
+        trained.close()
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    video_dir: str | os.PathLike | None = None,
+    env_id: str | None = None,
+    write: bool = True,
+    source: str = "auto",
+    attack: str | None = None,
+    epsilons: Any = None,
+    pgd_steps: int = 10,
+    trust_run_code: bool = False,
+) -> dict[str, Any]:
+    """Evaluates the policy of a run directory; writes ``eval.json`` (and ``robustness.png``).
+
+    Args:
+      run_dir: a run directory written by ``pgrad-train``, or a directory ``agent.save`` wrote.
+      episodes: number of episodes (>= 1).
+      deterministic: greedy actions (the default) instead of sampled ones.
+      seed: seed of the first episode (episode i gets ``seed + i``); default: pgrad's evaluation
+        protocol, the run's seed + 10000 (:func:`pgrad.rl.evaluation.eval_seed`).
+      video_dir: record every episode as mp4 here (needs moviepy).
+      env_id: evaluate on another env with the same spaces (default: the run's env).
+      write: write ``run_dir/eval.json`` (and ``robustness.png`` with an attack).
+      source: ``"auto"`` (the export if present, else the checkpoint), ``"policy"`` or
+        ``"checkpoint"``.
+      attack, epsilons, pgd_steps: observation attacks, as :func:`pgrad.evaluate`.
+      trust_run_code: import the env module the run's config names even if ``env_id`` does not
+        name it again.
+
+    Raises:
+      UserError: no run in ``run_dir``, bad arguments, unknown env, moviepy missing for video,
+        an env that cannot record video, a run whose export and checkpoints are all unusable,
+        code named by the run directory that was not allowed.
+      RunError: the env failed during the episodes.
+    """
+    import pgrad
+    from pgrad.rl.evaluation import ATTACKS, eval_seed
+    from pgrad.rl.export import find_export
+    from pgrad.rl.rollout import EnvError
+    from pgrad_app.config.plugins import check_run_code, names_code, resolve_env, same_spec
+    from pgrad_app.run import robustness
+
+    run_dir = Path(run_dir)
+    values = run_settings(run_dir)
+    if source not in SOURCES:
+        raise UserError(f"source must be one of {', '.join(SOURCES)}; got {source!r}.")
+    if int(episodes) < 1:
+        raise UserError(f"--episodes must be >= 1; got {episodes}.")
+    if seed is not None and int(seed) < 0:
+        raise UserError(f"--seed must be >= 0; got {seed}.")
+    if attack is not None:
+        if attack not in ATTACKS:
+            raise UserError(f"--attack must be one of {', '.join(ATTACKS)}; "
+                            f"got {attack!r}.")
+        if video_dir is not None:
+            raise UserError("--video cannot be combined with --attack.")
+        if int(pgd_steps) < 1:
+            raise UserError(f"--pgd-steps must be >= 1; got {pgd_steps}.")
+    eps = robustness.parse_epsilons("0,0.01,0.05,0.1" if epsilons is None else epsilons)
+    trained_on = str(values.get("env", ""))
+    env_spec = env_id or trained_on
+    if not env_spec:
+        raise UserError(f"{run_dir} does not record a registered env id (the agent was made on "
+                        "an env factory); pass --env ENV_ID.")
+    own = env_id is None or same_spec(env_id, trained_on)  # the run's own env
+    if own and names_code(trained_on):
+        check_run_code("env", trained_on, env_id, trust_run_code, run_dir, "--env")
+    bare_id = resolve_env(env_spec, forbid_dir=run_dir if own else None)
+    if not own:
+        if names_code(trained_on):  # comparing spaces needs the run's env: its code
+            check_run_code("env", trained_on, None, trust_run_code, run_dir, "--env")
+        check_same_spaces(bare_id, resolve_env(trained_on, forbid_dir=run_dir))
+    _check_creates(bare_id)
+    seed = eval_seed(int(values.get("seed", 0))) if seed is None else int(seed)
+    if video_dir is not None:
+        try:
+            import moviepy  # noqa: F401
+        except ImportError:
+            raise UserError("--video needs moviepy: pip install 'pgrad[video]' "
+                            "(or pip install moviepy).") from None
+        _check_writable_dir(Path(video_dir))
+        _check_renders(bare_id)
+    exported = find_export(run_dir / "policy") is not None
+    if source == "policy" and not exported:
+        raise UserError(f"{run_dir} has no exported policy/ (the run did not finish).")
+    target, used, problem = None, "policy", None
+    if exported and source != "checkpoint":
+        target, problem = _load_export(run_dir / "policy", bare_id)
+        if problem is not None and source == "policy":
+            raise UserError(f"{run_dir}: {problem}")
+        exported = problem is None
+    agent = None
+    try:
+        if not exported or source == "checkpoint":
+            try:
+                agent = target = checkpoint_agent(run_dir, values, bare_id)
+            except UserError as err:
+                if problem is None:
+                    raise
+                raise UserError(f"{run_dir}: its exported policy cannot be loaded ({problem}), "
+                                f"nor a checkpoint: {err}") from None
+            used = "checkpoint"
+            if problem is not None:
+                print(f"warning: {problem}; evaluated the newest good checkpoint instead.",
+                      file=sys.stderr, flush=True)
+        try:
+            result = pgrad.evaluate(target, env_id=bare_id, episodes=episodes,
+                                    deterministic=deterministic, seed=seed, video_dir=video_dir,
+                                    attack=attack, epsilons=eps, pgd_steps=pgd_steps)
+        except EnvError as err:
+            raise RunError(one_line(err)) from None
+        except (ValueError, OSError) as err:
+            raise UserError(one_line(err)) from None
+    finally:
+        if agent is not None:
+            agent.close()
+    result = {"run": str(run_dir), **result, "env": env_spec, "source": used}
+    if write:
+        tmp = run_dir / "eval.json.tmp"
+        try:
+            tmp.write_text(json.dumps(result, indent=1) + "\n")
+            os.replace(tmp, run_dir / "eval.json")
+        except OSError as err:
+            raise RunError(f"cannot write {run_dir / 'eval.json'}: {err.strerror or err} "
+                           "(the results above were not saved).") from None
+        if values.get("track") == "wandb" and attack is None:  # the tracked run gets it too
+            from pgrad_app.run.tracking import log_evaluation
+
+            log_evaluation(run_dir, result, video_dir)
+        if attack is not None:
+            robustness.plot_robustness(
+                result["attack"], run_dir / "robustness.png",
+                title=f"{values.get('agent')} on {env_spec}, seed {values.get('seed', 0)}")
+    return result
+
+
+def _check_writable_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".pgrad-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"--video {path}: cannot write there ({err.strerror or err}).") from None
+
+
+def _check_creates(env_id: str) -> None:
+    """Refuses an env whose constructor fails, in one line, before anything is loaded."""
+    import gymnasium as gym
+
+    try:
+        env = gym.make(env_id)
+    except Exception as err:  # noqa: BLE001  (the env's own constructor)
+        raise UserError(f"env {env_id!r} could not be created: {type(err).__name__}: "
+                        f"{one_line(err)}") from None
+    env.close()
+
+
+def _check_renders(env_id: str) -> None:
+    """Refuses --video for an env that cannot render frames (e.g. no ``render_mode`` argument)."""
+    import warnings
+
+    import gymnasium as gym
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # shown only if it works
+            env = gym.make(env_id, render_mode="rgb_array")
+    except Exception as err:  # noqa: BLE001  (the env's own constructor)
+        hint = (" (its constructor takes no render_mode)" if "render_mode" in str(err) else "")
+        raise UserError(f"--video: env {env_id!r} cannot render frames{hint}: "
+                        f"{type(err).__name__}: {one_line(err)}") from None
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+    env.close()
+
+
+def _load_export(path: Path, env_id: str):
+    """``(policy, None)`` for a loadable export at ``path``, else ``(None, why not)``."""
+    import gymnasium as gym
+
+    from pgrad.rl.export import ExportedPolicy
+
+    probe = gym.make(env_id)
+    try:
+        return ExportedPolicy(path, probe.observation_space, probe.action_space), None
+    except ValueError as err:
+        return None, one_line(err)
+    finally:
+        probe.close()

@@ -1,0 +1,148 @@
+"""Experiment tracking beside the run directory: ``--track wandb``.
+
+The run directory stays the record (config.yaml, the CSV logs, checkpoints, the export); a
+tracker sends a copy of the same things to a tracking service, here Weights & Biases (the
+optional ``wandb`` extra; ``WANDB_MODE=offline`` keeps everything local, under ``DIR/wandb``):
+
+* the config: run settings and every hyperparameter, as in ``config.yaml``;
+* per update: every scalar metric (``update/...``), the episodes that finished in it
+  (``episode/return_mean``, ``episode/length_mean``, ``episode/count``) and the rolling return;
+* every evaluation during training (``eval/return_mean``, ``eval/return_std``, ...);
+* at the end: the learning curve image and the episodes as a table;
+* ``pgrad-evaluate`` of a tracked run adds its result (``final_eval/...``) and, with
+  ``--video``, the recorded videos to the same tracked run (:func:`log_evaluation`).
+
+A resumed run continues the same tracked run (its id is kept in ``DIR/wandb-run-id``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.learning import Callback, Loop
+from pgrad_app.errors import UserError
+from pgrad_app.run.logs import read_episodes
+
+RUN_ID_FILE = "wandb-run-id"
+
+
+def require(name: str) -> None:
+    """Refuses (:class:`UserError`) a tracker whose package is not installed, before any work."""
+    import importlib.util
+
+    if name == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise UserError("--track wandb needs wandb: pip install 'pgrad[wandb]' (or pip install "
+                        "wandb).")
+
+
+def tracker(name: str, out: Path, settings: Any) -> Callback:
+    """The tracking callback ``name`` names (``"wandb"``)."""
+    if name == "wandb":
+        return WandbTracker(out, settings)
+    raise UserError(f"--track: unknown tracker {name!r}; known: wandb.")
+
+
+class WandbTracker(Callback):
+    """Logs a run to Weights & Biases (see the module docstring).
+
+    Args:
+      out: the run directory (wandb's files go to ``out/wandb``).
+      settings: the run settings (``RunSettings``); the agent's hyperparameters come from the
+        agent when the run starts.
+      project: the wandb project (default: ``$WANDB_PROJECT`` or ``"pgrad"``).
+    """
+
+    def __init__(self, out: str | Path, settings: Any, project: str | None = None):
+        require("wandb")
+        import wandb
+
+        self.wandb = wandb
+        # pgrad's package ``agents`` shares its name with an LLM library wandb looks for.
+        os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
+        self.out, self.settings = Path(out), settings
+        self.project = project or os.environ.get("WANDB_PROJECT", "pgrad")
+        self.run = None
+
+    def _run_id(self) -> str:
+        path = self.out / RUN_ID_FILE
+        if path.is_file():
+            return path.read_text().strip()
+        run_id = secrets.token_hex(6)
+        path.write_text(run_id + "\n")
+        return run_id
+
+    def start(self, config: dict[str, Any] | None = None) -> None:
+        """Starts (or continues) the tracked run of ``out``."""
+        self.run = self.wandb.init(
+            project=self.project, dir=str(self.out), id=self._run_id(), resume="allow",
+            name=self.out.name, config=config, settings=self.wandb.Settings(
+                console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
+                x_save_requirements=False, x_disable_machine_info=True))
+
+    def on_start(self, loop: Loop) -> None:
+        self.start({"run": dataclasses.asdict(self.settings),
+                    "hyperparameters": dataclasses.asdict(loop.agent.cfg)})
+
+    def on_update(self, loop: Loop) -> None:
+        data: dict[str, Any] = {}
+        for key, value in loop.metrics.items():
+            a = np.asarray(value)
+            if a.ndim == 0 and math.isfinite(float(a)):
+                data[f"update/{key}"] = float(a)
+        if loop.new_episodes:
+            data["episode/return_mean"] = float(np.mean([r for _, r, _ in loop.new_episodes]))
+            data["episode/length_mean"] = float(np.mean([n for _, _, n in loop.new_episodes]))
+            data["episode/count"] = len(loop.new_episodes)
+        rolling = loop.rolling_return()
+        if rolling is not None:
+            data["episode/rolling_return"] = rolling
+        if loop.evaluation is not None:
+            data.update({f"eval/{k}": float(v) for k, v in loop.evaluation.items()
+                         if k in ("return_mean", "return_std", "length_mean")})
+        data["time/wall_s"] = loop.wall_s()
+        self.run.log(data, step=loop.env_steps)
+
+    def on_end(self, loop: Loop) -> None:
+        wandb, final = self.wandb, {}
+        curve = self.out / "learning_curve.png"
+        if curve.is_file():
+            final["learning_curve"] = wandb.Image(str(curve))
+        steps, returns = read_episodes(self.out / "episodes.csv")
+        if steps.size:
+            final["episodes"] = wandb.Table(columns=["step", "return"],
+                                            data=[[int(s), float(r)] for s, r in
+                                                  zip(steps, returns)])
+        if final:
+            self.run.log(final, step=loop.env_steps)
+        self.run.summary.update({"env_steps": loop.env_steps, "episodes": loop.stats.episodes,
+                                 "reason": loop.reason})
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+def log_evaluation(run_dir: str | Path, result: dict[str, Any],
+                   video_dir: str | Path | None = None) -> None:
+    """Adds a ``pgrad-evaluate`` result (and its videos) to the tracked run of ``run_dir``."""
+    tracked = WandbTracker(run_dir, None)
+    tracked.start()
+    try:
+        data: dict[str, Any] = {f"final_eval/{k}": float(result[k]) for k in
+                                ("return_mean", "return_std", "length_mean", "length_std")}
+        data["final_eval/deterministic"] = int(bool(result["deterministic"]))
+        if video_dir is not None:
+            videos = sorted(Path(video_dir).glob("*.mp4"))
+            if videos:
+                data["videos"] = [tracked.wandb.Video(str(v), format="mp4") for v in videos]
+        tracked.run.log(data)
+    finally:
+        tracked.close()
