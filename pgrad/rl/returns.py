@@ -10,7 +10,8 @@ Termination and truncation are separate inputs, never one ``done`` flag:
 ``next_values[t]`` is ``V(s_{t+1})`` for the observation that really followed step t: the next
 row's observation within an episode, the final observation at an episode end, and the
 observation after the rollout at ``t = T - 1``. Where no critic exists, pass zeros (truncated
-episodes then count as ending there).
+episodes then count as ending there). :func:`vtrace`, the off-policy targets, keeps the same
+conventions.
 """
 
 from __future__ import annotations
@@ -149,15 +150,15 @@ def vtrace(rewards, values, next_values, terminated, truncated, behaviour_log_pr
     but the trace does not cross the boundary, as in :func:`gae`. The policy-gradient
     advantage is::
 
-        q_s = r_s + gamma * (1 - term_s) * (cont_s * (lambda_ v_{s+1} + (1 - lambda_) V(x_{s+1}))
-                                            + (1 - cont_s) * next_values_s)
+        q_s = r_s + gamma * (1 - term_s) * (cont_s * lambda_ * v_{s+1}
+                                            + (1 - cont_s * lambda_) * next_values_s)
         pg_advantages_s = min(pg_rho_bar, rho_s) * (q_s - values_s)
 
     with ``v_T = next_values_{T-1}`` (the value after the rollout). ``lambda_ = 1`` is the
-    paper's ``r_s + gamma v_{s+1}``; the ``lambda_`` mix is rlax's, so that on-policy
-    (``pi = mu``, ``c_bar >= 1``) ``vs == lambda_returns(..., lambda_)`` and
-    ``pg_advantages == gae(..., lambda_)``. ``V(x_{s+1})`` inside an episode is ``values_{s+1}``,
-    which is also ``next_values_s``: the two must agree there (they do for a rollout's values).
+    paper's ``r_s + gamma v_{s+1}``; the ``lambda_`` mix with ``V(x_{s+1})`` is rlax's, so that
+    on-policy (``pi = mu``, ``c_bar >= 1``) ``vs == lambda_returns(..., lambda_)`` and
+    ``pg_advantages == gae(..., lambda_)``. Inside an episode ``next_values_s`` must equal
+    ``values_{s+1}`` (a rollout's values do): ``v_{s+1}`` is built on the latter.
 
     For the transform form, weight the per-step gradients by ``q_estimates - values`` and let
     :func:`pgrad.importance_weight` multiply in ``min(pg_rho_bar, rho_t)`` from the current
@@ -208,7 +209,7 @@ def vtrace(rewards, values, next_values, terminated, truncated, behaviour_log_pr
 
     vs = v + _reverse_scan(step, (delta, trace), tf.zeros_like(delta[-1]))  # [T, B]
     vs_next = tf.concat([vs[1:], nv[-1:]], axis=0)  # v_{s+1}; v_T is the value after the rollout
-    bootstrap = cont * (lambda_ * vs_next + (1.0 - lambda_) * nv) + (1.0 - cont) * nv
+    bootstrap = cont * lambda_ * vs_next + (1.0 - cont * lambda_) * nv  # [T, B]
     q = r + gamma * not_term * bootstrap  # [T, B]
     pg = tf.minimum(tf.cast(pg_rho_bar, tf.float32), rhos) * (q - v)
     return VTraceReturns(*(tf.stop_gradient(x) for x in (vs, pg, q, rhos)))
