@@ -17,7 +17,7 @@ from pgrad.engine import EngineOutput, plan, policy_gradients
 from pgrad.engine import run as run_engine
 from pgrad.rl.distributions import ActionHead, make_head
 from pgrad.rl.networks import mlp
-from pgrad.rl.returns import discounted_returns, gae, lambda_returns
+from pgrad.rl.returns import VTraceReturns, discounted_returns, gae, lambda_returns, vtrace
 from pgrad.tools.adversarial import fgsm, pgd
 from pgrad.tools.diagnostics import per_step_diagnostics, policy_diagnostics
 from pgrad.tools.gradcheck import GradCheck, check_gradients
@@ -34,6 +34,7 @@ from pgrad.transforms import (
     EmptyState,
     FisherState,
     GradientTransform,
+    ImportanceState,
     RatioState,
     RunningStats,
     StepScale,
@@ -46,6 +47,7 @@ from pgrad.transforms import (
     from_function,
     global_norm,
     identity,
+    importance_weight,
     mean_steps,
     natural_gradient,
     per_step_scale,
@@ -82,14 +84,15 @@ def __getattr__(name: str):
 
 __all__ = [
     "ActionHead", "ClipGradient", "ClipState", "EmptyState", "EngineOutput", "FisherState",
-    "GradCheck", "GradientTransform", "PerSampleModel", "RatioState", "ReverseGradient",
-    "RunningStats", "ScaleGradient", "StepScale", "TransformError", "TransformState",
-    "all_finite", "apply_updates", "chain", "check_gradients", "clip_by_global_norm",
-    "clip_gradient", "clip_per_step", "clip_ratio", "discounted_returns", "evaluate", "fgsm",
-    "from_function", "gae", "global_norm", "identity", "lambda_returns", "make_head",
-    "mean_steps", "mlp", "natural_gradient", "per_step_diagnostics", "per_step_grads",
-    "per_step_norms", "per_step_scale", "pgd", "plan", "policy_diagnostics", "policy_gradients",
-    "register_transform", "registered_transforms", "reverse_gradient", "run_engine", "scale",
-    "scale_gradient", "scale_steps", "state_metrics", "stateless", "sum_steps",
-    "transform_from_spec", "trust_region", "weight_by", "weight_by_running",
+    "GradCheck", "GradientTransform", "ImportanceState", "PerSampleModel", "RatioState",
+    "ReverseGradient", "RunningStats", "ScaleGradient", "StepScale", "TransformError",
+    "TransformState", "all_finite", "apply_updates", "chain", "check_gradients",
+    "clip_by_global_norm", "clip_gradient", "clip_per_step", "clip_ratio", "discounted_returns",
+    "evaluate", "fgsm", "from_function", "gae", "global_norm", "identity", "importance_weight",
+    "lambda_returns", "make_head", "mean_steps", "mlp", "natural_gradient", "per_step_diagnostics",
+    "per_step_grads", "per_step_norms", "per_step_scale", "pgd", "plan", "policy_diagnostics",
+    "policy_gradients", "register_transform", "registered_transforms", "reverse_gradient",
+    "run_engine", "scale", "scale_gradient", "scale_steps", "state_metrics", "stateless",
+    "sum_steps", "transform_from_spec", "trust_region", "VTraceReturns", "vtrace", "weight_by",
+    "weight_by_running",
 ]

@@ -10,10 +10,13 @@ Termination and truncation are separate inputs, never one ``done`` flag:
 ``next_values[t]`` is ``V(s_{t+1})`` for the observation that really followed step t: the next
 row's observation within an episode, the final observation at an episode end, and the
 observation after the rollout at ``t = T - 1``. Where no critic exists, pass zeros (truncated
-episodes then count as ending there).
+episodes then count as ending there). :func:`vtrace`, the off-policy targets, keeps the same
+conventions.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -111,3 +114,102 @@ def lambda_returns(rewards, values, next_values, terminated, truncated, gamma: f
                    lambda_: float) -> tf.Tensor:
     """``[T, B]`` TD(lambda) returns, ``gae(...) + values``: the critic's regression target."""
     return gae(rewards, values, next_values, terminated, truncated, gamma, lambda_) + _f32(values)
+
+
+class VTraceReturns(NamedTuple):
+    """What :func:`vtrace` returns; every field is ``[T, B]`` and carries no gradient."""
+
+    vs: tf.Tensor  # [T, B] V-trace targets v_s for the critic, (V(x_s) - v_s)^2
+    pg_advantages: tf.Tensor  # [T, B] min(pg_rho_bar, rho_s) (q_s - V(x_s)), the policy weights
+    q_estimates: tf.Tensor  # [T, B] q_s = r_s + gamma v_{s+1}, before the importance weight
+    rhos: tf.Tensor  # [T, B] pi(a_s | x_s) / mu(a_s | x_s), not truncated
+
+
+def _check_threshold(name: str, value) -> None:
+    if isinstance(value, (int, float)) and not value > 0:
+        raise ValueError(f"vtrace: {name} must be > 0 (float('inf') turns clipping off); "
+                         f"got {value}.")
+
+
+def vtrace(rewards, values, next_values, terminated, truncated, behaviour_log_probs,
+           target_log_probs, gamma: float, *, rho_bar: float = 1.0, c_bar: float = 1.0,
+           pg_rho_bar: float | None = None, lambda_: float = 1.0) -> VTraceReturns:
+    """V-trace targets and policy-gradient advantages (Espeholt et al., 2018, IMPALA).
+
+    The actions were sampled by a behaviour policy mu; the targets are for the target policy pi.
+    With ``rho_t = pi(a_t | x_t) / mu(a_t | x_t)`` and ``V(x_{t+1}) = next_values_t``::
+
+        delta_t = min(rho_bar, rho_t) * (r_t + gamma * (1 - term_t) * next_values_t - values_t)
+        c_t     = lambda_ * min(c_bar, rho_t)
+        v_s - values_s = delta_s + gamma * cont_s * c_s * (v_{s+1} - values_{s+1}),  zero at s = T
+        cont_t  = (1 - term_t) * (1 - trunc_t)
+
+    i.e. ``v_s = V(x_s) + sum_{t >= s} gamma^{t-s} (prod_{i=s}^{t-1} c_i) delta_t`` with the sum
+    stopping at the end of the episode or of the rollout. A termination is a discount of 0; a
+    truncation bootstraps from the value of the episode's final observation (``next_values``)
+    but the trace does not cross the boundary, as in :func:`gae`. The policy-gradient
+    advantage is::
+
+        q_s = r_s + gamma * (1 - term_s) * (cont_s * lambda_ * v_{s+1}
+                                            + (1 - cont_s * lambda_) * next_values_s)
+        pg_advantages_s = min(pg_rho_bar, rho_s) * (q_s - values_s)
+
+    with ``v_T = next_values_{T-1}`` (the value after the rollout). ``lambda_ = 1`` is the
+    paper's ``r_s + gamma v_{s+1}``; the ``lambda_`` mix with ``V(x_{s+1})`` is rlax's, so that
+    on-policy (``pi = mu``, ``c_bar >= 1``) ``vs == lambda_returns(..., lambda_)`` and
+    ``pg_advantages == gae(..., lambda_)``. Inside an episode ``next_values_s`` must equal
+    ``values_{s+1}`` (a rollout's values do): ``v_{s+1}`` is built on the latter.
+
+    For the transform form, weight the per-step gradients by ``q_estimates - values`` and let
+    :func:`pgrad.importance_weight` multiply in ``min(pg_rho_bar, rho_t)`` from the current
+    log-probabilities of the engine's pass.
+
+    Args:
+      rewards: ``[T, B]`` r_t, times [0, T-1].
+      values: ``[T, B]`` V(x_t) under the target policy's critic, times [0, T-1].
+      next_values: ``[T, B]`` V(x_{t+1}) (see the module docstring), times [1, T].
+      terminated, truncated: ``[T, B]`` 0/1.
+      behaviour_log_probs: ``[T, B]`` log mu(a_t | x_t) stored when acting, times [0, T-1].
+      target_log_probs: ``[T, B]`` log pi(a_t | x_t) of the policy being learned, times [0, T-1].
+      gamma: discount in [0, 1].
+      rho_bar: truncation of the importance weights in ``delta_t`` (the fixed point: rho_bar =
+        inf is pi's value function, smaller values move it towards mu's).
+      c_bar: truncation of the trace coefficients ``c_t`` (the speed of contraction).
+      pg_rho_bar: truncation of the importance weight in the policy-gradient advantage;
+        ``None`` uses ``rho_bar`` (IMPALA clips both at 1).
+      lambda_: trace mixing in [0, 1], as in :func:`gae`.
+
+    Returns:
+      A :class:`VTraceReturns` ``(vs, pg_advantages, q_estimates, rhos)``, each ``[T, B]``
+      with gradients stopped (they are targets and weights).
+    """
+    pg_rho_bar = rho_bar if pg_rho_bar is None else pg_rho_bar
+    for name, value in (("rho_bar", rho_bar), ("c_bar", c_bar), ("pg_rho_bar", pg_rho_bar)):
+        _check_threshold(name, value)
+    if isinstance(lambda_, (int, float)) and not 0.0 <= lambda_ <= 1.0:
+        raise ValueError(f"vtrace: lambda_ must be in [0, 1]; got {lambda_}.")
+    names = ("rewards", "values", "next_values", "terminated", "truncated",
+             "behaviour_log_probs", "target_log_probs")
+    args = [_f32(x) for x in (rewards, values, next_values, terminated, truncated,
+                              behaviour_log_probs, target_log_probs)]
+    for name, x in zip(names[1:], args[1:]):
+        if not x.shape.is_compatible_with(args[0].shape):
+            raise ValueError(f"vtrace: {name} has shape {x.shape.as_list()} but rewards has "
+                             f"{args[0].shape.as_list()}; every input is [T, B].")
+    r, v, nv, term, trunc, mu_logp, pi_logp = args
+    not_term = 1.0 - term
+    cont = not_term * (1.0 - trunc)
+    rhos = tf.exp(pi_logp - mu_logp)  # [T, B]
+    delta = tf.minimum(tf.cast(rho_bar, tf.float32), rhos) * (r + gamma * not_term * nv - v)
+    trace = gamma * cont * lambda_ * tf.minimum(tf.cast(c_bar, tf.float32), rhos)  # [T, B]
+
+    def step(acc_next, x):
+        d_t, k_t = x
+        return d_t + k_t * acc_next
+
+    vs = v + _reverse_scan(step, (delta, trace), tf.zeros_like(delta[-1]))  # [T, B]
+    vs_next = tf.concat([vs[1:], nv[-1:]], axis=0)  # v_{s+1}; v_T is the value after the rollout
+    bootstrap = cont * lambda_ * vs_next + (1.0 - cont * lambda_) * nv  # [T, B]
+    q = r + gamma * not_term * bootstrap  # [T, B]
+    pg = tf.minimum(tf.cast(pg_rho_bar, tf.float32), rhos) * (q - v)
+    return VTraceReturns(*(tf.stop_gradient(x) for x in (vs, pg, q, rhos)))

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pgrad.transforms import builtins, natural
+from pgrad.transforms import builtins, importance, natural
 from pgrad.transforms.base import GradientTransform
 from pgrad.transforms.chain import chain
 
@@ -116,6 +116,7 @@ for _f in (
     builtins.sum_steps,
     builtins.mean_steps,
     builtins.clip_ratio,
+    importance.importance_weight,
     natural.natural_gradient,
     natural.trust_region,
 ):
