@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from pathlib import Path
@@ -25,7 +26,11 @@ from typing import Any
 from agents import persistence
 from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
 from pgrad.rl.evaluation import eval_seed
+from pgrad.rl.files import write_atomic
 
+#: What EvalCallback writes into its ``log_dir``: one row per evaluation, the best policy so far.
+EVAL_LOG = "eval.csv"
+BEST = "best"
 EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "episodes",
                 "deterministic", "best")
 
@@ -127,9 +132,9 @@ class EvalCallback(Callback):
         self.env_id, self.every, self.episodes = env_id, int(every), int(episodes)
         self.deterministic, self.seed, self.target, self.verbose = (
             bool(deterministic), seed, target, verbose)
-        self.log_path = Path(log_dir) / "eval.csv" if log_dir is not None else None
+        self.log_path = Path(log_dir) / EVAL_LOG if log_dir is not None else None
         self.best_dir = (Path(best_dir) if best_dir is not None
-                         else Path(log_dir) / "best" if log_dir is not None else None)
+                         else Path(log_dir) / BEST if log_dir is not None else None)
         self.best: float | None = None
         self.rows: list[dict[str, Any]] = []
 
@@ -158,12 +163,11 @@ class EvalCallback(Callback):
                     except (KeyError, TypeError, ValueError):
                         continue
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.log_path.with_name(f".{self.log_path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, EVAL_COLUMNS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(kept)
-        os.replace(tmp, self.log_path)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, EVAL_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+        write_atomic(self.log_path, text.getvalue())
 
     def evaluate(self, loop: Loop) -> dict[str, Any]:
         """Runs one evaluation now; logs it, keeps the best policy; returns its row."""

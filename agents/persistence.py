@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.files import temp_path, write_json_atomic
 
 AGENT_FILE = "agent.json"
 CHECKPOINTS = "checkpoints"
@@ -50,12 +51,6 @@ def _plain(value):
     return value
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def save_checkpoint(agent, directory: str | Path, meta: dict[str, Any] | None = None,
                     keep: int = 3) -> Path:
     """Writes one checkpoint of ``agent`` into ``directory`` (a CheckpointStore); returns it."""
@@ -78,10 +73,10 @@ def export(agent, path: str | Path) -> Path:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
     ``path`` that the export does not write are kept."""
     final = Path(path)
-    tmp = final.with_name(f".{final.name}-tmp-{os.getpid()}")
+    tmp = temp_path(final)
     shutil.rmtree(tmp, ignore_errors=True)
     agent.export_policy(str(tmp))
-    old = final.with_name(f".{final.name}-old-{os.getpid()}")
+    old = temp_path(final, "old")
     if final.exists():
         _keep_others(final, tmp)
         os.rename(final, old)

@@ -6,10 +6,11 @@ Layout under ``checkpoints/``::
         ckpt.index, ckpt.data-00000-of-00001   tf.train.Checkpoint of the agent's trackables
         meta.json             trainer counters + sha256 of every file above (written last)
 
-A checkpoint is written into a hidden ``.tmp-*`` directory, flushed to disk, and only then
-renamed to ``step-*`` (a rename is atomic on POSIX file systems). A process killed at any moment
-(SIGKILL, power loss) therefore leaves at worst a stale ``.tmp-*`` directory, which is ignored and
-cleaned up, and the previous checkpoint untouched.
+A checkpoint is written into a hidden ``.step-*.tmp-PID`` directory (:mod:`pgrad.rl.files`'
+one temporary spelling), flushed to disk, and only then renamed to ``step-*`` (a rename is
+atomic on POSIX file systems). A process killed at any moment (SIGKILL, power loss) therefore
+leaves at worst a stale temporary directory, which is ignored and cleaned up, and the previous
+checkpoint untouched.
 
 A *good* checkpoint is one whose checksums match, that TensorFlow reads without error, and whose
 floating-point tensors are all finite. ``save`` reads what it wrote back and refuses (raises
@@ -36,10 +37,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from pgrad.rl.files import fsync_dir, is_temp, temp_glob, temp_path
+
 PREFIX = "ckpt"
 META = "meta.json"
 _STEP_DIR = "step-"
-_TMP_DIR = ".tmp-"
+_LEGACY_TMP = ".tmp-"  # pgrad 0.2's temporary directories, still recognised and cleaned up
+#: What a checkpoint directory holds, by name (``fnmatch`` patterns; see pgrad_app's run layout).
+FILES = (f"{PREFIX}.index", f"{PREFIX}.data-*", META)
+#: The names of checkpoint directories in a store (complete ones, then temporary ones).
+DIRS = (f"{_STEP_DIR}*", temp_glob(f"{_STEP_DIR}*"), f"{_LEGACY_TMP}*")
 
 
 class CheckpointWriteError(OSError):
@@ -76,19 +83,6 @@ def _write_json(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some file systems do not allow opening directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class CheckpointStore:
     """Saves and restores ``tf.train.Checkpoint(**trackables)`` plus a JSON ``meta`` dict.
 
@@ -123,7 +117,7 @@ class CheckpointStore:
     def _clean_tmp(self) -> None:
         if self.directory.is_dir():
             for p in self.directory.iterdir():
-                if p.name.startswith(_TMP_DIR):
+                if is_temp(p.name) or p.name.startswith(_LEGACY_TMP):
                     shutil.rmtree(p, ignore_errors=True)
 
     def save(self, trackables: Mapping[str, Any], meta: dict[str, Any], step: int) -> Path:
@@ -138,7 +132,7 @@ class CheckpointStore:
           CheckpointWriteError: writing failed, e.g. the disk is full (nothing was changed).
         """
         final = self.directory / f"{_STEP_DIR}{int(step):012d}"
-        tmp = self.directory / f"{_TMP_DIR}{int(step):012d}-{os.getpid()}"
+        tmp = temp_path(final)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._clean_tmp()
@@ -157,11 +151,11 @@ class CheckpointStore:
                 files[p.name] = _sha256(p)
             record = dict(meta, step=int(step), files=files, finite=True)
             _write_json(tmp / META, record)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             if final.exists():  # replaced, never trusted: see the docstring
-                os.rename(final, self.directory / f"{_TMP_DIR}old-{final.name}-{os.getpid()}")
+                os.rename(final, temp_path(final, "old"))
             os.rename(tmp, final)  # the commit point
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except NonFiniteCheckpoint:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -176,7 +170,7 @@ class CheckpointStore:
         for old in self.checkpoints()[self.keep:]:
             # Hide it first (atomic), then delete: a kill mid-delete must not leave a
             # half-deleted directory that still looks like a checkpoint.
-            hidden = self.directory / f"{_TMP_DIR}del-{old.name}"
+            hidden = temp_path(old, "del")
             try:
                 os.rename(old, hidden)
             except OSError:

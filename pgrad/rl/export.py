@@ -30,6 +30,10 @@ from pgrad.rl.networks import ActorCritic
 from pgrad.rl.policy import Policy, dense_layers
 
 META_FILE = "pgrad_policy.json"
+#: What an export directory holds, by name (a dict: a folder and what is inside it), for the run
+#: directory's layout; TensorFlow's SavedModel files plus pgrad's metadata.
+FILES: dict = {"saved_model.pb": None, "fingerprint.pb": None, META_FILE: None,
+               "variables": {"variables.index": None, "variables.data-*": None}, "assets": {}}
 
 
 def _tf_activation(name: str):

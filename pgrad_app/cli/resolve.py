@@ -10,6 +10,7 @@ from pgrad_app.config import settings as config_lib
 from pgrad_app.config import yamlfile
 from pgrad_app.config.values import field_types, parse_set
 from pgrad_app.errors import UserError, one_line
+from pgrad_app.run.layout import RunLayout
 
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
@@ -124,8 +125,9 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
     from pgrad_app.run import resume as resume_lib
 
     out = Path(args.resume)
-    if (out / "config.yaml").is_file():
-        values = yamlfile.load_yaml(out / "config.yaml")
+    layout = RunLayout(out)
+    if layout.config.is_file():
+        values = yamlfile.load_yaml(layout.config)
     else:  # a directory agent.save wrote becomes a run directory from here on
         values = config_lib.saved_run_values(out)
         if values is None:
@@ -148,7 +150,7 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
             raise UserError(f"{flag} cannot be changed when resuming; the settings are in "
                             f"{out / 'config.yaml'} (change them in a new run).")
     agent_cls = _get_agent(str(values.get("agent", "a2c")))
-    run_values, hyper = config_lib.split_keys(values, agent_cls.Config, str(out / "config.yaml"))
+    run_values, hyper = config_lib.split_keys(values, agent_cls.Config, str(layout.config))
     recorded = run_values.get("transform")
     if recorded and args.transform is None and not args.trust_run_code:
         # Never import code because a run directory names it: the user passes it again.

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from pgrad.rl.files import write_atomic
 from pgrad_app.cli import OneLineParser
 from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
 from pgrad_app.errors import UserError, command, one_line
 from pgrad_app.run import directory as rundir
+from pgrad_app.run.layout import RunLayout
 
 
 def _agent_epilog() -> str:
@@ -121,15 +122,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 
 
-def holds_run(path: Path) -> bool:
-    """Whether ``path`` is a run directory pgrad-train wrote (it holds the marker file)."""
-    return rundir.is_run(path)
-
-
-def make_run_dir(out: Path, overwrite: bool) -> rundir.RunLock:
-    """Creates ``out`` (after all checks passed) and locks it; with overwrite, removes the old
-    run's files (only those pgrad wrote). Returns the held lock."""
-    lock, kept = rundir.create(out, overwrite)
+def make_run_dir(out: Path, overwrite: bool, config_text: str) -> rundir.RunLock:
+    """Creates ``out`` (after all checks passed), locks it and writes its ``config.yaml``; with
+    overwrite, removes the old run's files (only those pgrad wrote). Returns the held lock."""
+    lock, kept = rundir.create(out, overwrite, config_text)
     if kept:
         shown = ", ".join(str(p.relative_to(out)) for p in kept[:3])
         more = f" and {len(kept) - 3} more" if len(kept) > 3 else ""
@@ -147,12 +143,6 @@ def warn_about_work(settings, cfg) -> None:
         print(f"warning: one update collects {what} = {per_update:,} env steps, more than "
               f"total_steps={settings.total_steps:,}; the run will take at least "
               f"{per_update:,} env steps.", file=sys.stderr, flush=True)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
@@ -241,13 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             text = config_lib.dump_run_config(settings, cfg)
             if not resume:
-                lock = make_run_dir(out, args.overwrite)
-                write_text_atomic(out / "config.yaml", text)
+                lock = make_run_dir(out, args.overwrite, text)
             trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
             if resume:  # restored: only now may the run's files change
-                config = out / "config.yaml"
+                config = RunLayout(out).config
                 if not config.is_file() or text != config.read_text():  # a new --total-steps
-                    write_text_atomic(out / "config.yaml", text)
+                    write_atomic(config, text)
                 if not rundir.is_run(out):  # a run of an older pgrad
                     rundir.write_marker(out)
                 print(f"resuming {out} from env step {trainer.resumed_from:,} "

@@ -40,6 +40,7 @@ from pgrad_app.errors import UserError
 from pgrad_app.experiments import launch as benchmark
 from pgrad_app.experiments import plan as planning
 from pgrad_app.experiments import single_run as bench_run
+from pgrad_app.run.layout import RunLayout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +159,8 @@ def run_trial(trial: Trial, results: Path, threads: int, context: dict) -> bench
     log_path = logs / f"{trial.name}.log"
     py = sys.executable
     with open(log_path, "w") as log:
-        if (out / "checkpoints").is_dir() and any((out / "checkpoints").iterdir()):
+        checkpoints = RunLayout(out).checkpoints
+        if checkpoints.is_dir() and any(checkpoints.iterdir()):
             train = [py, "-m", "pgrad_app", "train", "--resume", str(out), "--quiet"]
         else:  # --no-tuned: the config already holds every resolved value
             train = [py, "-m", "pgrad_app", "train", "--config", str(config), "--no-tuned",
@@ -178,9 +180,9 @@ def trial_result(trial: Trial, out: Path, threads: int, context: dict) -> dict[s
     import datetime
 
     episodes = [(int(r["step"]), float(r["return"]), float(r["wall_s"]))
-                for r in _read_csv(out / "episodes.csv")]
-    updates = _read_csv(out / "updates.csv")
-    ev = json.loads((out / "eval.json").read_text())
+                for r in _read_csv(RunLayout(out).episodes)]
+    updates = _read_csv(RunLayout(out).updates)
+    ev = json.loads(RunLayout(out).evaluation.read_text())
     steps = int(updates[-1]["step"]) if updates else 0
     wall = episodes[-1][2] if episodes else 0.0  # the trainer's clock: training only
     curve, block = bench_run.downsample([(s, r) for s, r, _ in episodes])

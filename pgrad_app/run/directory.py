@@ -8,8 +8,9 @@
   training into the same directory (new, ``--overwrite`` or ``--resume``) gets one line and exit
   code 2. The kernel drops the lock when the process ends, however it ends (SIGKILL too), so a
   lock is never stale; the file itself stays.
-* ``--overwrite`` deletes only what pgrad writes, matched by name (:data:`OWNED`): any other
-  file, in the run directory or its subfolders, stays, and folders go only once empty.
+* ``--overwrite`` deletes only what pgrad writes, matched by name
+  (:meth:`pgrad_app.run.layout.RunLayout.owned`): any other file, in the run directory or its
+  subfolders, stays, and folders go only once empty.
 """
 
 from __future__ import annotations
@@ -20,33 +21,11 @@ import json
 import os
 from pathlib import Path
 
+from pgrad.rl.files import write_atomic
 from pgrad_app.errors import UserError
+from pgrad_app.run.layout import RunLayout
 
-MARKER = ".pgrad-run"
-LOCK = ".pgrad-lock"
-
-_CHECKPOINT = {"ckpt.index": None, "ckpt.data-*": None, "meta.json": None}
-_EXPORT = {"saved_model.pb": None, "fingerprint.pb": None, "pgrad_policy.json": None,
-           "variables": {"variables.index": None, "variables.data-*": None}, "assets": {}}
-#: What pgrad writes in a run directory, by name (``None``: a file; a dict: a folder and what
-#: pgrad writes inside it). ``--overwrite`` deletes these and nothing else.
-OWNED: dict = {
-    "config.yaml": None, "agent.json": None, "episodes.csv": None, "updates.csv": None,
-    "eval.json": None, "learning_curve.png": None, "robustness.png": None,
-    "config.yaml.tmp": None, "eval.json.tmp": None, ".agent.json.tmp-*": None,
-    ".episodes.csv.tmp-*": None, ".updates.csv.tmp-*": None,
-    "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
-    "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT,
-    "tb": {"events.out.tfevents.*": None},
-    "eval.csv": None, ".eval.csv.tmp-*": None,
-    "best": {"agent.json": None, ".agent.json.tmp-*": None, "eval.json": None,
-             "eval.json.tmp": None,
-             "checkpoints": {"step-*": _CHECKPOINT, ".tmp-*": _CHECKPOINT},
-             "policy": _EXPORT, ".policy-tmp-*": _EXPORT, ".policy-old-*": _EXPORT},
-    "wandb-run-id": None,  # --track wandb; its own folder wandb/ is the tracker's, kept
-}
-#: Names whose presence means a directory holds (part of) a run.
-RUN_NAMES = ("config.yaml", "agent.json", "episodes.csv", "updates.csv", "checkpoints", "policy")
+MARKER, LOCK = RunLayout.MARKER, RunLayout.LOCK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,7 +72,7 @@ def is_run(path: Path) -> bool:
 def run_names(path: Path) -> list[str]:
     """The names of a run's files and folders that ``path`` already holds."""
     try:
-        return [n for n in RUN_NAMES if (path / n).exists()] if path.is_dir() else []
+        return [n for n in RunLayout.RUN_NAMES if (path / n).exists()] if path.is_dir() else []
     except OSError:
         return []
 
@@ -116,7 +95,7 @@ def check_new(out: Path, overwrite: bool) -> None:
         found = run_names(out)
         if found:
             hint = (f"; if it is a run of an older pgrad, continue it with --resume {out}"
-                    if "config.yaml" in found else "")
+                    if RunLayout.CONFIG in found else "")
             raise UserError(f"--out {out} holds {', '.join(found)} but is not a pgrad run "
                             f"directory (no {MARKER} file), so pgrad will not write over or "
                             f"delete its files{hint}; choose another --out.")
@@ -184,14 +163,14 @@ class RunLock:
 
 def write_marker(out: Path) -> None:
     """Marks ``out`` as a pgrad run directory (atomically)."""
-    tmp = out / f"{MARKER}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps({"pgrad": "run directory written by pgrad-train",
-                               "format": 1}) + "\n")
-    os.replace(tmp, out / MARKER)
+    write_atomic(RunLayout(out).marker, json.dumps(
+        {"pgrad": "run directory written by pgrad-train", "format": 1}) + "\n")
 
 
-def create(out: Path, overwrite: bool) -> tuple[RunLock, list[Path]]:
-    """Creates (or, with ``overwrite``, clears) the run directory ``out`` and locks it.
+def create(out: Path, overwrite: bool, config_text: str) -> tuple[RunLock, list[Path]]:
+    """Creates (or, with ``overwrite``, clears) the run directory ``out``, locks it, marks it and
+    writes its ``config.yaml`` (``config_text``): how the command line and
+    :class:`pgrad_app.run.recorder.RunDirectory` both start a run.
 
     The checks of :func:`check_new` are repeated under the lock: two trainings started into the
     same ``--out`` at once both pass them before either wrote anything; only one gets here.
@@ -214,6 +193,7 @@ def create(out: Path, overwrite: bool) -> tuple[RunLock, list[Path]]:
         if overwrite and is_run(out):
             kept = clear(out)
         write_marker(out)
+        write_atomic(RunLayout(out).config, config_text)
     except OSError as err:
         lock.release()
         raise UserError(f"--out {out}: cannot write there ({err.strerror or err}).") from None
@@ -224,12 +204,12 @@ def create(out: Path, overwrite: bool) -> tuple[RunLock, list[Path]]:
 
 
 def clear(out: Path) -> list[Path]:
-    """Deletes what pgrad wrote in run directory ``out`` (:data:`OWNED`), nothing else.
+    """Deletes what pgrad wrote in run directory ``out`` (``RunLayout.owned()``), nothing else.
 
     Returns the paths of what was left because pgrad did not write it (for a note to the user).
     """
     kept: list[Path] = []
-    _clear(out, OWNED, kept)
+    _clear(out, RunLayout.owned(), kept, top=True)
     return kept
 
 
@@ -240,9 +220,9 @@ def _match(name: str, spec: dict):
     return False, None
 
 
-def _clear(directory: Path, spec: dict, kept: list[Path]) -> None:
+def _clear(directory: Path, spec: dict, kept: list[Path], top: bool = False) -> None:
     for entry in sorted(directory.iterdir()):
-        if entry.name in (MARKER, LOCK) and spec is OWNED:
+        if top and entry.name in (MARKER, LOCK):
             continue
         owned, sub = _match(entry.name, spec)
         if not owned:

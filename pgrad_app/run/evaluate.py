@@ -15,13 +15,14 @@ an env that fails during the episodes a :class:`RunError` (exit 1).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from pgrad.rl.files import write_json_atomic
 from pgrad_app.errors import RunError, UserError, one_line
+from pgrad_app.run.layout import RunLayout
 
 SOURCES = ("auto", "policy", "checkpoint")
 
@@ -39,8 +40,8 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     if not is_dir:
         raise UserError(f"{run_dir} is not a directory; expected a run directory from "
                         "pgrad-train or a directory from agent.save.")
-    if (run_dir / "config.yaml").is_file():
-        return load_yaml(run_dir / "config.yaml")
+    if RunLayout(run_dir).config.is_file():
+        return load_yaml(RunLayout(run_dir).config)
     saved = saved_run_values(run_dir)
     if saved is None:
         raise UserError(f"{run_dir} holds no run (no config.yaml) and no saved agent (no "
@@ -57,7 +58,7 @@ def checkpoint_agent(run_dir: Path, values: dict, env_id: str):
     from pgrad_app.config.settings import build, split_keys
 
     agent_cls = agents.get(str(values.get("agent")))
-    _, hyper = split_keys(values, agent_cls.Config, str(run_dir / "config.yaml"))
+    _, hyper = split_keys(values, agent_cls.Config, str(RunLayout(run_dir).config))
     cfg = build(agent_cls.Config, dict(hyper, num_envs=1, vector_mode="sync"), {})
     try:
         agent = agent_cls(cfg, env_id=env_id, seed=int(values.get("seed", 0)))
@@ -65,7 +66,7 @@ def checkpoint_agent(run_dir: Path, values: dict, env_id: str):
         raise UserError(f"cannot rebuild the agent of {run_dir}: {one_line(err)}") from None
     skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
     try:
-        restore(agent, run_dir / "checkpoints", acting_only=True, warn=skipped.append)
+        restore(agent, RunLayout(run_dir).checkpoints, acting_only=True, warn=skipped.append)
     except ValueError as err:
         agent.close()
         if "holds no checkpoint" in str(err):
@@ -185,12 +186,12 @@ def evaluate_run(
                             "(or pip install moviepy).") from None
         _check_writable_dir(Path(video_dir))
         _check_renders(bare_id)
-    exported = find_export(run_dir / "policy") is not None
+    exported = find_export(RunLayout(run_dir).policy) is not None
     if source == "policy" and not exported:
         raise UserError(f"{run_dir} has no exported policy/ (the run did not finish).")
     target, used, problem = None, "policy", None
     if exported and source != "checkpoint":
-        target, problem = _load_export(run_dir / "policy", bare_id)
+        target, problem = _load_export(RunLayout(run_dir).policy, bare_id)
         if problem is not None and source == "policy":
             raise UserError(f"{run_dir}: {problem}")
         exported = problem is None
@@ -221,10 +222,8 @@ def evaluate_run(
             agent.close()
     result = {"run": str(run_dir), **result, "env": env_spec, "source": used}
     if write:
-        tmp = run_dir / "eval.json.tmp"
         try:
-            tmp.write_text(json.dumps(result, indent=1) + "\n")
-            os.replace(tmp, run_dir / "eval.json")
+            write_json_atomic(RunLayout(run_dir).evaluation, result)
         except OSError as err:
             raise RunError(f"cannot write {run_dir / 'eval.json'}: {err.strerror or err} "
                            "(the results above were not saved).") from None
@@ -234,7 +233,7 @@ def evaluate_run(
             log_evaluation(run_dir, result, video_dir)
         if attack is not None:
             robustness.plot_robustness(
-                result["attack"], run_dir / "robustness.png",
+                result["attack"], RunLayout(run_dir).robustness,
                 title=f"{values.get('agent')} on {env_spec}, seed {values.get('seed', 0)}")
     return result
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pgrad.rl.files import write_atomic
+from pgrad_app.run.layout import RunLayout
 
 EPISODE_COLUMNS = ("step", "wall_s", "return", "length")
 ROLLING = 20  # episodes in the rolling mean (the CartPole "solved" criterion uses 20)
@@ -89,9 +91,7 @@ def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = 
     if head is not None:
         writer.writerow(head)
     writer.writerows(kept)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(buf.getvalue())
-    os.replace(tmp, path)
+    write_atomic(path, buf.getvalue())
     return head, len(kept), dropped
 
 
@@ -111,8 +111,8 @@ class RunLog:
     def __init__(self, out: str | Path, resume_step: int | None = None, tensorboard: bool = True,
                  update_columns: Sequence[str] | None = None, warn=None):
         self.out = Path(out)
-        self.episodes_path = self.out / "episodes.csv"
-        self.updates_path = self.out / "updates.csv"
+        self.episodes_path = RunLayout(self.out).episodes
+        self.updates_path = RunLayout(self.out).updates
         self._update_columns: list[str] | None = None
         if resume_step is not None:
             known = ["step", *update_columns] if update_columns else None
@@ -139,7 +139,7 @@ class RunLog:
         if tensorboard:
             import tensorflow as tf
 
-            self._tb = tf.summary.create_file_writer(str(self.out / "tb"))
+            self._tb = tf.summary.create_file_writer(str(RunLayout(self.out).tensorboard))
 
     def episode(self, step: int, wall_s: float, ret: float, length: int) -> None:
         """Logs one finished training episode (flushed immediately)."""

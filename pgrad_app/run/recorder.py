@@ -22,9 +22,11 @@ from agents import persistence
 from agents.callbacks import Checkpoint
 from agents.learning import Loop
 from pgrad.rl.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
+from pgrad.rl.files import write_json_atomic
 from pgrad_app.config.settings import RunSettings, dump_run_config
 from pgrad_app.errors import RunError, UserError, one_line
 from pgrad_app.run import directory as rundir
+from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import RunLog, plot_learning_curve
 
 
@@ -82,15 +84,14 @@ class RunRecorder(Checkpoint):
     def restore(self, agent) -> None:
         """Restores the newest good checkpoint of ``out`` into ``agent`` (resuming)."""
         skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
-        try:
-            found = self.store.restore(agent.trackables(), warn=skipped.append)
+        if not self.store.checkpoints():
+            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet.")
+        try:  # the one restore of pgrad (agents.load and pgrad-evaluate use it too)
+            meta, path = persistence.restore(agent, self.directory, warn=skipped.append)
         except ValueError as err:
             raise RunError(f"cannot resume from {self.out}: {one_line(err)}") from err
-        if found is None:
-            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet.")
         for text in skipped:
             print(f"warning: {text}", file=sys.stderr, flush=True)
-        meta, path = found
         self.resume_meta = meta
         agent.learn_stats.load_meta(meta)
         self.nonfinite_total = int(meta.get("nonfinite_total", 0))
@@ -119,7 +120,7 @@ class RunRecorder(Checkpoint):
         super().on_start(loop)
         self._say = loop.say
         try:
-            persistence.write_json_atomic(self.out / persistence.AGENT_FILE,
+            write_json_atomic(RunLayout(self.out).agent,
                                           persistence.describe(loop.agent))
             self.log = RunLog(self.out, resume_step=self.resumed_from,
                               update_columns=self.resume_meta.get("update_columns"),
@@ -170,7 +171,7 @@ class RunRecorder(Checkpoint):
                                "pgrad-evaluate uses it).") from err
         s = self.settings
         try:
-            plot_learning_curve(self.out / "episodes.csv", self.out / "learning_curve.png",
+            plot_learning_curve(RunLayout(self.out).episodes, RunLayout(self.out).curve,
                                 title=f"{s.agent} on {s.env}, seed {s.seed}")
         except Exception as err:  # a plot is never worth a failed run
             self.warn(f"could not draw {self.out / 'learning_curve.png'}: "
@@ -217,9 +218,8 @@ class RunDirectory(RunRecorder):
         self.settings = dataclasses.replace(self.settings, agent=agent.name, env=agent.env_id,
                                             seed=int(agent.seed), total_steps=max(1, loop.until))
         rundir.check_new(self.out, self.overwrite)
-        self.lock, _ = rundir.create(self.out, self.overwrite)
-        text = dump_run_config(self.settings, agent.cfg)
-        (self.out / "config.yaml").write_text(text)
+        self.lock, _ = rundir.create(self.out, self.overwrite,
+                                     dump_run_config(self.settings, agent.cfg))
         super().on_start(loop)
 
     def close(self) -> None:

@@ -18,8 +18,7 @@ from typing import Any
 
 from pgrad_app.config.plugins import same_spec
 from pgrad_app.errors import UserError
-
-AGENT_FILE = "agent.json"
+from pgrad_app.run.layout import RunLayout
 
 
 def _plain(value: Any) -> Any:
@@ -37,9 +36,9 @@ def recorded(out: Path) -> dict[str, tuple[Any, str]]:
     from pgrad.rl.checkpoint import CheckpointStore
 
     found: dict[str, tuple[Any, str]] = {}
-    where = str(out / AGENT_FILE)
+    where = str(RunLayout(out).agent)
     try:
-        record = json.loads((out / AGENT_FILE).read_text())
+        record = json.loads(RunLayout(out).agent.read_text())
     except (OSError, ValueError):
         record = None
     if isinstance(record, dict):
@@ -47,7 +46,7 @@ def recorded(out: Path) -> dict[str, tuple[Any, str]]:
                           ("hyperparameters", "hyperparameters")):
             if record.get(key) is not None:
                 found[name] = (record[key], where)
-    store = CheckpointStore(out / "checkpoints")
+    store = CheckpointStore(RunLayout(out).checkpoints)
     for path in store.checkpoints():
         try:
             meta = store.verify(path)
@@ -68,7 +67,7 @@ def check(out: Path, settings: Any, cfg: Any) -> None:
       UserError: naming the setting, both values and both sources.
     """
     record = recorded(out)
-    config = out / "config.yaml"
+    config = RunLayout(out).config
 
     def refuse(name: str, ours: Any, theirs: Any, where: str) -> None:
         raise UserError(

@@ -28,9 +28,10 @@ import numpy as np
 
 from agents.learning import Callback, Loop
 from pgrad_app.errors import UserError
+from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import read_episodes
 
-RUN_ID_FILE = "wandb-run-id"
+RUN_ID_FILE = RunLayout.TRACKER_ID
 
 
 def require(name: str) -> None:
@@ -111,10 +112,10 @@ class WandbTracker(Callback):
 
     def on_end(self, loop: Loop) -> None:
         wandb, final = self.wandb, {}
-        curve = self.out / "learning_curve.png"
+        curve = RunLayout(self.out).curve
         if curve.is_file():
             final["learning_curve"] = wandb.Image(str(curve))
-        steps, returns = read_episodes(self.out / "episodes.csv")
+        steps, returns = read_episodes(RunLayout(self.out).episodes)
         if steps.size:
             final["episodes"] = wandb.Table(columns=["step", "return"],
                                             data=[[int(s), float(r)] for s, r in

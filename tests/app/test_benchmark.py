@@ -14,9 +14,9 @@ import pytest
 
 from pgrad_app.config import tuned as hyperparams
 from pgrad_app.errors import UserError
+from pgrad_app.experiments import launch, stats
 from pgrad_app.experiments import plan as benchmark
 from pgrad_app.experiments import report as bench_report
-from pgrad_app.experiments import stats
 from pgrad_app.experiments.single_run import downsample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,10 +178,10 @@ def test_existing_results_are_skipped_or_refused(tmp_path):
 
 
 def test_threads_per_run_share_the_cores():
-    cores = benchmark.threads_per_run(1)
-    assert cores >= 1 and benchmark.threads_per_run(cores) == 1
-    assert benchmark.threads_per_run(10 * cores) == 1
-    env = benchmark.child_env(1)
+    cores = launch.threads_per_run(1)
+    assert cores >= 1 and launch.threads_per_run(cores) == 1
+    assert launch.threads_per_run(10 * cores) == 1
+    env = launch.child_env(1)
     assert env["OMP_NUM_THREADS"] == env["TF_NUM_INTRAOP_THREADS"] == "1"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
 
@@ -256,6 +256,6 @@ def test_report_names_a_broken_result(tmp_path):
 @pytest.mark.subprocess
 def test_bench_run_module_needs_a_spec():
     proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.single_run"],
-                          capture_output=True, text=True, env=benchmark.child_env(1), timeout=120)
+                          capture_output=True, text=True, env=launch.child_env(1), timeout=120)
     assert proc.returncode == 2 and "usage" in proc.stderr
 

@@ -35,7 +35,7 @@ def resolve(*argv):
 
 def test_tuned_entry_is_typed_and_names_its_file():
     hyper, path = hyperparams.tuned("ppo", "HalfCheetah-v5")
-    assert path == ROOT / "pgrad_app" / "configs" / "ppo.yaml"
+    assert path == ROOT / "pgrad_app" / "config" / "hyperparams" / "ppo.yaml"
     assert hyper["hidden"] == (256, 256) and hyper["activation"] == "relu"  # a tuple, as Config
     assert hyper["learning_rate"] == 2.0633e-5 and hyper["epochs"] == 20
     assert hyper["normalize_obs"] is True and hyper["normalize_reward"] is True
@@ -60,7 +60,7 @@ def test_yaml_files_are_package_data():
     globs = pyproject["tool"]["setuptools"]["package-data"]["pgrad_app"]
     package = ROOT / "pgrad_app"
     shipped = set(hyperparams.CONFIG_DIR.glob("*.yaml"))
-    assert shipped and hyperparams.CONFIG_DIR.parent == package
+    assert shipped and hyperparams.CONFIG_DIR.is_relative_to(package)
     assert shipped <= {p for g in globs for p in package.glob(g)}
 
 

@@ -56,7 +56,7 @@ def test_wheel_installs_the_console_commands(tmp_path):
     for package in ("pgrad", "agents", "pgrad_app"):  # copied in: not the checkout, not editable
         assert (site_dir / package / "__init__.py").is_file(), package
     assert not list(site_dir.glob("__editable__*"))
-    assert (site_dir / "pgrad_app" / "configs" / "a2c.yaml").is_file()  # package data
+    assert (site_dir / "pgrad_app" / "config" / "hyperparams" / "a2c.yaml").is_file()  # data
     for command, flag in (("pgrad-train", "--eval-every"), ("pgrad-evaluate", "--stochastic")):
         proc = _run(venv / "bin" / command, "--help", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
