@@ -34,9 +34,16 @@ import numpy as np
 import tensorflow as tf
 
 # Private Keras 3 pieces, used only to build the functional variant without Keras' class
-# surgery (see PerSampleModel.__new__).
-from keras.src.models import model as _keras_model
-from keras.src.models.functional import Functional
+# surgery (see PerSampleModel.__new__). Guarded: a Keras without them still gives subclassed
+# PerSampleModels (public API only), and functional construction says so in one line.
+try:
+    from keras.src.models import model as _keras_model
+    from keras.src.models.functional import Functional
+
+    FUNCTIONAL_SUPPORTED = hasattr(_keras_model, "Trainer") and hasattr(Functional, "__init__")
+except ImportError:  # pragma: no cover  (a Keras that moved its internals)
+    _keras_model = Functional = None
+    FUNCTIONAL_SUPPORTED = False
 
 from pgrad.core.apply import apply_updates
 from pgrad.engine import PATHS, policy_gradients
@@ -55,6 +62,13 @@ def _column_to_vector(sample_weight):
     if sample_weight.shape.rank == 2 and sample_weight.shape[1] == 1:
         return sample_weight[:, 0]
     return sample_weight
+
+
+def _functional_arguments(args, kwargs) -> bool:
+    """Whether ``keras.Model(*args, **kwargs)`` would build a functional model (inputs and
+    outputs given), as Keras decides it (``functional_init_arguments``)."""
+    return len(args) == 2 or (len(args) == 1 and "outputs" in kwargs) or (
+        "inputs" in kwargs and "outputs" in kwargs)
 
 
 @keras.saving.register_keras_serializable(package="pgrad")
@@ -87,9 +101,15 @@ class PerSampleModel(keras.Model):
         # which would turn PerSampleModel itself functional and break subclassed construction
         # afterwards. Functional construction instead builds PerSampleFunctional, a subclass
         # that has Functional in its bases from the start.
-        if _keras_model.functional_init_arguments(args, kwargs) and not issubclass(
-            cls, Functional
+        if _functional_arguments(args, kwargs) and not (
+            Functional is not None and issubclass(cls, Functional)
         ):
+            if not FUNCTIONAL_SUPPORTED:
+                raise TypeError(
+                    "PerSampleModel(inputs, outputs) needs Keras internals that Keras "
+                    f"{keras.__version__} does not have (keras.src.models.functional); subclass "
+                    "PerSampleModel instead (layers in __init__, a call() method), which uses "
+                    "public Keras API only.")
             if cls is not PerSampleModel:
                 raise TypeError(
                     f"{cls.__name__}: subclasses of PerSampleModel are built by subclassing "
@@ -101,7 +121,7 @@ class PerSampleModel(keras.Model):
 
     def __init__(self, *args, transform=None, path: str = "auto", chunk_size: int | None = None,
                  use_taps: bool = True, **kwargs):
-        if isinstance(self, Functional):
+        if Functional is not None and isinstance(self, Functional):
             # keras.Model.__init__ minus the class surgery.
             _keras_model.Trainer.__init__(self)
             Functional.__init__(self, *args, **kwargs)
@@ -257,6 +277,9 @@ class PerSampleModel(keras.Model):
             v.assign(np.asarray(store[f"{_STATE_KEY}{i}"]))
 
 
-@keras.saving.register_keras_serializable(package="pgrad")
-class PerSampleFunctional(PerSampleModel, Functional):
-    """What ``PerSampleModel(inputs, outputs, ...)`` builds: a functional ``PerSampleModel``."""
+if FUNCTIONAL_SUPPORTED:
+
+    @keras.saving.register_keras_serializable(package="pgrad")
+    class PerSampleFunctional(PerSampleModel, Functional):
+        """What ``PerSampleModel(inputs, outputs, ...)`` builds: a functional
+        ``PerSampleModel``."""

@@ -63,3 +63,59 @@ def test_flat_calls_run_the_update_exactly_as_the_public_call(name, env_id, opti
     assert m_flat == m_pub and s_flat == s_pub
     for a, b in zip(w_flat, w_pub):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_flat_call_is_used_only_with_the_signature_it_was_written_for():
+    """``_call_flat`` is TensorFlow's private entry point: on the pinned TensorFlow it has the
+    expected signature (so the fast path is taken); a different signature means the public
+    call; a binding error on the first call falls back to the public call for good."""
+    import tensorflow as tf
+
+    from agents import update as update_lib
+
+    concrete = tf.function(lambda x: x + 1.0).get_concrete_function(tf.constant(1.0))
+    assert update_lib.flat_call_supported(concrete)
+    call = update_lib.flat_caller(concrete)
+    assert call is not concrete and float(call(tf.constant(2.0))) == 3.0
+
+    class Changed:  # a future TensorFlow whose private entry point takes other arguments
+        captured_inputs = []
+
+        def __init__(self):
+            self.public = 0
+
+        def _call_flat(self, args, captured_inputs, cancellation_manager):
+            raise AssertionError("must not be called")
+
+        def __call__(self, *args):
+            self.public += 1
+            return "public"
+
+    changed = Changed()
+    assert not update_lib.flat_call_supported(changed)
+    assert update_lib.flat_caller(changed) is changed
+
+    class Refuses(Changed):  # the right names, but it refuses the arguments when called
+        def _call_flat(self, tensor_inputs, captured_inputs):
+            raise TypeError("bad arguments")
+
+    refuses = Refuses()
+    call = update_lib.flat_caller(refuses)
+    assert call(1) == "public" and call(2) == "public" and refuses.public == 2
+
+
+def test_pyproject_bounds_admit_the_tested_tensorflow_and_keras():
+    """The upper bounds in pyproject.toml are the releases pgrad was tested with (the private
+    entry points above, PerSampleModel's Keras internals): the installed ones must satisfy them."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    wanted = {Requirement(d).name: Requirement(d) for d in deps["project"]["dependencies"]}
+    for name in ("tensorflow", "keras"):
+        spec = wanted[name].specifier
+        assert any(s.operator == "<" for s in spec), f"{name} has no upper bound"
+        assert spec.contains(version(name)), (name, version(name), str(spec))

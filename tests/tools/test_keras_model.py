@@ -300,3 +300,33 @@ def test_spec_registry():
         transform_from_spec([("scale", {"bogus": 1})])
     with pytest.raises(ValueError, match="name or"):
         transform_from_spec([("scale", 2.0)])
+
+
+def test_functional_construction_is_guarded_by_the_keras_internals_it_needs(monkeypatch):
+    """On the pinned Keras the private pieces exist; without them, functional construction is
+    one clear TypeError and a subclassed PerSampleModel (public API only) still trains."""
+    import keras
+    import numpy as np
+
+    from pgrad.tools import keras_model
+
+    assert keras_model.FUNCTIONAL_SUPPORTED  # if this fails, Keras moved its internals
+    monkeypatch.setattr(keras_model, "FUNCTIONAL_SUPPORTED", False)
+    inputs = keras.Input((3,))
+    outputs = keras.layers.Dense(1)(inputs)
+    with pytest.raises(TypeError, match="subclass PerSampleModel instead"):
+        keras_model.PerSampleModel(inputs, outputs)
+
+    class Small(keras_model.PerSampleModel):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Small()
+    model.compile(optimizer="sgd", loss=keras.losses.MeanSquaredError(reduction=None))
+    x, y = np.ones((8, 3), np.float32), np.zeros((8, 1), np.float32)
+    history = model.fit(x, y, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
