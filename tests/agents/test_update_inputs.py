@@ -107,10 +107,10 @@ def test_the_flat_call_is_used_only_with_the_signature_it_was_written_for():
 def test_pyproject_bounds_admit_the_tested_tensorflow_and_keras():
     """The upper bounds in pyproject.toml are the releases pgrad was tested with (the private
     entry points above, PerSampleModel's Keras internals): the installed ones must satisfy them."""
-    import tomllib
     from importlib.metadata import version
     from pathlib import Path
 
+    import tomllib
     from packaging.requirements import Requirement
 
     deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
