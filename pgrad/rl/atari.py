@@ -20,8 +20,8 @@
 ``TransformReward(sign)``      learning rewards clipped to -1, 0, 1
 :class:`FrameStack`            the last ``frame_stack`` frames, channel-last ``(84, 84, 4)`` uint8
                                (TensorFlow's CPU convolutions want NHWC)
-:class:`ReportGames`           ``info["game"] = {"r": score, "l": steps}`` at the reset after a game
-                               ended (the convention :data:`pgrad.rl.envs.GAME_INFO` describes)
+:class:`ReportGames`           ``info["game"] = {"r": score, "l": steps}`` where a game ended (the
+                               convention :data:`pgrad.rl.envs.GAME_INFO` describes)
 ============================  ======================================================================
 
 These are SB3's ``AtariWrapper`` defaults plus ``VecFrameStack(4)`` (rl-zoo's Atari settings);
@@ -251,13 +251,12 @@ class FrameStack(gym.Wrapper):
 
 
 class ReportGames(gym.Wrapper):
-    """Outermost: reports each finished game in the info of the reset that follows it.
+    """Outermost: reports each finished game, ``metadata["game"] = True`` declaring it.
 
-    ``info["game"] = {"r": the game's score (GameScore), "l": the policy's steps in it}``, and
-    ``metadata["game"] = True`` declares it (:data:`pgrad.rl.envs.GAME_INFO`). A game always
-    ends a learning episode, so a vector env resets the env in that same step and the report
-    arrives with it -- also for a game that ended inside a reset (an :class:`EpisodicLife` no-op
-    or a FIRE step at the frame limit), whose step info a wrapper's reset drops.
+    ``info["game"] = {"r": the game's score (GameScore), "l": the policy's steps in it}`` in the
+    info of the step that ended the game -- or, for a game that ended inside a reset (an
+    :class:`EpisodicLife` no-op or a FIRE step, at the frame limit), whose step info a wrapper's
+    reset drops, in the info of that reset (:data:`pgrad.rl.envs.GAME_INFO`).
     """
 
     def __init__(self, env: gym.Env, score: GameScore):
@@ -265,16 +264,21 @@ class ReportGames(gym.Wrapper):
         self.metadata = {**env.metadata, GAME_INFO: True}
         self._score, self._steps = score, 0
 
+    def _report(self, info: dict) -> dict:
+        if self._score.finished is None:
+            return info
+        game = {"r": float(self._score.finished), "l": int(self._steps)}
+        self._score.finished = None
+        return {**info, GAME_INFO: game}
+
     def step(self, action):
         self._steps += 1
-        return self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._report(info)
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
-        score = self._score
-        if score.finished is not None:
-            info = {**info, GAME_INFO: {"r": float(score.finished), "l": int(self._steps)}}
-            score.finished = None
-        if score.restarted:  # a new game (or the first): count its steps from here
-            self._steps, score.restarted = 0, False
+        info = self._report(info)
+        if self._score.restarted:  # a new game (or the first): count its steps from here
+            self._steps, self._score.restarted = 0, False
         return obs, info

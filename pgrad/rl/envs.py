@@ -35,10 +35,12 @@ VECTOR_MODES = ("sync", "async", "envpool")
 #: episodes are parts of the episode to report -- Atari with episodic life, where a lost life ends
 #: a learning episode and the game goes on, and learning rewards are clipped. Such an env sets
 #: ``metadata["game"] = True`` and returns ``info["game"] = {"r": score, "l": steps}`` from the
-#: ``reset`` that follows a game's end. A SAME_STEP vector env resets a sub-env in the step its
-#: episode ended, so that report arrives in that step's info as ``info["game"]["r"][b]`` with the
-#: mask ``info["_game"]`` (as ``RecordEpisodeStatistics``' ``info["episode"]``), and the
-#: Collector and :func:`pgrad.evaluate` report these games instead of the learning episodes.
+#: ``step`` that ended a game, or from the ``reset`` inside which a game ended. Through a SAME_STEP
+#: vector env these arrive in the info of the step that ended the game, as
+#: ``info["final_info"]["game"]["r"][b]`` (mask ``info["final_info"]["_game"]``) and
+#: ``info["game"]["r"][b]`` (mask ``info["_game"]``), the shape of ``RecordEpisodeStatistics``'
+#: ``info["episode"]``. The Collector and :func:`pgrad.evaluate` report these games instead of
+#: the learning episodes.
 GAME_INFO = "game"
 
 #: Namespaces registered on demand: id prefix -> (module, package, pgrad extra).

@@ -125,18 +125,20 @@ def run_episodes(
             still = []
             for j, i in enumerate(live):
                 try:
-                    obs[i], reward, term, trunc, _ = envs[i].step(actions[j])
+                    obs[i], reward, term, trunc, info = envs[i].step(actions[j])
                     reward, done = float(reward), bool(term or trunc)
                 except Exception as err:
                     raise failed(err, i, f"step {lengths[i] + 1}") from err
                 returns[i] += reward
                 lengths[i] += 1
-                if done and games[i]:  # a lost life or the game's end: the reset says which
-                    try:
-                        obs[i], info = envs[i].reset()
-                    except Exception as err:
-                        raise failed(err, i, f"the reset after step {lengths[i]}") from err
+                if done and games[i]:  # the game's end, or a lost life: reset and play on
                     game = info.get(GAME_INFO)
+                    if game is None:
+                        try:
+                            obs[i], info = envs[i].reset()
+                        except Exception as err:
+                            raise failed(err, i, f"the reset after step {lengths[i]}") from err
+                        game = info.get(GAME_INFO)  # (a game can end inside a reset)
                     done = game is not None
                     if done:
                         returns[i], lengths[i] = float(game["r"]), int(game["l"])

@@ -217,10 +217,14 @@ class Collector:
                 last = self._flat(spaces.batch_of_one(final[i]), where)
                 nxt[i] = (self._check(last, None, where) if check else last)[0]
         self.env_steps += self.num_envs
-        if ended and self._episode_key in info:  # (no game may end where a life was lost)
-            ep, mask = info[self._episode_key], info["_" + self._episode_key]
-            for i in np.flatnonzero(mask):
-                episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
+        if ended:
+            key = self._episode_key
+            # whole games end in a step (final_info) or in the reset after it (see GAME_INFO)
+            for src in (info, info.get("final_info", {})) if key == GAME_INFO else (info,):
+                if key in src:
+                    ep, mask = src[key], src["_" + key]
+                    for i in np.flatnonzero(mask):
+                        episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
         if self.obs_norm is not None:
             self.obs_norm.rms.update(flat)
         self._raw_obs = flat

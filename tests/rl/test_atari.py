@@ -33,6 +33,15 @@ def random_actions(seed: int, n: int):
     return lambda: int(rng.integers(n))
 
 
+def vector_games(info: dict) -> dict[int, tuple[float, int]]:
+    """``{sub-env: (score, length)}`` of the games a vector env's step info reports."""
+    out = {}
+    for src in (info, info.get("final_info", {})):
+        for b in np.flatnonzero(src.get("_" + envs.GAME_INFO, [])):
+            out[int(b)] = (src[envs.GAME_INFO]["r"][b], src[envs.GAME_INFO]["l"][b])
+    return out
+
+
 # -- the stack ------------------------------------------------------------------------------------
 
 def test_observations_are_channel_last_uint8_frame_stacks():
@@ -125,7 +134,8 @@ def test_a_whole_game_against_the_bare_twin(env_id, seed, lives):
         np.testing.assert_array_equal(obs[..., -1], ref_obs, err_msg=f"step {steps}")
         assert reward == np.sign(ref_reward)  # clipped for learning only
         clipped += reward
-        assert not trunc and not ref_trunc and envs.GAME_INFO not in info
+        assert not trunc and not ref_trunc
+        assert (envs.GAME_INFO in info) == ref_term
         if term and not ref_term:  # a lost life: terminated for learning, the game goes on
             assert 0 < ale.lives() == alive - 1
             alive, frame, lost = ale.lives(), ale.getEpisodeFrameNumber(), lost + 1
@@ -140,8 +150,9 @@ def test_a_whole_game_against_the_bare_twin(env_id, seed, lives):
             assert all(np.array_equal(obs[..., c], obs[..., 3]) for c in range(3))  # new stack
         elif ref_term:  # game over
             assert term and ale.lives() == 0
-            obs, info = ours.reset()
             assert info[envs.GAME_INFO] == {"r": raw, "l": steps}
+            obs, info = ours.reset()
+            assert envs.GAME_INFO not in info and ale.lives() == lives  # a new game
             break
         else:
             assert not term
@@ -157,11 +168,10 @@ def test_options_turn_off_episodic_life_and_clipping():
     env.reset(seed=3)
     act, total, steps = random_actions(3, 4), 0.0, 0
     while True:
-        _, reward, term, trunc, _ = env.step(act())
+        _, reward, term, trunc, info = env.step(act())
         total, steps = total + reward, steps + 1
         if term or trunc:
             assert env.unwrapped.ale.lives() == 0  # only the game over ends the episode
-            _, info = env.reset()
             assert info[envs.GAME_INFO] == {"r": total, "l": steps}
             break
     env.close()
@@ -199,13 +209,13 @@ def test_collector_reports_whole_games(mode):
         obs, _ = env.reset(seed=b)
         for t, a in enumerate(taken):
             np.testing.assert_array_equal(observations[t, b], obs.reshape(-1).astype(np.float32))
-            obs, r, term, trunc, _ = env.step(int(a[b]))
+            obs, r, term, trunc, info = env.step(int(a[b]))
             assert rewards[t, b] == r and terminated[t, b] == term
             if term or trunc:
-                obs, info = env.reset()
                 if envs.GAME_INFO in info:
                     game = info[envs.GAME_INFO]
                     expected.append(((t + 1) * num_envs, game["r"], game["l"]))
+                obs, _ = env.reset()
         env.close()
     assert sorted(episodes) == sorted(expected)
     assert len(episodes) >= 2 and terminated.sum() >= 4 * len(episodes)  # lives ended more often
@@ -233,12 +243,47 @@ def test_evaluation_plays_whole_games():
             action = policy.act_flat(policy.flatten(obs[None]), True, None)[0]
             obs, reward, term, trunc, info = env.step(int(action))
             score, steps = score + reward, steps + 1
-            if term or trunc:
+            if (term or trunc) and envs.GAME_INFO not in info:
                 obs, info = env.reset()
         assert (returns[i], lengths[i]) == (info[envs.GAME_INFO]["r"], steps)
-        assert env.unwrapped.ale.lives() == 5  # the game really was over (a new one started)
+        assert env.unwrapped.ale.lives() == 0  # the game really was over
         assert returns[i] == score  # unclipped (Breakout's FIRE steps score nothing)
         env.close()
+
+
+def test_a_game_that_ends_inside_a_reset_is_reported_by_that_reset():
+    """The frame limit can fall in the no-op step after a lost life: EpisodicLife's reset then
+    resets the game, and the report comes in the reset's info (env, Collector, evaluation)."""
+    env_id, policy, seed = "ALE/Breakout-v5", ObsPolicy(), 5
+    act = lambda obs: int(policy.act_flat(policy.flatten(obs[None]), True, None)[0])  # noqa: E731
+    env = envs.make_env(env_id, clip_rewards=False)
+    obs, _ = env.reset(seed=seed)
+    steps, score, term = 0, 0.0, False
+    while not term:  # to the first lost life
+        obs, reward, term, _, _ = env.step(act(obs))
+        steps, score = steps + 1, score + reward
+    limit = env.unwrapped.ale.getEpisodeFrameNumber() + 2  # inside the next no-op step
+    env.close()
+    env = envs.make_env(env_id, clip_rewards=False, max_num_frames_per_episode=limit)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(steps):
+        obs, _, term, trunc, info = env.step(act(obs))
+    assert term and not trunc and envs.GAME_INFO not in info  # a lost life ...
+    obs, info = env.reset()  # ... and the game's frame limit inside the reset
+    assert info[envs.GAME_INFO] == {"r": score, "l": steps}
+    assert env.unwrapped.ale.lives() == 5  # a new game
+    env.close()
+
+    v = envs.make_vec_env(env_id, 1, env_kwargs={"max_num_frames_per_episode": limit})
+    col = rollout.Collector(v, env_id)
+    col.reset(seed=seed)
+    fn = lambda o: (policy.act_flat(o, True, None),) * 2 + (np.zeros(len(o), np.float32), None)
+    _, episodes = col.collect(fn, steps)
+    assert episodes == [(steps, score, steps)]
+    col.close()
+    returns, lengths = evaluation.run_episodes(
+        policy, lambda i: envs.make_env(env_id, max_num_frames_per_episode=limit), 1, seed=seed)
+    assert (returns, lengths) == ([score], [steps])
 
 
 # -- ids that register themselves; MinAtar; missing packages --------------------------------------
@@ -352,12 +397,9 @@ def lockstep(episodic_life: bool, num_envs: int = 2, games: int = 1, seed: int =
             assert r[b] == rr[b] and term[b] == rterm[b] and trunc[b] == rtrunc[b], where
             if term[b] or trunc[b]:
                 np.testing.assert_array_equal(info["final_obs"][b], rinfo["final_obs"][b], where)
-                game = info.get("_game", np.zeros(num_envs, bool))[b]
-                assert game == rinfo.get("_game", np.zeros(num_envs, bool))[b], where
-                if game:
-                    seen[b] += 1
-                    assert info["game"]["r"][b] == rinfo["game"]["r"][b], where
-                    assert info["game"]["l"][b] == rinfo["game"]["l"][b], where
+                game = vector_games(info).get(b)
+                assert game == vector_games(rinfo).get(b), where
+                seen[b] += game is not None
                 if episodic_life:  # from here envpool continues the game its own way
                     live[b] = False
                     continue
@@ -393,9 +435,9 @@ def test_envpool_game_scores_sum_its_lives():
         for b in np.flatnonzero(info.get("_episode", [])):
             lives_r[b] += info["episode"]["r"][b]
             lives_l[b] += info["episode"]["l"][b]
-        for b in np.flatnonzero(info.get("_game", [])):
-            games.append((info["game"]["r"][b], info["game"]["l"][b]))
-            assert (info["game"]["r"][b], info["game"]["l"][b]) == (lives_r[b], lives_l[b])
+        for b, game in vector_games(info).items():
+            games.append(game)
+            assert game == (lives_r[b], lives_l[b])
             lives_r[b], lives_l[b] = 0.0, 0
         if len(games) >= 2:
             break
