@@ -21,6 +21,7 @@ raises :class:`EnvError`, one sentence naming the env, the env step and what wen
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -78,7 +79,7 @@ def ensure_registered(env_id: Any) -> None:
             return
         module, package, extra = _NAMESPACES[prefix]
     try:
-        mod = __import__(module, fromlist=["_"])
+        mod = importlib.import_module(module)
     except ImportError as err:
         raise ImportError(f"env {env_id!r} needs {package} (pip install 'pgrad[{extra}]'); "
                           f"importing it failed: {' '.join(str(err).split())}") from None
