@@ -27,6 +27,10 @@ How envpool (1.2) reports episode ends, and what :class:`EnvpoolVectorEnv` does 
 
 Episode returns and lengths come from Gymnasium's own ``RecordEpisodeStatistics`` vector wrapper
 around this env (:func:`pgrad.rl.rollout.make_vec_env` adds it), as for the other vector modes.
+
+Atari (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4`` or envpool's own ``Breakout-v5``) runs
+under :class:`EnvpoolAtariVectorEnv` (:mod:`pgrad.rl.envpool_atari`): the contract of
+:func:`pgrad.rl.atari.make_atari`, from envpool's own preprocessing.
 """
 
 from __future__ import annotations
@@ -71,6 +75,16 @@ def supported_ids() -> list[str]:
     return sorted(k for k, (path, *_) in registry.specs.items() if path in FAMILIES)
 
 
+def make_envpool(env_id: Any, num_envs: int, **kwargs) -> EnvpoolVectorEnv:
+    """The adapter for ``env_id``: :class:`EnvpoolAtariVectorEnv` for Atari ids, else
+    :class:`EnvpoolVectorEnv` (``kwargs``: the class's options and ``envpool.make``'s)."""
+    from pgrad.rl.envpool_atari import EnvpoolAtariVectorEnv, is_envpool_atari
+
+    if is_envpool_atari(env_id):
+        return EnvpoolAtariVectorEnv(env_id, num_envs, **kwargs)
+    return EnvpoolVectorEnv(env_id, num_envs, **kwargs)
+
+
 def check_env_id(env_id: Any) -> str:
     """``env_id`` if envpool can run it here, else a ValueError (TypeError for a non-string)."""
     if not isinstance(env_id, str):
@@ -108,25 +122,29 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
       max_episode_steps: time limit; default envpool's for the id (the same as Gymnasium's
         registration for the classic-control and MuJoCo ids).
       num_threads: envpool worker threads (0: envpool's choice).
+      pool_id: envpool's id for the env, if ``env_id`` is another name of it.
       **make_kwargs: further ``envpool.make`` options (e.g. MuJoCo's ``reset_noise_scale``).
     """
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    #: steps past the time limit given to envpool: 1, so envpool never truncates, we do
+    _PAST_LIMIT = 1
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0,
-                 max_episode_steps: int | None = None, num_threads: int = 0, **make_kwargs):
+                 max_episode_steps: int | None = None, num_threads: int = 0,
+                 pool_id: str | None = None, **make_kwargs):
         self._envpool = _envpool()
-        self.env_id = check_env_id(env_id)
+        self.env_id = env_id
+        self._pool_id = check_env_id(env_id if pool_id is None else pool_id)
         if max_episode_steps is None:
-            spec = self._envpool.make_spec(env_id)
+            spec = self._envpool.make_spec(self._pool_id)
             max_episode_steps = int(spec.config.max_episode_steps)
         if int(max_episode_steps) < 1:
             raise ValueError(f"max_episode_steps must be >= 1; got {max_episode_steps}")
         self.max_episode_steps = int(max_episode_steps)
         self.num_envs = int(num_envs)
         self._make_kwargs = dict(make_kwargs, num_envs=self.num_envs, num_threads=num_threads,
-                                 # one step past the limit: envpool never truncates, we do
-                                 max_episode_steps=self.max_episode_steps + 1)
+                                 max_episode_steps=self.max_episode_steps + self._PAST_LIMIT)
         self._pool, self._seed, self._fresh = None, None, False
         self._make_pool(seed)
         self.single_observation_space = self._pool.observation_space
@@ -142,7 +160,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
             self._pool.close()
         with warnings.catch_warnings():  # Box bounds given as float64 for a float32 space
             warnings.simplefilter("ignore", UserWarning)
-            self._pool = self._envpool.make(self.env_id, "gymnasium", seed=seed,
+            self._pool = self._envpool.make(self._pool_id, "gymnasium", seed=seed,
                                             **self._make_kwargs)
             self._pool.observation_space, self._pool.action_space  # noqa: B018  (built here)
         self._seed, self._fresh = seed, True
@@ -159,15 +177,21 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Resets every sub-env; with ``seed``, sub-env ``i`` restarts from seed ``seed + i``."""
+        obs, _ = self._reset_all(seed, options)
+        self._obs = obs
+        return obs, {"elapsed_step": np.zeros(self.num_envs, np.int32)}
+
+    def _reset_all(self, seed: int | None, options: dict | None):
+        """envpool's reset of every sub-env: ``(obs, info)`` in env order (a new pool if seeded)."""
         if options:
-            raise ValueError(f"EnvpoolVectorEnv.reset takes no options; got {options!r}")
+            raise ValueError(f"{type(self).__name__}.reset takes no options; got {options!r}")
         if seed is not None and not (self._fresh and seed == self._seed):
             self._make_pool(seed)
         self._fresh = False
         obs, info = self._pool.reset()
-        (obs,) = self._in_order(self._ids, info["env_id"], obs)
-        self._obs = obs
-        return obs, {"elapsed_step": np.zeros(self.num_envs, np.int32)}
+        keys = [k for k, v in info.items() if isinstance(v, np.ndarray)]
+        obs, *values = self._in_order(self._ids, info["env_id"], obs, *(info[k] for k in keys))
+        return obs, dict(zip(keys, values))
 
     def step(self, actions):
         """One step of every sub-env; ended episodes reset in this same call (SAME_STEP)."""

@@ -16,6 +16,13 @@ every time, so evaluations of one run compare like with like.
 Deterministic actions (the distribution's mode) are the default, as in Stable-Baselines3's
 ``evaluate_policy`` and rl-zoo's ``enjoy.py``.
 
+The envs are built as for training (:func:`pgrad.rl.envs.make_env`). For an env that reports whole
+games (:data:`pgrad.rl.envs.GAME_INFO`: Atari) an episode is a whole game: a lost life ends the
+env's episode and the loop resets it and plays on, as training's vector envs do (the policy sees
+what it saw in training, FIRE pressed after a lost life included), until the game is over; its
+return and length are the game's real score and steps. SB3's ``evaluate_policy`` counts Atari
+episodes the same way, from its ``Monitor``.
+
 With ``attack="fgsm"`` or ``"pgd"`` every observation is perturbed against the policy before it
 acts, for each radius in ``epsilons`` (0, the clean baseline, always included); the attacked
 quantity is the log-probability of the action the policy would take on the clean observation
@@ -45,18 +52,18 @@ def eval_seed(train_seed: int) -> int:
     return int(train_seed) + EVAL_SEED_OFFSET
 
 
-def as_policy(target: Any, env_id: str | None) -> tuple[Policy, str]:
+def as_policy(target: Any, env_id: str | None,
+              env_kwargs: dict | None = None) -> tuple[Policy, str]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
-    import gymnasium as gym
-
     from pgrad.rl import export
+    from pgrad.rl.envs import make_env
 
     if isinstance(target, (str, os.PathLike)):
         meta = export.read_metadata(export.find_export(target) or target)
         env_id = env_id or meta.get("env_id")
         if not env_id:
             raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
-        probe = gym.make(env_id)
+        probe = make_env(env_id, **(env_kwargs or {}))
         try:
             policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)
         finally:
@@ -83,7 +90,8 @@ def run_episodes(
 ) -> tuple[list[float], list[int]]:
     """Runs ``episodes`` episodes side by side; returns (returns, lengths) in episode order.
 
-    ``make_env(i)`` builds env ``i`` (reset with ``seed + i``); ``perturb(flat [B, d])`` changes
+    ``make_env(i)`` builds env ``i`` (reset with ``seed + i``; an env reporting whole games plays
+    a whole game, see the module docstring); ``perturb(flat [B, d])`` changes
     the flat raw observations before the policy sees them (an attack); ``name`` names the env in
     errors.
 
@@ -91,7 +99,7 @@ def run_episodes(
       EnvError: an env failed (constructor, reset or step, or an observation that does not fit
         its space), naming the episode and its step.
     """
-    from pgrad.rl.envs import EnvError, describe_failure
+    from pgrad.rl.envs import GAME_INFO, EnvError, describe_failure
     from pgrad.rl.spaces import batch_of_one
 
     def failed(err: Exception, i: int, what: str) -> EnvError:
@@ -114,6 +122,7 @@ def run_episodes(
             except Exception as err:
                 raise failed(err, i, "the reset") from err
         returns, lengths = [0.0] * episodes, [0] * episodes
+        games = [bool(env.metadata.get(GAME_INFO)) for env in envs]
         live = list(range(episodes))
         while live:
             rows = []
@@ -129,12 +138,23 @@ def run_episodes(
             still = []
             for j, i in enumerate(live):
                 try:
-                    obs[i], reward, term, trunc, _ = envs[i].step(actions[j])
+                    obs[i], reward, term, trunc, info = envs[i].step(actions[j])
                     reward, done = float(reward), bool(term or trunc)
                 except Exception as err:
                     raise failed(err, i, f"step {lengths[i] + 1}") from err
                 returns[i] += reward
                 lengths[i] += 1
+                if done and games[i]:  # the game's end, or a lost life: reset and play on
+                    game = info.get(GAME_INFO)
+                    if game is None:
+                        try:
+                            obs[i], info = envs[i].reset()
+                        except Exception as err:
+                            raise failed(err, i, f"the reset after step {lengths[i]}") from err
+                        game = info.get(GAME_INFO)  # (a game can end inside a reset)
+                    done = game is not None
+                    if done:
+                        returns[i], lengths[i] = float(game["r"]), int(game["l"])
                 if not done:
                     still.append(i)
             live = still
@@ -185,6 +205,7 @@ def evaluate(
     attack: str | None = None,
     epsilons: Sequence[float] = (0.0, 0.01, 0.05, 0.1),
     pgd_steps: int = 10,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Runs ``episodes`` episodes of a policy and summarises them.
 
@@ -200,6 +221,8 @@ def evaluate(
         result holds one row per epsilon; the top-level numbers are the clean episodes).
       epsilons: with ``attack``: L-inf radii in raw observation units (0 is always added).
       pgd_steps: with ``attack="pgd"``: sign-gradient steps.
+      env_kwargs: the env's options, as for training (:func:`pgrad.rl.envs.make_env`; e.g. an
+        Atari run's ``{"frame_stack": 2}``).
 
     Returns:
       ``{"env", "episodes", "deterministic", "seed", "return_mean", "return_std",
@@ -211,13 +234,17 @@ def evaluate(
     """
     import gymnasium as gym
 
+    from pgrad.rl.envs import is_atari_id
+    from pgrad.rl.envs import make_env as build_env
+
     if int(episodes) < 1:
         raise ValueError(f"episodes must be >= 1; got {episodes}.")
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0; got {seed}.")
     if attack is not None and video_dir is not None:
         raise ValueError("video recording cannot be combined with an attack.")
-    policy, env_id = as_policy(target, env_id)
+    env_kwargs = dict(env_kwargs or {})
+    policy, env_id = as_policy(target, env_id, env_kwargs)
     episodes, seed = int(episodes), int(seed)
     render = None
     if video_dir is not None:
@@ -229,13 +256,22 @@ def evaluate(
         render = "rgb_array"
 
     def make_env(i: int):
-        env = gym.make(env_id, render_mode=render) if render else gym.make(env_id)
-        if video_dir is not None:
+        def record(env, **fps):
             with warnings.catch_warnings():  # every env records into the same folder, by design
                 warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-                env = gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,
-                                               name_prefix=f"eval-{i}", disable_logger=True)
-        return env
+                return gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,
+                                                name_prefix=f"eval-{i}", disable_logger=True,
+                                                **fps)
+
+        kwargs = dict(env_kwargs, **({"render_mode": render} if render else {}))
+        # Atari: film under the episodic-life wrapper, where one episode is one game, in real
+        # time (the emulator runs at 60 frames a second)
+        inside = render and is_atari_id(env_id) and kwargs.get("preprocess", True)
+        if inside:
+            fps = max(1, 60 // int(kwargs.get("frame_skip", 4)))
+            kwargs["game_wrapper"] = lambda env: record(env, fps=fps)
+        env = build_env(env_id, **kwargs)
+        return record(env) if render and not inside else env
 
     result: dict[str, Any] = {"env": env_id, "episodes": episodes,
                               "deterministic": bool(deterministic), "seed": seed,

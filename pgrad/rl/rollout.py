@@ -10,8 +10,11 @@ bootstrap from ``V(next_observations)`` at truncations and not at terminations
 (:mod:`pgrad.rl.returns`).
 
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
-any reward normalisation). ``vector_mode="envpool"`` presents envpool's pools through the same
-contract (:class:`pgrad.rl.envpool_env.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
+any reward normalisation), or for an env that reports whole games (:data:`pgrad.rl.envs.GAME_INFO`:
+Atari, whose learning episodes end at each lost life, with clipped rewards) from those games: their
+real scores, as SB3's ``Monitor`` placed before its ``AtariWrapper`` reports them.
+``vector_mode="envpool"`` presents envpool's pools through the same contract
+(:class:`pgrad.rl.envpool_env.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
 The vector envs and the env failures (:class:`EnvError`, one sentence naming the env, the env
 step and what went wrong) are in :mod:`pgrad.rl.envs`; their names are importable from here too.
 
@@ -29,7 +32,14 @@ import gymnasium as gym
 import numpy as np
 
 from pgrad.rl import spaces
-from pgrad.rl.envs import VECTOR_MODES, EnvError, describe_failure, env_name, make_vec_env
+from pgrad.rl.envs import (
+    GAME_INFO,
+    VECTOR_MODES,
+    EnvError,
+    describe_failure,
+    env_name,
+    make_vec_env,
+)
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
@@ -108,6 +118,8 @@ class Collector:
         self._raw_obs: np.ndarray | None = None
         self._last_norm: tuple | None = None  # (flat, mean, var, normalised): see _norm
         self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
+        # the info key of the episodes to report: the env's whole games, if it reports them
+        self._episode_key = GAME_INFO if envs.metadata.get(GAME_INFO) else "episode"
         self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
 
     def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
@@ -206,9 +218,13 @@ class Collector:
                 nxt[i] = (self._check(last, None, where) if check else last)[0]
         self.env_steps += self.num_envs
         if ended:
-            ep, mask = info["episode"], info["_episode"]
-            for i in np.flatnonzero(mask):
-                episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
+            key = self._episode_key
+            # whole games end in a step (final_info) or in the reset after it (see GAME_INFO)
+            for src in (info, info.get("final_info", {})) if key == GAME_INFO else (info,):
+                if key in src:
+                    ep, mask = src[key], src["_" + key]
+                    for i in np.flatnonzero(mask):
+                        episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
         if self.obs_norm is not None:
             self.obs_norm.rms.update(flat)
         self._raw_obs = flat

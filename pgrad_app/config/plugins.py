@@ -164,6 +164,12 @@ def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
         if forbid_dir is not None:
             _refuse_inside(module, Path(forbid_dir), f"env {spec}")
         _import_module(module, f"--env {spec}")
+    from pgrad.rl.envs import ensure_registered
+
+    try:  # ALE/..., MinAtar/...: their packages register them on import
+        ensure_registered(env_id)
+    except ImportError as err:
+        raise UserError(str(err)) from None
     if env_id not in gym.registry:
         hint = suggest(env_id, gym.registry.keys())
         raise UserError(

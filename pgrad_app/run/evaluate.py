@@ -82,12 +82,14 @@ def check_same_spaces(env_id: str, trained_id: str) -> None:
     """Refuses an evaluation env whose spaces differ from the training env's."""
     import gymnasium as gym
 
+    from pgrad.rl.envs import make_env
+
     def short(space) -> str:
         if isinstance(space, gym.spaces.Box):
             return f"Box{space.shape} {space.dtype}"
         return str(space)
 
-    ours, trained = gym.make(env_id), gym.make(trained_id)
+    ours, trained = make_env(env_id), make_env(trained_id)
     try:
         for what in ("observation_space", "action_space"):
             a, b = getattr(ours, what), getattr(trained, what)
@@ -250,10 +252,11 @@ def _check_writable_dir(path: Path) -> None:
 
 def _check_creates(env_id: str) -> None:
     """Refuses an env whose constructor fails, in one line, before anything is loaded."""
-    import gymnasium as gym
+
+    from pgrad.rl.envs import make_env
 
     try:
-        env = gym.make(env_id)
+        env = make_env(env_id)
     except Exception as err:  # noqa: BLE001  (the env's own constructor)
         raise UserError(f"env {env_id!r} could not be created: {type(err).__name__}: "
                         f"{one_line(err)}") from None
@@ -264,11 +267,11 @@ def _check_renders(env_id: str) -> None:
     """Refuses --video for an env that cannot render frames (e.g. no ``render_mode`` argument)."""
     import warnings
 
-    import gymnasium as gym
+    from pgrad.rl.envs import make_env
 
     try:
         with warnings.catch_warnings(record=True) as caught:  # shown only if it works
-            env = gym.make(env_id, render_mode="rgb_array")
+            env = make_env(env_id, render_mode="rgb_array")
     except Exception as err:  # noqa: BLE001  (the env's own constructor)
         hint = (" (its constructor takes no render_mode)" if "render_mode" in str(err) else "")
         raise UserError(f"--video: env {env_id!r} cannot render frames{hint}: "
@@ -280,11 +283,11 @@ def _check_renders(env_id: str) -> None:
 
 def _load_export(path: Path, env_id: str):
     """``(policy, None)`` for a loadable export at ``path``, else ``(None, why not)``."""
-    import gymnasium as gym
 
+    from pgrad.rl.envs import make_env
     from pgrad.rl.export import ExportedPolicy
 
-    probe = gym.make(env_id)
+    probe = make_env(env_id)
     try:
         return ExportedPolicy(path, probe.observation_space, probe.action_space), None
     except ValueError as err:
