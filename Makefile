@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/a2c-cartpole
 
-.PHONY: install train test test-quick lint bench clean
+.PHONY: install train test test-quick test-sb3 lint bench clean
 
 # Installs the tested versions (constraints.txt), so the README's figures reproduce.
 $(STAMP): pyproject.toml constraints.txt
@@ -27,7 +27,14 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-quick: $(STAMP)  # unit and property tests on both cores (pytest-xdist)
-	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow and not subprocess"
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow and not subprocess and not sb3"
+
+# Opt-in: the side-by-side tests need Stable-Baselines3, which pulls PyTorch (a CPU build first,
+# where one is on disk: pip install torch==2.13.0; else PyPI's default, several GB).
+test-sb3: $(STAMP)
+	$(PY) -m pip install --quiet torch==2.13.0 || true
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,bench]"
+	$(PY) -m pytest -q -m sb3
 
 lint: $(STAMP)
 	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples

@@ -7,7 +7,6 @@ the numbers themselves are never asserted: the machine is shared and timings are
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -49,8 +48,7 @@ def test_bench_runs_pgrad_side():
     assert out["wall_s"] > 0 and out["peak_rss_mb"] > 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
-                    reason="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+@pytest.mark.sb3  # opt-in: make test-sb3 installs the bench extra and runs these
 def test_bench_runs_sb3_side_without_tensorflow():
     spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 400, "target": 475}
     proc = run(SIDE_BY_SIDE, "sb3", json.dumps(spec))
@@ -60,8 +58,7 @@ def test_bench_runs_sb3_side_without_tensorflow():
     assert not out["tensorflow_loaded"]  # its memory and start-up are SB3's own
 
 
-@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
-                    reason="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+@pytest.mark.sb3  # opt-in: make test-sb3 installs the bench extra and runs these
 def test_bench_runs_a2c_mujoco_setting_on_both_sides():
     """rl-zoo's MuJoCo A2C setting: SB3 with one env and VecNormalize, pgrad with the same
     hyperparameters as config fields (a few hundred steps: it runs, no timing)."""
