@@ -17,12 +17,13 @@ import os
 import subprocess
 import sys
 
+from pgrad_app.errors import command
 from pgrad_app.perf.common import table
 from pgrad_app.perf.driver import FIGURES, OPT_IN, run_figure
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command("bench"), description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted({**FIGURES, **OPT_IN}), action="append",
                         help="run only this figure (repeatable); opt-in figures: "
                         + ", ".join(OPT_IN))

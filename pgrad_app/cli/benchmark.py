@@ -21,11 +21,11 @@ import contextlib
 import sys
 
 from pgrad_app.cli import OneLineParser, add_grid_args
-from pgrad_app.errors import UserError
+from pgrad_app.errors import UserError, command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="benchmark.py", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog=command("benchmark"), description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
     add_grid_args(p, "ppo a2c")

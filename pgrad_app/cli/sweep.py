@@ -22,11 +22,11 @@ import argparse
 import sys
 
 from pgrad_app.cli import OneLineParser, add_grid_args
-from pgrad_app.errors import UserError
+from pgrad_app.errors import UserError, command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="sweep.py", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog=command("sweep"), description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
     add_grid_args(p, "a2c ppo")

@@ -57,9 +57,18 @@ def test_wheel_installs_the_console_commands(tmp_path):
         assert (site_dir / package / "__init__.py").is_file(), package
     assert not list(site_dir.glob("__editable__*"))
     assert (site_dir / "pgrad_app" / "config" / "hyperparams" / "a2c.yaml").is_file()  # data
-    for command, flag in (("pgrad-train", "--eval-every"), ("pgrad-evaluate", "--stochastic")):
+    for command, flag in (("pgrad-train", "--eval-every"), ("pgrad-evaluate", "--stochastic"),
+                          ("pgrad-benchmark", "--report-only"), ("pgrad-sweep", "--grid")):
         proc = _run(venv / "bin" / command, "--help", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr == ""  # no TensorFlow start-up noise from the installed command
         assert proc.stdout.startswith(f"usage: {command} ") and flag in proc.stdout
         assert "scripts/" not in proc.stdout
+    # The benchmark from the wheel alone: its runs are modules of the package, not scripts/.
+    results = tmp_path / "results"
+    proc = _run(venv / "bin" / "pgrad-benchmark", "--agents", "a2c", "--envs", "CartPole-v1",
+                "--seeds", "0", "--steps", "160", "--eval-episodes", "1", "--jobs", "1",
+                "--results", results, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (results / "a2c__CartPole-v1__seed0.json").is_file()
+    assert (results / "README.md").is_file()
