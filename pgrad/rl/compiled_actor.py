@@ -49,7 +49,13 @@ class CompiledActor(NumpySampling):
     def _call(self, obs) -> tf.Tensor:
         if self._concrete is None:
             specs = self.layout.split(self.layout.tensor_specs(names=False))
-            self._concrete = self._fn.get_concrete_function(*specs)
+            concrete = self._fn.get_concrete_function(*specs)
+            # Straight to the flat entry point (as agents.update.flat_caller): the public call
+            # re-binds the arguments to the signature every step; without it, the public call.
+            call_flat = getattr(concrete, "_call_flat", None)
+            self._concrete = (
+                concrete if call_flat is None or not hasattr(concrete, "captured_inputs")
+                else lambda *args: call_flat(list(args), concrete.captured_inputs))
         parts = [tf.constant(np.asarray(x, p.dtype))
                  for x, p in zip(self.layout.split(obs), self.layout.parts)]
         return self._concrete(*parts)

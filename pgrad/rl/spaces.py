@@ -230,8 +230,8 @@ class ObsLayout:
 
             self.preprocess = preprocess
         else:
+            self.preprocess = flat_preprocessor(space)  # first: its errors name Dict keys
             self.parts = (Part("vector", (flat_dim(space),), np.dtype(np.float32), False),)
-            self.preprocess = flat_preprocessor(space)
         self.flat = not any(p.image for p in self.parts)
         index = [i for i, p in enumerate(self.parts) if not p.image]
         self.vector_index = index[0] if index else None
