@@ -18,7 +18,7 @@ import tensorflow as tf
 import pgrad
 from agents import hooks
 from agents import loss as loss_lib
-from pgrad.core.per_step import zeros_for_unconnected
+from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
 from pgrad.transforms import standardized
 
@@ -49,6 +49,10 @@ def _needs_autograph(err: BaseException | None) -> bool:
         err = err.__cause__ or err.__context__
     return False
 
+
+#: Observations per chunk of the update's value pass over a rollout with images (the float32
+#: frames and first-layer activations of 2 T B observations at once would dominate the memory).
+VALUE_CHUNK = 512
 
 # Fixed-shape updates call their concrete function through its flat entry point (see
 # flat_caller); False: the public call (the tests compare the two).
@@ -232,7 +236,12 @@ class CompiledUpdate:
             return _map(lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
 
         if net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
-            both = net.value(_map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs)))
+            both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))
+            if net.encoder is None:
+                both = net.value(both)  # [2TB]
+            else:  # images: in chunks, so that their float32 activations stay bounded
+                both = map_chunks(lambda rows: [net.value(rows)], both, 2 * T * B,
+                                  VALUE_CHUNK, [tf.TensorSpec([None], tf.float32)])[0]
             values = tf.reshape(both[: T * B], [T, B])
             next_values = tf.reshape(both[T * B:], [T, B])
         else:

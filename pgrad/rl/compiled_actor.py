@@ -19,8 +19,8 @@ from pgrad.rl.networks import ActorCritic
 from pgrad.rl.policy import NumpySampling
 from pgrad.rl.spaces import ObsLayout
 
-#: Compile the acting call with XLA (measured in docs/performance.md: on this CPU plain
-#: TensorFlow's oneDNN convolutions were faster, so off by default).
+#: Compile the acting call with XLA. Off: no clear gain measured (docs/performance.md, "Images"),
+#: and XLA compiles again for every new batch size.
 JIT_COMPILE = False
 
 
