@@ -99,7 +99,7 @@ class CompiledUpdate:
         # Observations with images: each image part is its own input in its own dtype; the
         # float32 concatenation below carries only the vector part (all of a flat observation).
         self.layout = agent.layout
-        self.vector_dim = self.layout.vector_dim if not self.layout.flat else self.obs_dim
+        self.vector_dim = self.layout.vector_dim
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
         # No autograph: converting the update's Python source into graph code cost ~2.4 s per
         # process, and pgrad's own code has no tensor-dependent Python control flow. A transform
@@ -232,6 +232,7 @@ class CompiledUpdate:
                     linear_decay(cfg.critic_learning_rate, cfg.lr_decay_steps, env_steps))
         scalars = self.agent.context_scalars(env_steps)
         T, B = tf.shape(rewards)[0], tf.shape(rewards)[1]
+
         def flat(x):  # [T, B, ...] -> [T B, ...], every part of an observation
             return _map(lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
 

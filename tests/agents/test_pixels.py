@@ -233,3 +233,27 @@ def test_ppo_with_minatar_cnn_learns_breakout_above_random():
     result = pgrad.evaluate(agent, episodes=10)
     agent.close()
     assert result["return_mean"] > 1.0, result
+
+
+@pytest.mark.subprocess
+def test_cnn_export_runs_in_plain_tensorflow_without_pgrad(tmp_path):
+    import subprocess
+
+    agent = agents.make("a2c", FRAMES, **small("a2c"))
+    agent.step()
+    agent.export_policy(str(tmp_path / "p"))
+    obs = np.random.default_rng(0).integers(0, 256, (3, 36, 36, 4)).astype(np.uint8)
+    expected = agent.act(obs, deterministic=True).tolist()
+    agent.close()
+    np.save(tmp_path / "obs.npy", obs)
+    code = (
+        "import sys, json, numpy as np, tensorflow as tf\n"
+        f"m = tf.saved_model.load({str(tmp_path / 'p')!r})\n"
+        f"obs = np.load({str(tmp_path / 'obs.npy')!r})\n"
+        "print(json.dumps(m.action(obs).numpy().tolist()))\n"
+        "assert 'pgrad' not in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == expected
