@@ -227,3 +227,33 @@ def test_update_output_is_a_finite_probe_and_the_log_std():
     np.testing.assert_allclose(actor.log_std, [0.1, 0.2])
     net.encoder.cnns[0].layers[0].bias.assign(np.full(16, np.nan, np.float32))
     assert np.isnan(actor.update_output().numpy()[0])
+
+
+@pytest.mark.parametrize("encoder, shape, dtype", [("nature_cnn", (36, 36, 4), np.uint8),
+                                                   ("impala_cnn", (8, 8, 3), np.uint8),
+                                                   ("minatar_cnn", (10, 10, 4), np.bool_)])
+def test_per_step_gradients_through_a_cnn_equal_the_jacobian(encoder, shape, dtype):
+    """Conv variables take the generic vectorised path (no taps yet), the CNN's Dense layer its
+    tap: rows and norms equal ``tape.jacobian`` on uint8 / bool inputs, with no fallback loop."""
+    import warnings
+
+    from policies import assert_all_close, jacobian_reference
+
+    space = gym.spaces.Box(0, 1 if dtype == np.bool_ else 255, shape, dtype)
+    space.seed(0)
+    net = actor_critic(spaces.obs_layout(space),
+                       lambda latent: pgrad.make_head(gym.spaces.Discrete(3)), encoder, seed=0)
+    obs = tf.constant(np.stack([space.sample() for _ in range(5)]))
+    act = tf.constant([0, 1, 2, 1, 0], tf.int32)
+
+    def log_prob(o, a):
+        return net.head.distribution(net.params(o)).log_prob(a)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # pgrad warns before a sequential loop
+        rows = pgrad.per_step_grads(log_prob, net.policy_variables, obs, act)
+        norms = pgrad.per_step_norms(log_prob, net.policy_variables, obs, act)
+    reference = jacobian_reference(log_prob, net.policy_variables, obs, act)
+    assert_all_close(rows, reference, atol=1e-6, rtol=1e-4)
+    squares = sum(np.square(r.numpy()).reshape(5, -1).sum(1) for r in reference)
+    np.testing.assert_allclose(norms.numpy(), np.sqrt(squares), rtol=1e-4)
