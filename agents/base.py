@@ -32,11 +32,11 @@ import pgrad
 from agents import hooks
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.update import CompiledUpdate
-from pgrad.rl import rollout, spaces
+from pgrad.rl import encoders, rollout, spaces
 from pgrad.rl.export import export_policy
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.policy import NetworkPolicy, NumpyPolicy
+from pgrad.rl.policy import NetworkPolicy, make_actor
 from pgrad.transforms import TransformState
 
 
@@ -76,22 +76,31 @@ class ActorCriticAgent:
         try:
             self.observation_space = envs.single_observation_space
             self.action_space = envs.single_action_space
-            obs_dim = spaces.flat_dim(self.observation_space)  # ValueError: unsupported space
-            latent = int(cfg.hidden[-1]) if cfg.hidden else obs_dim
-            self.head = pgrad.make_head(self.action_space, cfg.log_std_init,
-                                        cfg.state_dependent_std, cfg.squash,
-                                        latent if cfg.use_sde else 0)
+            # ValueError: an unsupported space, an unknown encoder, images too small for it
+            self.layout = spaces.obs_layout(self.observation_space)
+            self.encoder = encoders.resolve(cfg.encoder, self.layout, f"env {self.env_name!r}")
+            self._check_encoder_options()
+
+            def head_fn(latent: int) -> pgrad.ActionHead:
+                return pgrad.make_head(self.action_space, cfg.log_std_init,
+                                       cfg.state_dependent_std, cfg.squash,
+                                       latent if cfg.use_sde else 0)
+
+            self.net = actor_critic(self.layout, head_fn, self.encoder, cfg.hidden,
+                                    cfg.activation, cfg.shared_trunk, cfg.share_encoder,
+                                    critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
+                                    seed=self.seed, ortho_init=cfg.ortho_init)
+            self.head = self.net.head
         except Exception:
             envs.close()
             raise
-        self.obs_norm = ObsNormalizer(obs_dim, cfg.clip_obs) if cfg.normalize_obs else None
+        vector_dim = self.layout.vector_dim  # the normaliser sees the vector part only
+        self.obs_norm = ObsNormalizer(vector_dim, cfg.clip_obs) if cfg.normalize_obs else None
         self.reward_norm = (RewardNormalizer(cfg.num_envs, cfg.gamma, cfg.clip_reward)
                             if cfg.normalize_reward else None)
         self.collector = rollout.Collector(envs, self.env_name, self.obs_norm, self.reward_norm)
-        self.net = ActorCritic(obs_dim, self.head, cfg.hidden, cfg.activation, cfg.shared_trunk,
-                               critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
-                               seed=self.seed, ortho_init=cfg.ortho_init)
-        self.mirror = NumpyPolicy(self.net)
+        # Dense-only policies act on the numpy mirror, encoded ones through one compiled call.
+        self.mirror = make_actor(self.net, self.layout)
         self.optimizer = make_optimizer(cfg)
         self.optimizer.build(self.net.variables)  # slots exist before any checkpoint restore
         self.critic_optimizer = None
@@ -113,6 +122,24 @@ class ActorCriticAgent:
         self._adversarial_acting: hooks.AdversarialActing | None = None
         self.updater = CompiledUpdate(self)
         self.collector.reset(seed=self.seed)
+
+    def _check_encoder_options(self) -> None:
+        """Raises ValueError for settings that do not fit this env's observations."""
+        cfg, layout = self.cfg, self.layout
+        encoded = not (layout.flat and self.encoder == "mlp")
+        where = f"env {self.env_name!r}"
+        if cfg.normalize_obs and layout.vector_dim == 0:
+            raise ValueError(f"normalize_obs normalises vector observations only; {where} "
+                             "observes images alone (the network scales them); turn it off")
+        if cfg.adversarial_epsilon > 0 and not layout.flat:
+            raise ValueError(f"adversarial_epsilon attacks vector observations only; {where} "
+                             "observes images")
+        if encoded and cfg.shared_trunk:
+            raise ValueError("shared_trunk applies to MLP policies on vector observations; with "
+                             "an encoder actor and critic share it unless share_encoder is off")
+        if encoded and cfg.critic_updates and cfg.share_encoder and cfg.baseline:
+            raise ValueError("critic_updates needs a separate critic: set share_encoder=False "
+                             "(the critic then has its own encoder)")
 
     # -- what presets change ---------------------------------------------------------------------
 
@@ -167,7 +194,7 @@ class ActorCriticAgent:
         self._sync()
         obs = self.collector.preprocess(obs_batch)
         if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
+            obs = self.layout.with_vector(obs, self.obs_norm(self.layout.vector(obs)))
         params, _ = self.mirror.forward(obs)
         actions = (self.mirror.mode(params) if deterministic
                    else self.mirror.sample(params, self._act_rng)[0])
@@ -192,7 +219,7 @@ class ActorCriticAgent:
     def acting_fn(self, rng: np.random.Generator):
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
-        mirror, head = self.mirror, self.head
+        mirror, head, layout = self.mirror, self.head, self.layout
         sde = {"noise": None, "steps": 0}
         freq = int(self.cfg.sde_sample_freq)
 
@@ -202,7 +229,7 @@ class ActorCriticAgent:
             params, _ = mirror.forward(obs)
             if head.uses_latent:  # gSDE: exploration matrices held per env, resampled on time
                 if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
-                    sde["noise"] = mirror.sde_noise(obs.shape[0], rng)
+                    sde["noise"] = mirror.sde_noise(len(layout.split(obs)[0]), rng)
                 sde["steps"] += 1
             actions, log_probs = mirror.sample(params, rng, sde["noise"])
             return actions, head.to_env(actions), log_probs, None
@@ -249,7 +276,7 @@ class ActorCriticAgent:
         taken = self.collector.env_steps - before
         args = self.updater.inputs(traj, taken)
         out, *step_norms = self.updater(args, fixed_shape=traj.mask is None)
-        out = out.numpy()  # [K + P]: the metrics, then the actor's flat weights (one fetch)
+        out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)
         keys = self.updater.metric_keys
         k = len(keys)
         flat = out[k:]
@@ -257,7 +284,7 @@ class ActorCriticAgent:
             raise FloatingPointError(
                 f"update {updates + 1} (env step {base + taken}) made the policy's weights "
                 "non-finite (NaN/Inf); lower learning_rate or keep max_grad_norm > 0.")
-        self.mirror.load_flat(flat)
+        self.mirror.load_update_output(flat)
         self._synced_updates = updates + 1
         self._env_steps = base + taken
         metrics = dict(zip(keys, out[:k].tolist()))

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from pgrad.engine import PATHS
+from pgrad.rl import encoders
 from pgrad.rl.rollout import VECTOR_MODES
 
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
@@ -53,10 +54,19 @@ class ActorCriticConfig:
     normalize_advantage: bool = field(default=False, metadata=doc(
         "standardise advantages over each minibatch (mean 0, std 1) before the chain sees them"))
     # -- networks ------------------------------------------------------------------------------
-    hidden: tuple[int, ...] = field(default=(64, 64), metadata=doc("hidden layer widths"))
+    encoder: str = field(default="auto", metadata=doc(
+        "what reads the observations: 'auto' (a CNN for image observations -- nature_cnn, or "
+        "minatar_cnn for images under 36x36 -- else mlp), 'mlp', 'nature_cnn', 'impala_cnn' or "
+        "'minatar_cnn'; from Python also a function observation_space -> keras.Model"))
+    share_encoder: bool = field(default=True, metadata=doc(
+        "with an encoder (images, or your own): actor and critic share it (else each has a copy)"))
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=doc(
+        "hidden layer widths of the MLP (vector observations; with a CNN, the vector part of a "
+        "Dict observation)"))
     activation: str = field(default="tanh", metadata=doc("'tanh' or 'relu'"))
     shared_trunk: bool = field(default=False, metadata=doc(
-        "actor and critic share the hidden layers (else two separate networks)"))
+        "MLP policies on vector observations: actor and critic share the hidden layers (else "
+        "two separate networks)"))
     trunk_grad_scale: float = field(default=0.5, metadata=doc(
         "with shared_trunk: factor on the critic's gradient flowing into the shared trunk"))
     log_std_init: float = field(default=0.0, metadata=doc(
@@ -151,6 +161,7 @@ class ActorCriticConfig:
              f"hidden widths must be in [1, {MAX_WIDTH}] (at most 16 layers); got {self.hidden}")
         need(self.activation in ("tanh", "relu"),
              f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
+        encoders.check_name(self.encoder)
         need(not (self.use_sde and self.state_dependent_std),
              "use_sde and state_dependent_std are alternatives; choose one")
         need(int(self.sde_sample_freq) >= -1 and int(self.sde_sample_freq) != 0,

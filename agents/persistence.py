@@ -32,15 +32,32 @@ FORMAT = 1
 
 
 def describe(agent) -> dict[str, Any]:
-    """The ``agent.json`` record of an agent (JSON values only)."""
+    """The ``agent.json`` record of an agent (JSON values only).
+
+    A user's own encoder (a function or Keras model, Python only) is recorded by name under
+    ``"encoder"``, its hyperparameter as ``"auto"``: loading needs it passed again.
+    """
+    hyperparameters = {f.name: getattr(agent.cfg, f.name)
+                       for f in dataclasses.fields(agent.cfg)}  # asdict would deep-copy a model
+    own = hyperparameters.get("encoder")
+    own = None if isinstance(own, str) or own is None else own
+    if own is not None:
+        hyperparameters["encoder"] = "auto"
     return {
         "format": FORMAT,
         "agent": agent.name,
         "env": agent.env_id if isinstance(agent.env_id, str) else None,
         "seed": int(agent.seed_var.numpy()),
-        "hyperparameters": _plain(dataclasses.asdict(agent.cfg)),
+        "hyperparameters": _plain(hyperparameters),
         "transform": agent.transform.name if agent.custom_transform else None,
+        "encoder": None if own is None else _name_of(own),
     }
+
+
+def _name_of(obj) -> str:
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "name", None)
+    module = getattr(obj, "__module__", None)
+    return f"{module}.{name}" if module and name else (name or type(obj).__name__)
 
 
 def _plain(value):
@@ -167,7 +184,8 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
       acting_only: restore only what acting needs (networks, normaliser statistics); then a
         custom chain need not be passed.
       registry: name -> agent class (default ``agents.get``).
-      **overrides: hyperparameters to change on loading (e.g. ``num_envs=1`` for acting).
+      **overrides: hyperparameters to change on loading (e.g. ``num_envs=1`` for acting; the
+        user's own ``encoder=`` if the agent was built with one).
     """
     if registry is None:
         from agents import get as registry
@@ -177,6 +195,10 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
     env = env_id if env_id is not None else record.get("env")
     if env is None:
         raise ValueError(f"{path}: the agent's env was not a registered id; pass env_id.")
+    if record.get("encoder") and "encoder" not in overrides:
+        raise ValueError(f"{path}: the agent was built with its own encoder "
+                         f"{record['encoder']!r}; pass it again as encoder= (pgrad never imports "
+                         "code named by a saved agent).")
     if record.get("transform") and transform is None and not acting_only:
         raise ValueError(f"{path}: the agent was trained with the transform "
                          f"{record['transform']!r}; pass it again as transform= (pgrad never "

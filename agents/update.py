@@ -18,9 +18,12 @@ import tensorflow as tf
 import pgrad
 from agents import hooks
 from agents import loss as loss_lib
-from pgrad.core.per_step import zeros_for_unconnected
+from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
 from pgrad.transforms import standardized
+
+#: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
+_map = tf.nest.map_structure
 
 
 def linear_decay(start: float, decay_steps: int, env_steps: tf.Tensor) -> tf.Tensor:
@@ -46,6 +49,10 @@ def _needs_autograph(err: BaseException | None) -> bool:
         err = err.__cause__ or err.__context__
     return False
 
+
+#: Observations per chunk of the update's value pass over a rollout with images (the float32
+#: frames and first-layer activations of 2 T B observations at once would dominate the memory).
+VALUE_CHUNK = 512
 
 # Fixed-shape updates call their concrete function through its flat entry point (see
 # flat_caller); False: the public call (the tests compare the two).
@@ -112,6 +119,10 @@ class CompiledUpdate:
         self.seed_var = agent.seed_var
         self.normalizers = [n for n in (agent.obs_norm, agent.reward_norm) if n is not None]
         self.obs_dim = agent.collector.obs_dim
+        # Observations with images: each image part is its own input in its own dtype; the
+        # float32 concatenation below carries only the vector part (all of a flat observation).
+        self.layout = agent.layout
+        self.vector_dim = self.layout.vector_dim
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
         # No autograph: converting the update's Python source into graph code cost ~2.4 s per
         # process, and pgrad's own code has no tensor-dependent Python control flow. A transform
@@ -127,34 +138,53 @@ class CompiledUpdate:
 
     def inputs(self, traj: rollout.Trajectory, taken: int) -> tuple:
         """The update's inputs as four tensors (each tensor argument of a call costs a
-        conversion and signature matching, ~10 us apiece):
+        conversion and signature matching, ~10 us apiece), then the images, if any:
 
         ``[2 T B obs_dim + 4 T B]`` float32: observations, next observations, rewards,
-        terminated, truncated and log-probs end to end (:meth:`_unpack` splits them);
+        terminated, truncated and log-probs end to end (:meth:`_unpack` splits them; of
+        observations with images only their vector part, ``d`` wide, is here);
         the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S]`` float64: the
-        env steps taken, then each normaliser's mean, var and count.
+        env steps taken, then each normaliser's mean, var and count; for observations with
+        images, each image part of the observations and then of the next observations,
+        ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32).
         """
-        floats = np.concatenate([traj.observations.ravel(), traj.next_observations.ravel(),
-                                 traj.rewards.ravel(), traj.terminated.ravel(),
-                                 traj.truncated.ravel(), traj.log_probs.ravel()],
+        layout = self.layout
+        obs, nxt = layout.vector(traj.observations), layout.vector(traj.next_observations)
+        vectors = [] if obs is None else [obs.ravel(), nxt.ravel()]
+        floats = np.concatenate(vectors + [traj.rewards.ravel(), traj.terminated.ravel(),
+                                           traj.truncated.ravel(), traj.log_probs.ravel()],
                                 dtype=np.float32, casting="same_kind")
         stats = np.concatenate([[float(taken)]] + [
             np.ravel(x) for n in self.normalizers for x in (n.rms.mean, n.rms.var,
                                                                n.rms.count)],
             dtype=np.float64, casting="same_kind")
         mask = None if traj.mask is None else tf.constant(traj.mask)
-        return tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats)
+        images = []
+        if not layout.flat:
+            for observations in (traj.observations, traj.next_observations):
+                images += [tf.constant(x) for x, p in zip(layout.split(observations),
+                                                          layout.parts) if p.image]
+        return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
+                *images)
 
-    def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor):
+    def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor, *images):
         """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
-        are): ``(obs, next_obs [T, B, d], rewards, terminated, truncated, log_probs [T, B],
-        env steps taken, [(mean, var, count) per normaliser])``."""
+        are): ``(obs, next_obs [T, B, d] (or the layout's parts), rewards, terminated,
+        truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser])``."""
         T, B = (actions.shape[i] if actions.shape[i] is not None else tf.shape(actions)[i]
                 for i in (0, 1))
-        d = self.obs_dim
+        d = self.vector_dim
         n = T * B
-        obs, next_obs, *rest = tf.split(floats, [n * d, n * d, n, n, n, n])
-        obs, next_obs = (tf.reshape(x, [T, B, d]) for x in (obs, next_obs))
+        if d:
+            obs, next_obs, *rest = tf.split(floats, [n * d, n * d, n, n, n, n])
+            obs, next_obs = (tf.reshape(x, [T, B, d]) for x in (obs, next_obs))
+        else:
+            obs = next_obs = None
+            rest = tf.split(floats, [n, n, n, n])
+        if not self.layout.flat:
+            half = len(images) // 2
+            obs, next_obs = (self._join(list(ims), vec)
+                             for ims, vec in ((images[:half], obs), (images[half:], next_obs)))
         rest = [tf.reshape(x, [T, B]) for x in rest]
         taken = tf.cast(stats[0], tf.int64)
         norm_stats, at = [], 1
@@ -165,6 +195,11 @@ class CompiledUpdate:
             norm_stats.append((mean, var, stats[at + 2 * size]))
             at += 2 * size + 1
         return (obs, next_obs, *rest, taken, norm_stats)
+
+    def _join(self, images: list, vector):
+        """Image tensors and the vector part -> the layout's observation (graph side)."""
+        it = iter(images)
+        return self.layout.join(next(it) if p.image else vector for p in self.layout.parts)
 
     def __call__(self, args: tuple, fixed_shape: bool):
         """Runs the update on :meth:`inputs`; fixed-shape batches call the traced concrete
@@ -194,7 +229,7 @@ class CompiledUpdate:
             fn = self._concrete[key] = flat_caller(self._fn.get_concrete_function(*args))
         return fn(*args)
 
-    def _update(self, floats, actions, mask, stats):
+    def _update(self, floats, actions, mask, stats, *images):
         """One update from a ``[T, B, ...]`` rollout (traced once per shape by tf.function);
         the arguments are :meth:`inputs`.
 
@@ -205,7 +240,7 @@ class CompiledUpdate:
         """
         cfg, net = self.cfg, self.net
         (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
-         norm_stats) = self.unpack(floats, actions, stats)
+         norm_stats) = self.unpack(floats, actions, stats, *images)
         self.env_steps_var.assign_add(env_steps_taken)
         for n, (mean, var, count) in zip(self.normalizers, norm_stats):
             n.mean.assign(mean)
@@ -220,9 +255,17 @@ class CompiledUpdate:
                     linear_decay(cfg.critic_learning_rate, cfg.lr_decay_steps, env_steps))
         scalars = self.agent.context_scalars(env_steps)
         T, B = tf.shape(rewards)[0], tf.shape(rewards)[1]
-        flat = lambda x: tf.reshape(x, tf.concat([[T * B], tf.shape(x)[2:]], 0))  # noqa: E731
+
+        def flat(x):  # [T, B, ...] -> [T B, ...], every part of an observation
+            return _map(lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
+
         if net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
-            both = net.value(tf.concat([flat(obs), flat(next_obs)], 0))  # [2TB]
+            both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))
+            if net.encoder is None:
+                both = net.value(both)  # [2TB]
+            else:  # images: in chunks, so that their float32 activations stay bounded
+                both = map_chunks(lambda rows: [net.value(rows)], both, 2 * T * B,
+                                  VALUE_CHUNK, [tf.TensorSpec([None], tf.float32)])[0]
             values = tf.reshape(both[: T * B], [T, B])
             next_values = tf.reshape(both[T * B:], [T, B])
         else:
@@ -234,8 +277,8 @@ class CompiledUpdate:
         data = {k: flat(v) for k, v in data.items()}  # [N, ...]
         if mask is not None:  # whole-episode batches: keep only the steps in the batch
             keep = flat(mask) > 0
-            data = {k: tf.boolean_mask(v, keep) for k, v in data.items()}
-        data = {k: tf.stop_gradient(v) for k, v in data.items()}
+            data = {k: _map(lambda x: tf.boolean_mask(x, keep), v) for k, v in data.items()}
+        data = {k: _map(tf.stop_gradient, v) for k, v in data.items()}
         extra_out = ()
         diag = {}
         if cfg.diagnostics:  # the rollout's per-step gradients, before this update changes them
@@ -257,7 +300,7 @@ class CompiledUpdate:
         self.updates_var.assign_add(1)
         self.metric_keys = list(metrics)  # trace-time: the order of the stacked values
         values_out = tf.stack([tf.cast(tf.reshape(v, []), tf.float32) for v in metrics.values()])
-        return (tf.concat([values_out, self.mirror.flat_weights()], 0), *extra_out)
+        return (tf.concat([values_out, self.mirror.update_output()], 0), *extra_out)
 
     def _epochs(self, data: dict, scalars: dict) -> tuple[dict, tf.Tensor]:
         """Runs every minibatch step of the update; returns (metric sums, minibatches counted)."""
@@ -282,9 +325,10 @@ class CompiledUpdate:
         def body(i, stopped, count, sums):
             start = (i % per_epoch) * size
             idx = orders[i // per_epoch, start: start + size]
-            batch = {k: tf.gather(v, idx) for k, v in data.items()}
+            batch = {k: _map(lambda x: tf.gather(x, idx), v) for k, v in data.items()}
             if not whole and n_static is not None:  # static minibatch shapes: taps, no retrace
-                batch = {k: tf.ensure_shape(v, [mb, *v.shape[1:]]) for k, v in batch.items()}
+                batch = {k: _map(lambda x: tf.ensure_shape(x, [mb, *x.shape[1:]]), v)
+                         for k, v in batch.items()}
             metrics, stop = self._minibatch(batch, scalars)
             if set(metrics) != set(keys):
                 raise RuntimeError(f"minibatch metrics {sorted(metrics)} differ from the "
@@ -317,7 +361,8 @@ class CompiledUpdate:
             start = (i % per_pass) * size
             order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + p, update])))
             idx = order[start: start + size]
-            obs, ret = tf.gather(data["obs"], idx), tf.gather(data["returns"], idx)
+            obs = _map(lambda x: tf.gather(x, idx), data["obs"])
+            ret = tf.gather(data["returns"], idx)
             with tf.GradientTape() as tape:
                 loss = loss_lib.value_loss(net.value(obs), ret)
             grads = zeros_for_unconnected(tape.gradient(loss, variables), variables)
@@ -359,7 +404,7 @@ class CompiledUpdate:
             adv = standardized(adv)
         value_term = tf.constant(0.0)
         value_grads = []
-        value_vars = net.variables if net.trunk is not None else net.value_only_variables
+        value_vars = net.variables if net.shares_features else net.value_only_variables
         if net.critic is not None and self.critic_optimizer is not None:
             value_term = loss_lib.value_loss(net.value(mb["obs"]), mb["returns"])  # reported
         elif net.critic is not None:

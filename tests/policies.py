@@ -53,3 +53,46 @@ def assert_all_close(actual, expected, atol=1e-5, rtol=1e-4):
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=rtol)
+
+
+class ImageEnv(gym.Env):
+    """Random image observations (a cheap stand-in for Atari frames in tests and measurements).
+
+    Observations are random ``shape`` frames of ``dtype`` (uint8 0..255, or bool planes); with
+    ``vector`` > 0 a ``Dict`` of ``{"image": frame, "vector": float32 [vector]}``. The reward is
+    1 when the action equals the frame's first value modulo the number of actions (so a policy
+    that reads the image can learn it), and episodes are truncated after ``length`` steps.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, shape=(84, 84, 4), dtype=np.uint8, actions=3, length=16, vector=0,
+                 action_space=None):
+        high = 1 if dtype == np.bool_ else 255
+        image = gym.spaces.Box(0, high, shape, dtype)
+        self.observation_space = image if not vector else gym.spaces.Dict(
+            {"image": image, "vector": gym.spaces.Box(-1, 1, (vector,), np.float32)})
+        self.action_space = action_space or gym.spaces.Discrete(actions)
+        self.shape, self.dtype, self.length, self.vector, self.t = shape, dtype, length, vector, 0
+
+    def _obs(self):
+        rng = self.np_random
+        if self.dtype == np.bool_:
+            frame = rng.random(self.shape) < 0.2
+        else:
+            frame = rng.integers(0, 256, self.shape, np.uint8)
+        self._first = int(frame.flat[0])
+        if not self.vector:
+            return frame
+        return {"image": frame, "vector": rng.uniform(-1, 1, self.vector).astype(np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        n = getattr(self.action_space, "n", 2)
+        reward = float(int(np.asarray(action).reshape(-1)[0]) % n == self._first % n)
+        return self._obs(), reward, False, self.t >= self.length, {}

@@ -131,7 +131,11 @@ def run_episodes(
                     rows.append(policy.flatten(batch_of_one(obs[i])))
                 except (ValueError, TypeError, IndexError) as err:
                     raise failed(err, i, f"step {lengths[i]} (its observation)") from err
-            flat = np.concatenate(rows).astype(np.float32)
+            layout = getattr(policy, "layout", None)
+            if layout is None or layout.flat:
+                flat = np.concatenate(rows).astype(np.float32)
+            else:  # the parts of observations with images, each in its own dtype
+                flat = layout.concat(rows)
             if perturb is not None:
                 flat = perturb(flat)
             actions = policy.act_flat(flat, deterministic, rng)
@@ -172,6 +176,10 @@ def attack_function(policy: Policy, kind: str, pgd_steps: int = 10):
 
     if kind not in ATTACKS:
         raise ValueError(f"attack must be one of {', '.join(ATTACKS)}; got {kind!r}.")
+    layout = getattr(policy, "layout", None)
+    if layout is not None and not layout.flat:
+        raise ValueError("observation attacks perturb vector observations only; this policy "
+                         f"observes images ({policy.observation_space}).")
 
     def attack(flat, eps):
         if kind == "fgsm":

@@ -5,10 +5,18 @@ and plain TensorFlow ops only: ``tf.saved_model.load(path)`` needs neither pgrad
 
 * ``action(observation)`` (also the serving signature): deterministic env actions from raw
   batched observations ``[N, *shape]`` (Box), ``[N]`` int64 (Discrete), or the flat float32
-  vector of :mod:`pgrad.rl.spaces` ``[N, flat_dim]`` (other spaces);
+  vector of :mod:`pgrad.rl.spaces` ``[N, flat_dim]`` (other spaces). Observations with images
+  are taken as the parts of :class:`pgrad.rl.spaces.ObsLayout`: an image space as its raw
+  ``[N, H, W, C]`` frames in their own dtype (uint8, bool); a Dict with images as one argument
+  per part (each image by its key, then ``vector``: the flat float32 rest);
 * ``params(flat_observation)``: the distribution parameters ``[N, param_size]`` from flat raw
   observations (normaliser inside) -- differentiable, so observation attacks and sampled
   evaluation work from an export alone (:class:`ExportedPolicy`).
+
+Dense-only policies are exported as plain matmuls of copied weights. Policies with an encoder
+(a CNN, the user's own Keras model) are traced once through the Keras layers with every variable
+read from a copy the module owns (``keras.StatelessScope``): the SavedModel again holds only
+plain variables and TensorFlow ops.
 
 Beside it, ``pgrad_policy.json`` records what the export is of (env id, head, spaces), data only.
 """
@@ -21,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -110,6 +119,62 @@ class _ExportedPolicy(tf.Module):
         raise ValueError(f"cannot export head {type(h).__name__}")
 
 
+class _ExportedEncodedPolicy(_ExportedPolicy):
+    """As :class:`_ExportedPolicy`, for a network with an encoder: the Keras forward pass traced
+    with every variable it reads mapped to the module's own copy."""
+
+    def __init__(self, net: ActorCritic, obs_norm, obs_space):
+        tf.Module.__init__(self, name="policy")
+        layout = spaces.obs_layout(obs_space)
+        sources = list(net.encoder.variables) + list(net.actor.variables)
+        self.copies = [tf.Variable(v.numpy(), trainable=False) for v in sources]
+        if getattr(net.head, "log_std", None) is not None:
+            self.log_std = tf.Variable(net.head.log_std.numpy(), trainable=False)
+        self.norm_mean = self.norm_std = None
+        self._clip = 0.0
+        if obs_norm is not None:
+            self.norm_mean = tf.Variable(obs_norm.mean.numpy().astype(np.float32), trainable=False)
+            std = np.sqrt(obs_norm.var.numpy() + obs_norm.eps).astype(np.float32)
+            self.norm_std = tf.Variable(std, trainable=False)
+            self._clip = obs_norm.clip
+        self._context = types.SimpleNamespace(head=net.head, space=obs_space, net=net,
+                                              layout=layout, sources=sources)
+        if layout.flat:  # vector observations, the user's encoder: inputs as for MLP policies
+            action_spec = _obs_spec(obs_space)
+            params_spec = tf.TensorSpec([None, spaces.flat_dim(obs_space)], tf.float32,
+                                        name="flat_observation")
+        else:
+            action_spec = params_spec = _parts_spec(layout)
+        self.action = tf.function(self._action, input_signature=[action_spec])
+        self.params = tf.function(self._params, input_signature=[params_spec])
+
+    def _preprocess(self, obs):
+        if self._context.layout.flat:
+            return super()._preprocess(obs)
+        return obs  # the parts, as pgrad.rl.spaces preprocesses them
+
+    def _params(self, x):
+        ctx = self._context
+        vector = ctx.layout.vector(x)
+        if vector is not None:
+            vector = tf.cast(vector, tf.float32)
+            if self.norm_mean is not None:
+                vector = tf.clip_by_value((vector - self.norm_mean) / self.norm_std,
+                                          -self._clip, self._clip)
+            x = ctx.layout.with_vector(x, vector)
+        mapping = [(v, tf.convert_to_tensor(c)) for v, c in zip(ctx.sources, self.copies)]
+        with keras.StatelessScope(state_mapping=mapping):
+            return ctx.net.params(x)
+
+
+def _parts_spec(layout: spaces.ObsLayout):
+    """The export's input: the layout's parts (a single part is named ``observation``)."""
+    if layout.single:
+        p = layout.parts[0]
+        return tf.TensorSpec([None, *p.shape], tf.as_dtype(p.dtype), name="observation")
+    return layout.tensor_specs()
+
+
 def _batch_shape(x: tf.Tensor, shape) -> tf.Tensor:
     return tf.concat([tf.shape(x)[:1], tf.constant(shape, tf.int32)], 0)
 
@@ -132,11 +197,17 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     clipped to the bounds (Box), ``logit > 0`` (MultiBinary). ``metadata`` (JSON values, e.g.
     the env id) goes into ``pgrad_policy.json`` beside it.
     """
-    module = _ExportedPolicy(net, obs_norm, obs_space)
+    encoded = net.encoder is not None
+    module = (_ExportedEncodedPolicy if encoded else _ExportedPolicy)(net, obs_norm, obs_space)
     tf.saved_model.save(module, str(path),
                         signatures={"action": module.action.get_concrete_function()})
     meta = {"format": 1, "observation_space": str(obs_space), "head": head_options(net.head),
             **(metadata or {})}
+    layout = spaces.obs_layout(obs_space)
+    if not layout.flat:  # what the inputs are (see the module docstring)
+        meta["observation_parts"] = [
+            {"name": p.name, "shape": list(p.shape), "dtype": p.dtype.name, "image": p.image}
+            for p in layout.parts]
     (Path(path) / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
 
 
@@ -193,5 +264,7 @@ class ExportedPolicy(Policy):
         super().__init__(observation_space, action_space, head)
         self.path = found
 
-    def params(self, flat: tf.Tensor) -> tf.Tensor:
+    def params(self, flat) -> tf.Tensor:
+        if not self.layout.flat:  # the parts, each in its own dtype
+            return self._module.params(self.layout.to_tensors(flat))
         return self._module.params(tf.cast(flat, tf.float32))

@@ -1,12 +1,17 @@
 """Keras networks: MLPs and the actor-critic pair the agents train.
 
-Layout of :class:`ActorCritic`, in both modes ``params = actor(trunk(obs))`` and
-``value = critic(trunk(obs))``:
+Layout of :class:`ActorCritic`, ``params = actor(trunk(encoder(obs)))`` and
+``value = critic(trunk(critic_encoder(obs)))``:
 
-* separate (default): ``trunk`` is empty; ``actor`` and ``critic`` are full MLPs.
-* shared: ``trunk`` holds the hidden layers; ``actor`` / ``critic`` are single output layers.
+* MLP policies on vector observations have no encoder (``obs`` is the flat float32 vector):
+  separate (default): ``trunk`` is empty; ``actor`` and ``critic`` are full MLPs.
+  shared: ``trunk`` holds the hidden layers; ``actor`` / ``critic`` are single output layers.
   The critic's gradient into the trunk is scaled by ``trunk_grad_scale`` (a custom-gradient
   identity) so the value loss cannot swamp the policy gradient in the shared features.
+* Encoded policies (images, or the user's own encoder; :mod:`pgrad.rl.encoders`): the encoder
+  maps the observation parts to features, ``trunk`` is empty and ``actor`` / ``critic`` are
+  single output layers on the features. The critic uses the actor's encoder (shared, SB3's
+  default) or its own copy (``critic_encoder``).
 """
 
 from __future__ import annotations
@@ -59,10 +64,11 @@ def mlp(
 
 
 class ActorCritic:
-    """Policy (and optionally value) networks over flat float32 observations.
+    """Policy (and optionally value) networks over flat float32 observations, or over the
+    features of an encoder.
 
     Args:
-      obs_dim: observation width.
+      obs_dim: observation width (with an encoder: its feature width).
       head: the action head (``pgrad.make_head``); its variables (Gaussian log-std) are policy
         variables.
       hidden: hidden layer widths.
@@ -72,13 +78,20 @@ class ActorCritic:
       trunk_grad_scale: factor on the critic's gradient into a shared trunk.
       seed: initialiser seed.
       ortho_init: orthogonal initialisation (else PyTorch's default; see :func:`mlp`).
+      encoder: a Keras layer ``observation -> [N, obs_dim]`` in front of everything (e.g.
+        :class:`pgrad.rl.encoders.ObservationEncoder`), or None.
+      critic_encoder: the critic's own encoder; None: the critic shares ``encoder``.
     """
 
     def __init__(self, obs_dim: int, head: dist_lib.ActionHead, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared: bool = False, critic: bool = True,
-                 trunk_grad_scale: float = 1.0, seed: int = 0, ortho_init: bool = True):
+                 trunk_grad_scale: float = 1.0, seed: int = 0, ortho_init: bool = True,
+                 encoder: keras.layers.Layer | None = None,
+                 critic_encoder: keras.layers.Layer | None = None):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
+        self.encoder = encoder
+        self.critic_encoder = critic_encoder if critic else None
         hidden = tuple(int(h) for h in hidden)
         self.head, self.activation, self.shared = head, activation, shared and bool(hidden)
         self.trunk_grad_scale = float(trunk_grad_scale)
@@ -97,12 +110,24 @@ class ActorCritic:
         if not head.built:
             head.build((None, head.param_size))
 
-    def _features(self, obs: tf.Tensor) -> tf.Tensor:
+    def _features(self, obs, critic: bool = False) -> tf.Tensor:
+        if self.encoder is not None:
+            own = critic and self.critic_encoder is not None
+            obs = (self.critic_encoder if own else self.encoder)(obs)
         return obs if self.trunk is None else self.trunk(obs)
 
-    def params(self, obs: tf.Tensor) -> tf.Tensor:
+    @property
+    def shares_features(self) -> bool:
+        """Whether the value depends on policy variables (a shared trunk or encoder)."""
+        if self.critic is None:
+            return False
+        return self.trunk is not None or (self.encoder is not None
+                                          and self.critic_encoder is None)
+
+    def params(self, obs) -> tf.Tensor:
         """``[N, obs_dim] -> [N, param_size]`` distribution parameters (for a head that uses the
-        latent, the actor's outputs and then its last hidden features)."""
+        latent, the actor's outputs and then its last hidden features). With an encoder ``obs``
+        is the observation as the encoder takes it (:class:`pgrad.rl.spaces.ObsLayout`)."""
         x = self._features(obs)
         if not self.head.uses_latent:
             return self.actor(x)
@@ -110,23 +135,29 @@ class ActorCritic:
             x = layer(x)
         return tf.concat([self.actor.layers[-1](x), x], axis=1)
 
-    def value(self, obs: tf.Tensor) -> tf.Tensor:
+    def value(self, obs) -> tf.Tensor:
         """``[N, obs_dim] -> [N]`` state values (trunk gradient scaled when shared)."""
-        feat = self._features(obs)
+        feat = self._features(obs, critic=True)
         if self.trunk is not None and self.trunk_grad_scale != 1.0:
             feat = scale_gradient(feat, self.trunk_grad_scale)
         return self.critic(feat)[:, 0]
 
     @property
     def policy_variables(self) -> list[tf.Variable]:
-        """Everything the policy's log-probabilities depend on (trunk, actor, head)."""
+        """Everything the policy's log-probabilities depend on (encoder, trunk, actor, head)."""
+        enc = list(self.encoder.trainable_variables) if self.encoder is not None else []
         trunk = list(self.trunk.trainable_variables) if self.trunk is not None else []
-        return trunk + list(self.actor.trainable_variables) + list(self.head.trainable_variables)
+        return (enc + trunk + list(self.actor.trainable_variables)
+                + list(self.head.trainable_variables))
 
     @property
     def value_only_variables(self) -> list[tf.Variable]:
-        """Critic variables the policy does not use."""
-        return list(self.critic.trainable_variables) if self.critic is not None else []
+        """Critic variables the policy does not use (its own encoder, if any, then the critic)."""
+        if self.critic is None:
+            return []
+        enc = (list(self.critic_encoder.trainable_variables)
+               if self.critic_encoder is not None else [])
+        return enc + list(self.critic.trainable_variables)
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -140,6 +171,44 @@ class ActorCritic:
             out["trunk"] = self.trunk
         if self.critic is not None:
             out["critic"] = self.critic
+        if self.encoder is not None:
+            out["encoder"] = self.encoder
+        if self.critic_encoder is not None:
+            out["critic_encoder"] = self.critic_encoder
         return out
+
+
+def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", shared_trunk: bool = False, share_encoder: bool = True,
+                 critic: bool = True, trunk_grad_scale: float = 1.0, seed: int = 0,
+                 ortho_init: bool = True) -> ActorCritic:
+    """The :class:`ActorCritic` for an observation layout and a (resolved) encoder.
+
+    Vector observations with the ``"mlp"`` encoder give the plain MLP networks (no encoder;
+    ``shared_trunk`` decides the sharing). Otherwise an
+    :class:`pgrad.rl.encoders.ObservationEncoder` feeds single-layer heads and
+    ``share_encoder`` decides whether the critic has its own copy.
+
+    Args:
+      layout: :func:`pgrad.rl.spaces.obs_layout` of the observation space.
+      head_fn: ``fn(latent_dim) -> ActionHead``: the head, given the width of the actor's last
+        features (what gSDE reads).
+      encoder: as :func:`pgrad.rl.encoders.resolve` returns it.
+    """
+    from pgrad.rl import encoders
+
+    hidden = tuple(int(h) for h in hidden)
+    if layout.flat and encoder == "mlp":
+        head = head_fn(hidden[-1] if hidden else layout.vector_dim)
+        return ActorCritic(layout.vector_dim, head, hidden, activation, shared_trunk, critic,
+                           trunk_grad_scale, seed, ortho_init)
+    opts = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
+    enc = encoders.ObservationEncoder(layout, encoder, seed=seed + 3000, name="encoder", **opts)
+    critic_enc = None
+    if critic and not share_encoder:
+        critic_enc = encoders.encoder_copy(encoder, layout, seed=seed + 4000,
+                                           name="critic_encoder", **opts)
+    return ActorCritic(enc.feature_dim, head_fn(enc.feature_dim), (), activation, False, critic,
+                       trunk_grad_scale, seed, ortho_init, encoder=enc, critic_encoder=critic_enc)
 
 

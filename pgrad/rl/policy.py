@@ -3,7 +3,10 @@
 A TensorFlow call costs ~300-450 us whatever the batch; a 64-64 MLP on 8 observations costs
 ~15 us in numpy. Acting therefore runs on :class:`NumpyPolicy`, a mirror of the Keras forward
 pass refreshed from the Keras weights after every update. Training never reads the mirror:
-gradients come from the Keras models (:mod:`pgrad.rl.networks`).
+gradients come from the Keras models (:mod:`pgrad.rl.networks`). Policies with an encoder (a
+CNN, the user's own) act through one compiled TensorFlow call instead
+(:class:`pgrad.rl.compiled_actor.CompiledActor`), sampling with the same numpy samplers below;
+:func:`make_actor` picks.
 """
 
 from __future__ import annotations
@@ -36,7 +39,33 @@ def dense_layers(model: keras.Sequential | None) -> list[tuple]:
     return out
 
 
-class NumpyPolicy:
+class NumpySampling:
+    """Sampling from ``[N, param_size]`` parameters in numpy, with ``self.head`` and the
+    Gaussian head's ``self.log_std`` (a numpy copy the subclass keeps current)."""
+
+    head: dist_lib.ActionHead
+    log_std: np.ndarray | None
+
+    def sample(self, params: np.ndarray, rng: np.random.Generator,
+               sde_noise: np.ndarray | None = None):
+        """Samples actions: ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probs).
+
+        ``sde_noise``: gSDE's exploration matrices ``[N, latent, A]`` held by the caller (see
+        :meth:`sde_noise`); without them each step draws fresh noise from the marginal.
+        """
+        return sample_numpy(self.head, params, self.log_std, rng, sde_noise)
+
+    def sde_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``[n, latent, A]`` gSDE exploration matrices ``W ~ N(0, exp(log_std)^2)``."""
+        std = np.exp(self.log_std)
+        return (std * rng.standard_normal((n, *std.shape))).astype(np.float32)
+
+    def mode(self, params: np.ndarray) -> np.ndarray:
+        """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0)."""
+        return mode_numpy(self.head, params)
+
+
+class NumpyPolicy(NumpySampling):
     """Exact numpy mirror of :class:`ActorCritic`'s forward pass plus numpy sampling.
 
     Sampling uses a caller-supplied ``np.random.Generator`` so the agent decides how it is
@@ -46,6 +75,9 @@ class NumpyPolicy:
     """
 
     def __init__(self, net: ActorCritic):
+        if net.encoder is not None:
+            raise ValueError("NumpyPolicy mirrors Dense-only networks; a network with an encoder "
+                             "acts through pgrad.rl.compiled_actor.CompiledActor (make_actor).")
         self.net, self.head = net, net.head
         self._spec = {k: dense_layers(getattr(net, k)) for k in ("trunk", "actor", "critic")}
         self._vars = [v for k in self._spec for w, b, _ in self._spec[k] for v in (w, b)]
@@ -61,6 +93,14 @@ class NumpyPolicy:
     def flat_weights(self) -> tf.Tensor:
         """``[P]`` every mirrored variable, flattened and concatenated (call in a graph)."""
         return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in self._vars], 0)
+
+    def update_output(self) -> tf.Tensor:
+        """What the update returns for the actor (in its graph): :meth:`flat_weights`."""
+        return self.flat_weights()
+
+    def load_update_output(self, out: np.ndarray) -> None:
+        """Takes :meth:`update_output` as fetched: the new weights."""
+        self.load_flat(out)
 
     def sync(self) -> None:
         """Copies the current Keras weights (after a restore, or any outside change)."""
@@ -114,23 +154,15 @@ class NumpyPolicy:
         value = self._run("critic", feat)[:, 0] if with_value and self._spec["critic"] else None
         return params, value
 
-    def sample(self, params: np.ndarray, rng: np.random.Generator,
-               sde_noise: np.ndarray | None = None):
-        """Samples actions: ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probs).
 
-        ``sde_noise``: gSDE's exploration matrices ``[N, latent, A]`` held by the caller (see
-        :meth:`sde_noise`); without them each step draws fresh noise from the marginal.
-        """
-        return sample_numpy(self.head, params, self.log_std, rng, sde_noise)
+def make_actor(net: ActorCritic, layout=None):
+    """The acting copy of ``net``: the numpy mirror for Dense-only networks, else a compiled
+    TensorFlow call (same interface: ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
+    if net.encoder is None:
+        return NumpyPolicy(net)
+    from pgrad.rl.compiled_actor import CompiledActor
 
-    def sde_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``[n, latent, A]`` gSDE exploration matrices ``W ~ N(0, exp(log_std)^2)``."""
-        std = np.exp(self.log_std)
-        return (std * rng.standard_normal((n, *std.shape))).astype(np.float32)
-
-    def mode(self, params: np.ndarray) -> np.ndarray:
-        """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0)."""
-        return mode_numpy(self.head, params)
+    return CompiledActor(net, layout if layout is not None else net.encoder.layout)
 
 
 def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
@@ -198,8 +230,10 @@ class Policy:
     """What evaluation and attacks need of a policy, whatever holds it (an agent, an export).
 
     ``flatten`` turns raw batched observations into flat float32 ``[N, d]`` (before any
-    normalisation); ``params`` maps those to distribution parameters in TensorFlow
-    (differentiable, normaliser inside); ``act_flat`` picks env-ready actions.
+    normalisation) -- or, for observations with images, into the parts of
+    :class:`pgrad.rl.spaces.ObsLayout` (images in their own dtype); ``params`` maps those to
+    distribution parameters in TensorFlow (differentiable, normaliser inside); ``act_flat``
+    picks env-ready actions.
     """
 
     def __init__(self, observation_space, action_space, head: dist_lib.ActionHead):
@@ -207,14 +241,17 @@ class Policy:
 
         self.observation_space, self.action_space, self.head = (observation_space, action_space,
                                                                  head)
-        self._flatten = spaces.make_preprocessor(observation_space)
+        self.layout = spaces.obs_layout(observation_space)
+        self._flatten = self.layout.preprocess
 
-    def flatten(self, obs_batch) -> np.ndarray:
-        """Raw batched observations -> ``[N, d]`` float32 (as :mod:`pgrad.rl.spaces`)."""
+    def flatten(self, obs_batch):
+        """Raw batched observations -> ``[N, d]`` float32 or the layout's parts (as
+        :mod:`pgrad.rl.spaces`)."""
         return self._flatten(obs_batch)
 
-    def params(self, flat: tf.Tensor) -> tf.Tensor:
-        """``[N, d]`` flat raw observations -> ``[N, param_size]`` (TensorFlow, differentiable)."""
+    def params(self, flat) -> tf.Tensor:
+        """``[N, d]`` flat raw observations (or the layout's parts) -> ``[N, param_size]``
+        (TensorFlow, differentiable)."""
         raise NotImplementedError
 
     def distribution(self, flat: tf.Tensor):
@@ -223,8 +260,8 @@ class Policy:
 
     def act_flat(self, flat: np.ndarray, deterministic: bool,
                  rng: np.random.Generator | None = None) -> np.ndarray:
-        """Env-ready actions ``[N, ...]`` at flat raw observations."""
-        params = self.params(tf.constant(flat, tf.float32)).numpy()
+        """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts)."""
+        params = self.params(self.layout.to_tensors(flat)).numpy()
         if deterministic:
             actions = mode_numpy(self.head, params)
         else:
@@ -242,20 +279,25 @@ class NetworkPolicy(Policy):
       obs_norm: the observation normaliser or ``None``.
     """
 
-    def __init__(self, net: ActorCritic, mirror: NumpyPolicy, obs_norm, observation_space,
-                 action_space):
+    def __init__(self, net: ActorCritic, mirror, obs_norm, observation_space, action_space):
         super().__init__(observation_space, action_space, net.head)
         self.net, self.mirror, self.obs_norm = net, mirror, obs_norm
 
-    def params(self, flat: tf.Tensor) -> tf.Tensor:
-        x = tf.cast(flat, tf.float32)
-        if self.obs_norm is not None:
-            x = self.obs_norm.tf_normalize(x)
-        return self.net.params(x)
+    def params(self, flat) -> tf.Tensor:
+        layout = self.layout
+        vector = layout.vector(flat)
+        if vector is not None:  # the normaliser sees the vector part only
+            x = tf.cast(vector, tf.float32)
+            if self.obs_norm is not None:
+                x = self.obs_norm.tf_normalize(x)
+            flat = layout.with_vector(flat, x)
+        return self.net.params(flat)
 
-    def act_flat(self, flat: np.ndarray, deterministic: bool,
+    def act_flat(self, flat, deterministic: bool,
                  rng: np.random.Generator | None = None) -> np.ndarray:
-        x = flat if self.obs_norm is None else self.obs_norm(flat)
+        layout = self.layout
+        x = flat if self.obs_norm is None else layout.with_vector(
+            flat, self.obs_norm(layout.vector(flat)))
         params, _ = self.mirror.forward(x)
         actions = (self.mirror.mode(params) if deterministic
                    else self.mirror.sample(params, rng or np.random.default_rng())[0])

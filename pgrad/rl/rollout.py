@@ -53,7 +53,10 @@ class Trajectory(NamedTuple):
     """A batch of transitions, time-major. Arrays are read-only.
 
     Attributes:
-      observations: ``[T, B, obs_dim]`` float32, preprocessed (and normalised) o_t.
+      observations: ``[T, B, obs_dim]`` float32, preprocessed (and normalised) o_t. For
+        observations with images, the parts of :class:`pgrad.rl.spaces.ObsLayout` instead: each
+        image ``[T, B, *shape]`` in its own dtype (uint8, bool), the vector part (normalised)
+        ``[T, B, d]`` float32; one array, or a tuple of them in part order.
       actions: ``[T, B, *action_shape]`` int32 / float32 as sampled (before clipping to bounds).
       rewards: ``[T, B]`` float32 r_t (normalised if reward normalisation is on).
       terminated: ``[T, B]`` float32, 1 where step t ended the episode for real.
@@ -62,8 +65,9 @@ class Trajectory(NamedTuple):
       values: ``[T, B]`` float32 V(o_t) if the policy function returns values, else None (the
         agents return None: their update recomputes V on the same weights, which is cheaper
         than a critic pass per env step).
-      next_observations: ``[T, B, obs_dim]`` the observation that followed step t: o_{t+1} within
-        an episode, the episode's final observation where it ended.
+      next_observations: ``[T, B, obs_dim]`` (or parts, as ``observations``) the observation that
+        followed step t: o_{t+1} within an episode, the episode's final observation where it
+        ended.
       mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
         collection masks each env's steps after its last finished episode.
     """
@@ -89,6 +93,8 @@ def _where(where: str | int) -> str:
 
 
 def _frozen(x):
+    if isinstance(x, tuple):  # observation parts
+        return tuple(_frozen(p) for p in x)
     if x is not None:
         x.flags.writeable = False
     return x
@@ -111,7 +117,8 @@ class Collector:
             raise ValueError(f"Collector needs AutoresetMode.SAME_STEP vector envs; got {mode}.")
         self.envs, self.name = envs, name
         self.num_envs = envs.num_envs
-        self.preprocess = spaces.make_preprocessor(envs.single_observation_space)
+        self.layout = spaces.obs_layout(envs.single_observation_space)
+        self.preprocess = self.layout.preprocess
         self.obs_dim = spaces.flat_dim(envs.single_observation_space)
         self.obs_norm, self.reward_norm = obs_norm, reward_norm
         self.env_steps = 0  # sub-env steps taken (the owner may set it: the run's total)
@@ -164,7 +171,7 @@ class Collector:
         obs, _ = self._env_call(where, self.envs.reset, seed=seed)
         self._raw_obs = self._check(self._flat(obs, where), None, None)
         if self.obs_norm is not None:
-            self.obs_norm.rms.update(self._raw_obs)
+            self.obs_norm.rms.update(self.layout.vector(self._raw_obs))
 
     def _norm(self, flat: np.ndarray) -> np.ndarray:
         """Normalised observations. A step's observations are normalised twice with the same
@@ -176,14 +183,18 @@ class Collector:
         rms, last = self.obs_norm.rms, self._last_norm
         if last is not None and last[0] is flat and last[1] is rms.mean and last[2] is rms.var:
             return last[3]
-        out = self.obs_norm(flat)
+        out = self.layout.with_vector(flat, self.obs_norm(self.layout.vector(flat)))
         self._last_norm = (flat, rms.mean, rms.var, out)
         return out
 
     def _check(self, flat: np.ndarray, rewards: np.ndarray | None, step: int | None) -> np.ndarray:
-        """Raises ValueError naming the env and step if an observation or reward is NaN/Inf."""
-        if not np.isfinite(flat).all() or (rewards is not None and not np.isfinite(rewards).all()):
-            what = "observation" if not np.isfinite(flat).all() else "reward"
+        """Raises ValueError naming the env and step if an observation or reward is NaN/Inf.
+
+        Only the float32 vector part is checked: images are integers or bools."""
+        vec = self.layout.vector(flat)
+        obs_ok = vec is None or np.isfinite(vec).all()
+        if not obs_ok or (rewards is not None and not np.isfinite(rewards).all()):
+            what = "observation" if not obs_ok else "reward"
             where = "reset" if step is None else f"env step {step}"
             raise EnvError(
                 f"env {self.name!r} returned a non-finite {what} at {where} "
@@ -211,11 +222,11 @@ class Collector:
         episodes = []
         ended = _any(done)
         if ended:
-            nxt = flat.copy()
+            nxt = self.layout.copy(flat)
             final = info["final_obs"]
             for i in np.flatnonzero(done):
                 last = self._flat(spaces.batch_of_one(final[i]), where)
-                nxt[i] = (self._check(last, None, where) if check else last)[0]
+                self.layout.set_row(nxt, i, self._check(last, None, where) if check else last)
         self.env_steps += self.num_envs
         if ended:
             key = self._episode_key
@@ -226,7 +237,7 @@ class Collector:
                     for i in np.flatnonzero(mask):
                         episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
         if self.obs_norm is not None:
-            self.obs_norm.rms.update(flat)
+            self.obs_norm.rms.update(self.layout.vector(flat))
         self._raw_obs = flat
         if self.reward_norm is not None:
             rewards = self.reward_norm(rewards, done)
@@ -267,10 +278,17 @@ class Collector:
         ``next_observations[t]``. Raises the EnvError of the first step with a NaN/Inf.
         """
         # The usual case first: everything finite (observations[0] was checked as the previous
-        # rollout's last observation, or at reset), in four whole-array checks.
-        if (_all(np.isfinite(traj.observations), axis=None)
+        # rollout's last observation, or at reset), in four whole-array checks. Only the float
+        # vector part of observations is checked (images are integers or bools).
+        vec, zero = self.layout.vector, np.zeros((traj.rewards.shape[0], 1), np.float32)
+        observations = vec(traj.observations) if vec(traj.observations) is not None else zero
+        next_observations = (vec(traj.next_observations)
+                             if vec(traj.next_observations) is not None else zero)
+        if last_obs is not None:
+            last_obs = vec(last_obs) if vec(last_obs) is not None else zero[0]
+        if (_all(np.isfinite(observations), axis=None)
                 and _all(np.isfinite(traj.rewards), axis=None)
-                and _all(np.isfinite(traj.next_observations), axis=None)
+                and _all(np.isfinite(next_observations), axis=None)
                 and (last_obs is None or _all(np.isfinite(last_obs), axis=None))):
             return
         num = traj.rewards.shape[0]
@@ -278,12 +296,12 @@ class Collector:
         def ok(x):  # [n, B, ...] -> [n] bool
             return np.isfinite(x).reshape(x.shape[0], -1).all(1)
 
-        later = traj.observations[1:]
+        later = observations[1:]
         if last_obs is not None:
             later = np.concatenate([later, last_obs[None]])
         obs_ok = np.ones(num, bool)
         obs_ok[: later.shape[0]] = ok(later)
-        reward_ok, final_ok = ok(traj.rewards), ok(traj.next_observations)
+        reward_ok, final_ok = ok(traj.rewards), ok(next_observations)
         bad = np.flatnonzero(~(obs_ok & reward_ok & final_ok))
         if bad.size:
             t = int(bad[0])
@@ -331,14 +349,14 @@ class Collector:
         # for image-sized ones)
         f32 = lambda c: np.array(c, np.float32)  # noqa: E731
         return Trajectory(
-            observations=_frozen(np.array(obs)),
+            observations=_frozen(self.layout.stack(obs)),
             actions=_frozen(np.array(act)),
             rewards=_frozen(f32(rew)),
             terminated=_frozen(f32(term)),
             truncated=_frozen(f32(trunc)),
             log_probs=_frozen(f32(logp)),
             values=None if vals[0] is None else _frozen(f32(vals)),
-            next_observations=_frozen(np.array(nxt)),
+            next_observations=_frozen(self.layout.stack(nxt)),
             mask=_frozen(mask),
         )
 

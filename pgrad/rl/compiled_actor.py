@@ -1,0 +1,109 @@
+"""Acting for policies the numpy mirror does not copy: one compiled TensorFlow call per step.
+
+A CNN's forward pass is work a TensorFlow call amortises (NatureCNN on 8 frames of 84x84x4 is a
+few milliseconds, the call's own overhead ~0.1-0.3 ms), and a user's Keras encoder cannot be
+mirrored at all. :class:`CompiledActor` computes the distribution parameters on the batch with
+one traced ``tf.function`` (batch dimension left open, so one trace serves every batch size)
+on the live Keras variables, then samples with the numpy samplers of :mod:`pgrad.rl.policy`:
+from the same parameters and the same generator it draws exactly the actions the numpy mirror
+would. Its interface is :class:`pgrad.rl.policy.NumpyPolicy` 's, so the agent, the rollout
+workers and evaluation use either without knowing which.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from pgrad.rl.networks import ActorCritic
+from pgrad.rl.policy import NumpySampling
+from pgrad.rl.spaces import ObsLayout
+
+#: Compile the acting call with XLA. Off: no clear gain measured (docs/performance.md, "Images"),
+#: and XLA compiles again for every new batch size.
+JIT_COMPILE = False
+
+
+class CompiledActor(NumpySampling):
+    """Distribution parameters from a compiled call, actions from the numpy samplers.
+
+    Args:
+      net: the networks (acting reads their live variables: nothing to copy after an update).
+      layout: the observation layout the network reads.
+      jit_compile: compile the call with XLA (default :data:`JIT_COMPILE`).
+    """
+
+    def __init__(self, net: ActorCritic, layout: ObsLayout, jit_compile: bool | None = None):
+        self.net, self.head, self.layout = net, net.head, layout
+        jit = JIT_COMPILE if jit_compile is None else bool(jit_compile)
+        self._fn = tf.function(self._params, autograph=False, jit_compile=jit)
+        self._concrete = None
+        self._vars = list(net.policy_variables)
+        self._log_std_var = getattr(self.head, "log_std", None)
+        self.log_std: np.ndarray | None = None
+        self.sync()
+
+    def _params(self, *parts):
+        return self.net.params(self.layout.join(parts))
+
+    def _call(self, obs) -> tf.Tensor:
+        if self._concrete is None:
+            specs = self.layout.split(self.layout.tensor_specs(names=False))
+            concrete = self._fn.get_concrete_function(*specs)
+            # Straight to the flat entry point (as agents.update.flat_caller): the public call
+            # re-binds the arguments to the signature every step; without it, the public call.
+            call_flat = getattr(concrete, "_call_flat", None)
+            self._concrete = (
+                concrete if call_flat is None or not hasattr(concrete, "captured_inputs")
+                else lambda *args: call_flat(list(args), concrete.captured_inputs))
+        parts = [tf.constant(np.asarray(x, p.dtype))
+                 for x, p in zip(self.layout.split(obs), self.layout.parts)]
+        return self._concrete(*parts)
+
+    def forward(self, obs, with_value: bool = False):
+        """Observations (the layout's parts) -> ``([N, param_size]``, ``[N]`` values or None)."""
+        params = self._call(obs).numpy()
+        value = None
+        if with_value and self.net.critic is not None:
+            value = self.net.value(self.layout.to_tensors(obs)).numpy()
+        return params, value
+
+    def sync(self) -> None:
+        """Re-reads what acting keeps in numpy (the Gaussian log-std) from the variables."""
+        self.log_std = None if self._log_std_var is None else self._log_std_var.numpy()
+
+    # -- the update's output and rollout workers ----------------------------------------------
+
+    def update_output(self) -> tf.Tensor:
+        """``[1 + S]`` (in the update's graph): 0 if every policy weight is finite (else NaN),
+        then the flat log-std of a Gaussian head (``S`` values, or none). The weights
+        themselves are the live variables: nothing else needs copying."""
+        probe = tf.add_n([tf.reduce_sum(tf.cast(v, tf.float32) * 0.0) for v in self._vars])
+        out = [tf.reshape(probe, [1])]
+        if self._log_std_var is not None:
+            out.append(tf.reshape(tf.cast(self._log_std_var, tf.float32), [-1]))
+        return tf.concat(out, 0)
+
+    def load_update_output(self, out: np.ndarray) -> None:
+        if self._log_std_var is not None:
+            self.log_std = np.asarray(out[1:], np.float32).reshape(self._log_std_var.shape)
+
+    def flat_weights(self) -> tf.Tensor:
+        """``[P]`` every policy variable, flattened and concatenated."""
+        return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in self._vars], 0)
+
+    def flat_numpy(self) -> np.ndarray:
+        """``[P]`` float32: the policy's weights (for :meth:`load_flat` on a copy elsewhere)."""
+        return np.concatenate([np.ravel(v.numpy()) for v in self._vars]).astype(np.float32)
+
+    def load_flat(self, flat: np.ndarray) -> None:
+        """Assigns the policy's weights from a :meth:`flat_numpy` vector."""
+        flat = np.asarray(flat, np.float32)
+        sizes = [int(np.prod(v.shape)) for v in self._vars]
+        if sum(sizes) != flat.size:
+            raise ValueError(f"load_flat got {flat.size} values for {sum(sizes)} policy weights.")
+        at = 0
+        for v, size in zip(self._vars, sizes):
+            v.assign(flat[at: at + size].reshape(v.shape))
+            at += size
+        self.sync()

@@ -1,0 +1,282 @@
+"""Observation encoders: what turns an observation into the features the policy heads read.
+
+A policy is ``encoder -> heads`` (a recurrent core will sit between them). The encoder is chosen
+by name, or is the user's own Keras model:
+
+* ``"mlp"`` -- Dense layers (``hidden``, ``activation``) on the flat vector. On vector
+  observations this is the MLP policy as it always was (:class:`pgrad.rl.networks.ActorCritic`
+  without an encoder); images, if any, are scaled, flattened and joined to the vector first.
+* ``"nature_cnn"`` -- Mnih et al. (2015), as Stable-Baselines3's ``NatureCNN``: Conv 32 8x8
+  stride 4, Conv 64 4x4 stride 2, Conv 64 3x3 stride 1 (ReLU), Flatten, Dense 512 ReLU. Needs
+  images of at least 36 x 36.
+* ``"impala_cnn"`` -- Espeholt et al. (2018), as CleanRL's procgen/Atari network: three stacks
+  of [Conv 3x3 (16, 32, 32 channels), max-pool 3x3 stride 2, two residual blocks
+  ``x + conv(relu(conv(relu(x))))``], then ReLU, Flatten, Dense 256 ReLU.
+* ``"minatar_cnn"`` -- Young & Tian (2019): Conv 16 3x3 stride 1 ReLU, Flatten, Dense 128 ReLU.
+  Needs images of at least 3 x 3 (MinAtar's are 10 x 10).
+* ``"auto"`` -- a CNN where the observations hold images (``nature_cnn`` for images of at least
+  36 x 36, ``minatar_cnn`` for smaller ones), else ``"mlp"``.
+* own -- from Python, a function ``fn(observation_space) -> keras.Model`` (called once more for
+  the critic's copy when the encoder is not shared) or a built ``keras.Model`` / ``Layer``.
+  It is called on the parts of :class:`pgrad.rl.spaces.ObsLayout` with images already scaled to
+  float32 in [0, 1], channel-last (one tensor, or a list in part order), and must return
+  ``[N, features]``.
+
+With a CNN, every image part gets its own CNN and the vector part of a ``Dict`` observation the
+MLP of ``hidden`` (passed through flat when ``hidden`` is empty); the features are
+concatenated. The heads (a Dense layer each for the policy and the value) read them directly,
+as in Stable-Baselines3's ``CnnPolicy`` and CleanRL's Atari agents.
+
+Images arrive in their own dtype and are scaled here, inside the network: uint8 ``/ 255``, bool
+cast to 0/1, channel-first images transposed to channel-last. Initialisation is orthogonal as in
+SB3/CleanRL (gain sqrt 2 for convolutions and hidden layers; the heads' gains are set by
+:mod:`pgrad.rl.networks`), biases zero; ``ortho_init=False`` uses PyTorch's default kernel init.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pgrad.rl.spaces import ObsLayout, Part
+
+#: Names accepted for the ``encoder`` setting.
+NAMES = ("auto", "mlp", "nature_cnn", "impala_cnn", "minatar_cnn")
+#: Smallest image (height and width) each CNN accepts.
+MIN_SIZE = {"nature_cnn": 36, "impala_cnn": 1, "minatar_cnn": 3}
+
+
+def _init(gain: float, seed: int | None, ortho_init: bool):
+    if not ortho_init:  # PyTorch's default: uniform in +-1/sqrt(fan_in), as for Dense layers
+        return keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform", seed=seed)
+    return keras.initializers.Orthogonal(gain, seed=seed)
+
+
+class _Seeds:
+    """Successive layer seeds ``seed, seed + 1, ...`` (``None``: Keras' global seed)."""
+
+    def __init__(self, seed: int | None):
+        self.next = seed
+
+    def __call__(self) -> int | None:
+        if self.next is None:
+            return None
+        self.next += 1
+        return self.next - 1
+
+
+def nature_cnn(shape: tuple[int, int, int], seed: int | None = None, ortho_init: bool = True,
+               name: str = "nature_cnn") -> keras.Sequential:
+    """``[N, H, W, C]`` float32 -> ``[N, 512]``: Mnih et al. (2015), SB3's ``NatureCNN``."""
+    seeds, gain = _Seeds(seed), np.sqrt(2.0)
+
+    def conv(filters, size, stride, i):
+        return keras.layers.Conv2D(filters, size, stride, activation="relu", name=f"{name}_conv{i}",
+                                   kernel_initializer=_init(gain, seeds(), ortho_init))
+
+    return keras.Sequential([
+        keras.layers.Input(shape), conv(32, 8, 4, 0), conv(64, 4, 2, 1), conv(64, 3, 1, 2),
+        keras.layers.Flatten(name=f"{name}_flatten"),
+        keras.layers.Dense(512, "relu", name=f"{name}_dense",
+                           kernel_initializer=_init(gain, seeds(), ortho_init)),
+    ], name=name)
+
+
+def minatar_cnn(shape: tuple[int, int, int], seed: int | None = None, ortho_init: bool = True,
+                name: str = "minatar_cnn") -> keras.Sequential:
+    """``[N, H, W, C]`` float32 -> ``[N, 128]``: Young & Tian (2019)'s MinAtar network."""
+    seeds, gain = _Seeds(seed), np.sqrt(2.0)
+    return keras.Sequential([
+        keras.layers.Input(shape),
+        keras.layers.Conv2D(16, 3, 1, activation="relu", name=f"{name}_conv0",
+                            kernel_initializer=_init(gain, seeds(), ortho_init)),
+        keras.layers.Flatten(name=f"{name}_flatten"),
+        keras.layers.Dense(128, "relu", name=f"{name}_dense",
+                           kernel_initializer=_init(gain, seeds(), ortho_init)),
+    ], name=name)
+
+
+def impala_cnn(shape: tuple[int, int, int], seed: int | None = None, ortho_init: bool = True,
+               name: str = "impala_cnn", channels: Sequence[int] = (16, 32, 32)) -> keras.Model:
+    """``[N, H, W, C]`` float32 -> ``[N, 256]``: Espeholt et al. (2018)'s residual network, as
+    CleanRL's ``ppo_procgen`` (max-pool "same" padding = PyTorch's padding 1 at stride 2)."""
+    seeds, gain = _Seeds(seed), np.sqrt(2.0)
+    layers = keras.layers
+
+    def conv(ch, label):
+        return layers.Conv2D(ch, 3, padding="same", name=f"{name}_{label}",
+                             kernel_initializer=_init(gain, seeds(), ortho_init))
+
+    inputs = layers.Input(shape)
+    x = inputs
+    for s, ch in enumerate(channels):
+        x = conv(ch, f"s{s}_conv")(x)
+        x = layers.MaxPooling2D(3, 2, padding="same", name=f"{name}_s{s}_pool")(x)
+        for r in range(2):
+            y = layers.ReLU()(x)
+            y = conv(ch, f"s{s}_res{r}_conv0")(y)
+            y = layers.ReLU()(y)
+            y = conv(ch, f"s{s}_res{r}_conv1")(y)
+            x = layers.Add()([x, y])
+    x = layers.Flatten(name=f"{name}_flatten")(layers.ReLU()(x))
+    x = layers.Dense(256, "relu", name=f"{name}_dense",
+                     kernel_initializer=_init(gain, seeds(), ortho_init))(x)
+    return keras.Model(inputs, x, name=name)
+
+
+CNNS: dict[str, Callable[..., keras.Model]] = {
+    "nature_cnn": nature_cnn, "impala_cnn": impala_cnn, "minatar_cnn": minatar_cnn}
+
+
+def check_name(encoder: Any, field: str = "encoder") -> None:
+    """Raises ValueError unless ``encoder`` is a built-in name, a callable or a Keras layer."""
+    if isinstance(encoder, str):
+        if encoder not in NAMES:
+            raise ValueError(
+                f"{field} must be one of {', '.join(NAMES)} (or, from Python, a function "
+                f"observation_space -> keras.Model, or a keras.Model); got {encoder!r}")
+    elif not (callable(encoder) or isinstance(encoder, keras.layers.Layer)):
+        raise ValueError(f"{field} must be a name ({', '.join(NAMES)}), a function "
+                         f"observation_space -> keras.Model or a keras.Model; got "
+                         f"{type(encoder).__name__}")
+
+
+def resolve(encoder: Any, layout: ObsLayout, where: str = "the env") -> Any:
+    """The concrete encoder for ``layout``: ``"auto"`` decided, CNNs checked against the images.
+
+    Returns ``"mlp"``, a CNN name, or the user's callable / layer.
+
+    Raises:
+      ValueError: an unknown name, a CNN on observations without images, or images too small
+        for the chosen CNN (one sentence naming the image, its size and what fits).
+    """
+    check_name(encoder)
+    if not isinstance(encoder, str):
+        return encoder
+    images = layout.images
+    if encoder == "auto":
+        if not images:
+            return "mlp"
+        small = min(min(p.image_size()[:2]) for p in images)
+        return "nature_cnn" if small >= MIN_SIZE["nature_cnn"] else "minatar_cnn"
+    if encoder in CNNS:
+        if not images:
+            raise ValueError(
+                f"encoder {encoder!r} needs image observations (a rank-3 Box of uint8 with bounds "
+                f"0..255, or of bool); {where} observes {layout.space}; use encoder='mlp' "
+                "(or 'auto')")
+        for p in images:
+            h, w, c = p.image_size()
+            if min(h, w) < MIN_SIZE[encoder]:
+                fits = [n for n, m in MIN_SIZE.items() if min(h, w) >= m]
+                raise ValueError(
+                    f"encoder {encoder!r} needs images of at least {MIN_SIZE[encoder]}x"
+                    f"{MIN_SIZE[encoder]}; {where}'s image {p.name!r} is {h}x{w}x{c}; use "
+                    f"encoder={fits[-1]!r} (or 'auto')")
+    return encoder
+
+
+def scale_image(x: tf.Tensor, part: Part) -> tf.Tensor:
+    """``[N, *part.shape]`` image in its own dtype -> ``[N, H, W, C]`` float32: uint8 ``/ 255``,
+    bool cast to 0/1, channel-first transposed to channel-last."""
+    if part.channels_first:
+        x = tf.transpose(x, [0, 2, 3, 1])
+    if part.dtype == np.uint8:
+        return tf.cast(x, tf.float32) / 255.0
+    return tf.cast(x, tf.float32)
+
+
+class ObservationEncoder(keras.layers.Layer):
+    """``observation parts -> [N, feature_dim]`` float32 (see the module docstring).
+
+    Args:
+      layout: the observation layout (:func:`pgrad.rl.spaces.obs_layout`).
+      encoder: ``"mlp"``, a CNN name, or the user's function / Keras model (as :func:`resolve`
+        returns).
+      hidden, activation: the MLP's widths and activation (the vector part; with ``"mlp"``
+        everything).
+      seed: initialiser seed (``None``: Keras' global seed).
+      ortho_init: orthogonal initialisation (else PyTorch's default).
+    """
+
+    def __init__(self, layout: ObsLayout, encoder: Any, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", seed: int | None = 0, ortho_init: bool = True,
+                 name: str = "encoder"):
+        super().__init__(name=name)
+        from pgrad.rl.networks import mlp
+
+        self.layout, self.kind = layout, encoder if isinstance(encoder, str) else "own"
+        self.parts = layout.parts
+        hidden = tuple(int(h) for h in hidden)
+        self.cnns: list = []
+        self.vector_mlp = None
+        self.own = None
+        if self.kind == "own":
+            self.own = _own_model(encoder, layout)
+        elif self.kind == "mlp":
+            width = sum(int(np.prod(p.shape)) for p in self.parts)
+            if hidden:
+                self.vector_mlp = mlp(width, hidden, None, activation, name=f"{name}_mlp",
+                                      seed=seed, ortho_init=ortho_init)
+        else:
+            build = CNNS[self.kind]
+            for i, p in enumerate(layout.images):
+                self.cnns.append(build(p.image_size(), seed=None if seed is None else seed + 10 * i,
+                                       ortho_init=ortho_init, name=f"{name}_{self.kind}{i}"))
+            if layout.vector_index is not None and hidden:
+                self.vector_mlp = mlp(layout.vector_dim, hidden, None, activation,
+                                      name=f"{name}_mlp", seed=None if seed is None else seed + 500,
+                                      ortho_init=ortho_init)
+        out = self(layout.join(tf.zeros([1, *p.shape], tf.as_dtype(p.dtype))
+                               for p in self.parts))
+        if out.shape.rank != 2 or out.shape[0] != 1:
+            raise ValueError(f"the encoder must return [N, features]; for a batch of one "
+                             f"observation it returned shape {out.shape.as_list()}")
+        self.feature_dim = int(out.shape[1])
+
+    def call(self, obs):
+        parts = self.layout.split(obs)
+        scaled = [scale_image(x, p) if p.image else tf.cast(x, tf.float32)
+                  for x, p in zip(parts, self.parts)]
+        if self.own is not None:
+            return self.own(scaled[0] if len(scaled) == 1 else list(scaled))
+        if self.kind == "mlp":
+            flat = [tf.reshape(x, [tf.shape(x)[0], -1]) for x in scaled]
+            x = flat[0] if len(flat) == 1 else tf.concat(flat, axis=1)
+            return x if self.vector_mlp is None else self.vector_mlp(x)
+        feats, cnns = [], iter(self.cnns)
+        for x, p in zip(scaled, self.parts):
+            if p.image:
+                feats.append(next(cnns)(x))
+            else:
+                feats.append(x if self.vector_mlp is None else self.vector_mlp(x))
+        return feats[0] if len(feats) == 1 else tf.concat(feats, axis=1)
+
+
+def _own_model(encoder: Any, layout: ObsLayout):
+    """The user's encoder as a Keras layer (a function is called with the observation space)."""
+    if isinstance(encoder, keras.layers.Layer):
+        return encoder
+    model = encoder(layout.space)
+    if not isinstance(model, keras.layers.Layer):
+        raise ValueError(f"the encoder function {getattr(encoder, '__name__', encoder)!r} must "
+                         f"return a keras.Model (or Layer); it returned {type(model).__name__}")
+    return model
+
+
+def encoder_copy(encoder: Any, layout: ObsLayout, **kwargs) -> ObservationEncoder:
+    """A second, independent encoder like ``encoder`` (the critic's, when not shared).
+
+    Raises:
+      ValueError: ``encoder`` is a Keras model instance (its weights cannot be duplicated
+        safely; pass a function that builds it instead).
+    """
+    if isinstance(encoder, keras.layers.Layer):
+        raise ValueError("share_encoder=False needs a second encoder: pass a function "
+                         "observation_space -> keras.Model (called once for the actor and once "
+                         "for the critic) instead of a model instance")
+    return ObservationEncoder(layout, encoder, **kwargs)
