@@ -208,7 +208,7 @@ def test_collector_reports_whole_games(mode):
         env = envs.make_env(env_id)
         obs, _ = env.reset(seed=b)
         for t, a in enumerate(taken):
-            np.testing.assert_array_equal(observations[t, b], obs.reshape(-1).astype(np.float32))
+            np.testing.assert_array_equal(observations[t, b], np.asarray(obs))  # images as they are
             obs, r, term, trunc, info = env.step(int(a[b]))
             assert rewards[t, b] == r and terminated[t, b] == term
             if term or trunc:
@@ -277,7 +277,8 @@ def test_a_game_that_ends_inside_a_reset_is_reported_by_that_reset():
     v = envs.make_vec_env(env_id, 1, env_kwargs={"max_num_frames_per_episode": limit})
     col = rollout.Collector(v, env_id)
     col.reset(seed=seed)
-    fn = lambda o: (policy.act_flat(o, True, None),) * 2 + (np.zeros(len(o), np.float32), None)
+    fn = lambda o: ((policy.act_flat(policy.flatten(o), True, None),) * 2  # noqa: E731
+                    + (np.zeros(len(o), np.float32), None))
     _, episodes = col.collect(fn, steps)
     assert episodes == [(steps, score, steps)]
     col.close()
@@ -308,7 +309,7 @@ def test_minatar_registers_on_demand(monkeypatch):
     col.reset(seed=0)
     policy = lambda o: (np.zeros(len(o), np.int64),) * 2 + (np.zeros(len(o), np.float32), None)
     traj, episodes = col.collect(policy, 200)
-    assert traj.observations.shape == (200, 2, 400) and episodes  # standing still loses the ball
+    assert traj.observations.shape == (200, 2, 10, 10, 4) and episodes  # standing still loses
     col.close()
 
 
