@@ -31,6 +31,7 @@ import tensorflow as tf
 import pgrad
 from agents import hooks
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
+from agents.schedules import Schedules
 from agents.update import CompiledUpdate
 from pgrad.rl import encoders, rollout, spaces
 from pgrad.rl.export import export_policy
@@ -40,15 +41,15 @@ from pgrad.rl.policy import NetworkPolicy, make_actor
 from pgrad.transforms import TransformState
 
 
-def make_optimizer(cfg: ActorCriticConfig) -> keras.optimizers.Optimizer:
-    """The Keras optimizer the config names. Its learning rate is a variable the update sets
-    (the linear decay of ``lr_decay_steps`` is computed from the env-step counter)."""
+def make_optimizer(cfg: ActorCriticConfig, learning_rate: float) -> keras.optimizers.Optimizer:
+    """The Keras optimizer the config names. Its learning rate is a variable each update sets
+    from the schedule (:mod:`agents.schedules`); ``learning_rate`` is its start value."""
     if cfg.optimizer == "rmsprop":
-        return keras.optimizers.RMSprop(cfg.learning_rate, rho=cfg.rmsprop_rho,
+        return keras.optimizers.RMSprop(learning_rate, rho=cfg.rmsprop_rho,
                                         epsilon=cfg.optimizer_eps)
     if cfg.optimizer == "adam":
-        return keras.optimizers.Adam(cfg.learning_rate, epsilon=cfg.optimizer_eps)
-    return keras.optimizers.SGD(cfg.learning_rate)
+        return keras.optimizers.Adam(learning_rate, epsilon=cfg.optimizer_eps)
+    return keras.optimizers.SGD(learning_rate)
 
 
 class ActorCriticAgent:
@@ -101,11 +102,16 @@ class ActorCriticAgent:
         self.collector = rollout.Collector(envs, self.env_name, self.obs_norm, self.reward_norm)
         # Dense-only policies act on the numpy mirror, encoded ones through one compiled call.
         self.mirror = make_actor(self.net, self.layout)
-        self.optimizer = make_optimizer(cfg)
+        self.schedules = Schedules(cfg)
+        #: The env-step count the current run trains to (set by the training loop; schedules
+        #: run over it). ``None``: stepped by hand, schedules at their start values.
+        self.budget: int | None = None
+        self.optimizer = make_optimizer(cfg, self.schedules.start("learning_rate"))
         self.optimizer.build(self.net.variables)  # slots exist before any checkpoint restore
         self.critic_optimizer = None
         if cfg.critic_updates:  # NPG/TRPO style: the critic has its own optimizer and passes
-            self.critic_optimizer = keras.optimizers.Adam(cfg.critic_learning_rate, epsilon=1e-5)
+            self.critic_optimizer = keras.optimizers.Adam(
+                self.schedules.start("critic_learning_rate"), epsilon=1e-5)
             self.critic_optimizer.build(self.net.value_only_variables)
         self.custom_transform = transform is not None
         self.transform = transform if transform is not None else self.default_transform()
@@ -146,16 +152,6 @@ class ActorCriticAgent:
     def default_transform(self) -> pgrad.GradientTransform:
         """The policy-gradient chain used when none is given: the advantage-weighted mean."""
         return pgrad.chain(pgrad.weight_by("advantages"), pgrad.mean_steps(), name=self.name)
-
-    def context_scalars(self, env_steps: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Scalars added to the chain's context each update (schedules, e.g. PPO's clip range)."""
-        del env_steps
-        return {}
-
-    def report_clip_range(self, scalars: dict[str, tf.Tensor]) -> tf.Tensor | None:
-        """The clip range of the reported surrogate loss (``None``: the plain policy loss)."""
-        del scalars
-        return None
 
     def steps_per_update(self) -> int:
         """Env steps per update (nominal for whole-episode rollouts)."""
@@ -274,7 +270,8 @@ class ActorCriticAgent:
         if self.cfg.adversarial_epsilon > 0:
             traj = hooks.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
-        args = self.updater.inputs(traj, taken)
+        scheduled = self.schedules.values(base + taken, self.budget, updates)
+        args = self.updater.inputs(traj, taken, scheduled)
         out, *step_norms = self.updater(args, fixed_shape=traj.mask is None)
         out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)
         keys = self.updater.metric_keys

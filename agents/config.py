@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from agents import schedules
 from pgrad.engine import PATHS
 from pgrad.rl import encoders
 from pgrad.rl.rollout import VECTOR_MODES
@@ -27,6 +28,14 @@ MAX_OBS_DIM = 1 << 20
 
 def doc(text: str) -> dict:
     return {"help": text}
+
+
+def scheduled(text: str, floor: float | None = None) -> dict:
+    """The metadata of a field that takes a schedule (:mod:`agents.schedules`); its values are
+    clamped to ``floor`` if given."""
+    return {"help": text + "; a number or a schedule over the run: 'lin_X' (linear from X to "
+            "0), 'lin_X_Y' (to Y), or from Python a function of the progress remaining",
+            "schedule": True, "floor": floor}
 
 
 @dataclass
@@ -86,14 +95,15 @@ class ActorCriticConfig:
         "orthogonal initialisation (gains sqrt 2, 0.01 policy, 1 value); else PyTorch's default"))
     # -- optimisation --------------------------------------------------------------------------
     optimizer: str = field(default="rmsprop", metadata=doc("'rmsprop', 'adam' or 'sgd'"))
-    learning_rate: float = field(default=7e-4, metadata=doc("optimizer learning rate"))
+    learning_rate: float | str = field(default=7e-4, metadata=scheduled(
+        "optimizer learning rate"))
     optimizer_eps: float = field(default=1e-10, metadata=doc(
         "epsilon of RMSprop/Adam; Keras adds it inside RMSprop's square root, so 1e-10 here is "
         "about PyTorch's (SB3's) 1e-5 outside it"))
     rmsprop_rho: float = field(default=0.99, metadata=doc("RMSprop decay of the squared mean"))
     lr_decay_steps: int = field(default=0, metadata=doc(
-        "decay the learning rate linearly to 0 over this many env steps (rl-zoo's 'lin_'); "
-        "0 = constant"))
+        "decay the learning rates linearly to 0 over this many env steps counted from 0 (not "
+        "relative to the run: learning_rate: lin_X is); 0 = off"))
     epochs: int = field(default=1, metadata=doc("passes over each rollout"))
     minibatch_size: int = field(default=0, metadata=doc(
         "steps per minibatch, shuffled each epoch; 0 = the whole rollout in one update"))
@@ -102,14 +112,14 @@ class ActorCriticConfig:
         "1.5 x this (as SB3); 0 = off"))
     max_grad_norm: float = field(default=0.5, metadata=doc(
         "clip the combined (policy + value + entropy) gradient to this global norm; 0 = off"))
-    vf_coef: float = field(default=0.5, metadata=doc("weight of the value loss"))
-    clip_range_vf: float = field(default=0.0, metadata=doc(
+    vf_coef: float | str = field(default=0.5, metadata=scheduled("weight of the value loss"))
+    clip_range_vf: float | str = field(default=0.0, metadata=scheduled(
         "clip the new value to old value +- this in the value loss (PPO2's max form); 0 = off"))
-    ent_coef: float = field(default=0.0, metadata=doc("weight of the entropy bonus"))
+    ent_coef: float | str = field(default=0.0, metadata=scheduled("weight of the entropy bonus"))
     critic_updates: int = field(default=0, metadata=doc(
         "train the critic separately, after the policy step: this many passes over each rollout "
         "with its own Adam (as NPG/TRPO do); 0 = one joint loss with vf_coef"))
-    critic_learning_rate: float = field(default=1e-3, metadata=doc(
+    critic_learning_rate: float | str = field(default=1e-3, metadata=scheduled(
         "with critic_updates: the critic's Adam learning rate (decays with lr_decay_steps)"))
     critic_minibatch_size: int = field(default=0, metadata=doc(
         "with critic_updates: steps per critic minibatch; 0 = the whole rollout"))
@@ -129,6 +139,25 @@ class ActorCriticConfig:
         "with diagnostics: per-step norm threshold of diag_clip_fraction; 0 = leave it out"))
     adversarial_epsilon: float = field(default=0.0, metadata=doc(
         "act on FGSM-perturbed observations (L-inf radius in raw observation units); 0 = off"))
+
+    def validate_schedules(self, ranges: dict[str, tuple[float, float | None]],
+                           positive_start: bool = False) -> None:
+        """Checks that every value the schedules of ``ranges`` take at the start and end of a run
+        lies in ``[lo, hi]`` (with ``positive_start``: ``> 0`` at the start)."""
+        for name, (lo, hi) in ranges.items():
+            value = getattr(self, name)
+            points = schedules.bounds(value, name)  # ValueError: malformed, non-finite
+            shown = value if schedules.is_data(value) else f"{value!r} -> {points}"
+            if positive_start and not points[0] > 0:
+                raise ValueError(f"{name} must be > 0 at the start of the run; got {shown}")
+            if any(p < lo or (hi is not None and p > hi) for p in points):
+                where = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+                raise ValueError(f"{name} must stay in {where}; got {shown}")
+
+    def absolute_decays(self) -> dict[str, int]:
+        """``{scheduled field: env steps}`` of the legacy linear decays over absolute env steps."""
+        return {"learning_rate": int(self.lr_decay_steps),
+                "critic_learning_rate": int(self.lr_decay_steps)}
 
     def steps_per_update(self) -> int:
         """Env steps per update (nominal for whole-episode rollouts)."""
@@ -172,8 +201,13 @@ class ActorCriticConfig:
              f"log_std_init must be in [-20, 5]; got {self.log_std_init}")
         need(self.optimizer in OPTIMIZERS,
              f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
-        need(0 < self.learning_rate <= 10.0,
-             f"learning_rate must be in (0, 10]; got {self.learning_rate}")
+        self.validate_schedules({"learning_rate": (0, 10.0), "critic_learning_rate": (0, 10.0)},
+                                positive_start=True)
+        for name in ("learning_rate", "critic_learning_rate"):
+            need(not (self.lr_decay_steps and not isinstance(
+                schedules.parse(getattr(self, name), name), schedules.Constant)),
+                f"{name}: a schedule and lr_decay_steps are two decays; choose one (lin_X "
+                "decays over the run)")
         need(0 < self.optimizer_eps < 1,
              f"optimizer_eps must be in (0, 1); got {self.optimizer_eps}")
         need(0.0 < self.rmsprop_rho < 1.0, f"rmsprop_rho must be in (0, 1); got {self.rmsprop_rho}")
@@ -189,13 +223,11 @@ class ActorCriticConfig:
                  f"got {self.minibatch_size}")
         need(self.target_kl >= 0, f"target_kl must be >= 0; got {self.target_kl}")
         need(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0; got {self.max_grad_norm}")
-        need(self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}")
-        need(self.clip_range_vf >= 0, f"clip_range_vf must be >= 0; got {self.clip_range_vf}")
-        need(self.ent_coef >= 0, f"ent_coef must be >= 0; got {self.ent_coef}")
+        self.validate_schedules({"vf_coef": (0, None), "clip_range_vf": (0, None),
+                                 "ent_coef": (0, None)})
         need(0 <= int(self.critic_updates) <= 1000,
              f"critic_updates must be in [0, 1000]; got {self.critic_updates}")
-        need(0 < self.critic_learning_rate <= 10.0,
-             f"critic_learning_rate must be in (0, 10]; got {self.critic_learning_rate}")
+
         need(int(self.critic_minibatch_size) >= 0,
              f"critic_minibatch_size must be >= 0; got {self.critic_minibatch_size}")
         if self.critic_updates:

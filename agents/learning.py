@@ -228,10 +228,12 @@ class Loop:
     def run(self) -> Loop:
         """Trains until ``until`` env steps or a stop; returns itself (``reason`` says why)."""
         started: list[Callback] = []
+        self.agent.budget = self.until  # the run the schedules follow (agents/schedules.py)
         try:
             for cb in self.callbacks:
                 cb.on_start(self)
                 started.append(cb)
+            self._warn_about_decays()
             while self.reason is None:
                 if self.env_steps >= self.until:
                     self.reason = "total_steps"
@@ -257,6 +259,17 @@ class Loop:
             if errors and sys.exc_info()[0] is None:
                 raise errors[0]
         return self
+
+    def _warn_about_decays(self) -> None:
+        """One line per legacy decay (absolute env steps) that ends before this run does: past
+        its end the value is 0 (a learning rate of 0 trains nothing)."""
+        decays = getattr(self.agent.cfg, "absolute_decays", dict)()
+        for name, steps in sorted(decays.items()):
+            if steps and steps < self.until:
+                flag = "clip_decay_steps" if name == "clip_range" else "lr_decay_steps"
+                self.say(f"warning: {flag}={steps:,} ends before this run does (env step "
+                         f"{self.until:,}): {name} is 0 from env step {steps:,} on; "
+                         f"'{name}: lin_X' decays over the run instead.")
 
     def _record(self, info: dict[str, Any]) -> None:
         self.updates += 1

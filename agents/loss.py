@@ -21,10 +21,10 @@ def value_loss(values: tf.Tensor, returns: tf.Tensor, old_values: tf.Tensor | No
       values: ``[N]`` V(o_t) under the current critic (carries the gradient).
       returns: ``[N]`` regression targets R_t (no gradient).
       old_values: ``[N]`` V(o_t) when the batch was collected; needed when clipping.
-      clip_range: ``c``; 0 turns clipping off.
+      clip_range: ``c`` (a number or a scalar tensor); the number 0 turns clipping off.
     """
     unclipped = tf.square(returns - values)
-    if clip_range <= 0:
+    if isinstance(clip_range, (int, float)) and clip_range <= 0:  # a tensor: its schedule's
         return tf.reduce_mean(unclipped)
     clipped_v = old_values + tf.clip_by_value(values - old_values, -clip_range, clip_range)
     return tf.reduce_mean(tf.maximum(unclipped, tf.square(returns - clipped_v)))

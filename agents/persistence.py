@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agents import schedules
 from pgrad.rl.checkpoint import CheckpointStore
 from pgrad.rl.files import temp_path, write_json_atomic
 
@@ -35,7 +36,9 @@ def describe(agent) -> dict[str, Any]:
     """The ``agent.json`` record of an agent (JSON values only).
 
     A user's own encoder (a function or Keras model, Python only) is recorded by name under
-    ``"encoder"``, its hyperparameter as ``"auto"``: loading needs it passed again.
+    ``"encoder"``, its hyperparameter as ``"auto"``; a schedule given as a Python function (or a
+    Keras schedule) by name under ``"schedules"``, its hyperparameter as its start value:
+    loading needs them passed again.
     """
     hyperparameters = {f.name: getattr(agent.cfg, f.name)
                        for f in dataclasses.fields(agent.cfg)}  # asdict would deep-copy a model
@@ -43,6 +46,11 @@ def describe(agent) -> dict[str, Any]:
     own = None if isinstance(own, str) or own is None else own
     if own is not None:
         hyperparameters["encoder"] = "auto"
+    functions = {}
+    for name in agent.schedules.names:
+        if not schedules.is_data(hyperparameters[name]):
+            functions[name] = _name_of(hyperparameters[name])
+            hyperparameters[name] = agent.schedules.start(name)
     return {
         "format": FORMAT,
         "agent": agent.name,
@@ -51,6 +59,7 @@ def describe(agent) -> dict[str, Any]:
         "hyperparameters": _plain(hyperparameters),
         "transform": agent.transform.name if agent.custom_transform else None,
         "encoder": None if own is None else _name_of(own),
+        "schedules": functions or None,
     }
 
 
@@ -199,6 +208,12 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
         raise ValueError(f"{path}: the agent was built with its own encoder "
                          f"{record['encoder']!r}; pass it again as encoder= (pgrad never imports "
                          "code named by a saved agent).")
+    missing = sorted(set(record.get("schedules") or {}) - set(overrides))
+    if missing and not acting_only:
+        names = ", ".join(record["schedules"][m] for m in missing)
+        raise ValueError(f"{path}: the agent was trained with Python schedules for "
+                         f"{', '.join(missing)} ({names}); pass them again as keywords (pgrad "
+                         "never imports code named by a saved agent).")
     if record.get("transform") and transform is None and not acting_only:
         raise ValueError(f"{path}: the agent was trained with the transform "
                          f"{record['transform']!r}; pass it again as transform= (pgrad never "

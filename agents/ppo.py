@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import tensorflow as tf
-
 import pgrad
+from agents import schedules
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, doc, preset
-from agents.update import linear_decay
+from agents.config import ActorCriticConfig, doc, preset, scheduled
 
 
 @dataclass
@@ -33,17 +31,23 @@ class PPOConfig(ActorCriticConfig):
     optimizer_eps: float = preset("optimizer_eps", 1e-5)
     epochs: int = preset("epochs", 10)
     minibatch_size: int = preset("minibatch_size", 64)
-    clip_range: float = field(default=0.2, metadata=doc(
-        "PPO's clip range epsilon of the probability ratio"))
+    # Floored at 1e-3: a ratio clip of exactly 0 (the end of lin_X) would freeze the policy.
+    clip_range: float | str = field(default=0.2, metadata=scheduled(
+        "PPO's clip range epsilon of the probability ratio", floor=1e-3))
     clip_decay_steps: int = field(default=0, metadata=doc(
-        "decay the clip range linearly to 0 over this many env steps; 0 = constant"))
+        "decay the clip range linearly to 0 over this many env steps counted from 0 (not "
+        "relative to the run: clip_range: lin_X is); 0 = off"))
 
     def validate(self) -> None:
         super().validate()
-        if not 0 < self.clip_range < 1:
+        self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
+        if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
             raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
         if int(self.clip_decay_steps) < 0:
             raise ValueError(f"clip_decay_steps must be >= 0; got {self.clip_decay_steps}")
+
+    def absolute_decays(self) -> dict[str, int]:
+        return {**super().absolute_decays(), "clip_range": int(self.clip_decay_steps)}
 
 
 class PPO(ActorCriticAgent):
@@ -53,12 +57,6 @@ class PPO(ActorCriticAgent):
     name = "ppo"
 
     def default_transform(self) -> pgrad.GradientTransform:
+        # The clip range reaches the chain through the context, evaluated each update from its
+        # schedule (agents/schedules.py); the chain reports PPO's surrogate and approx_kl.
         return pgrad.chain(pgrad.clip_ratio("clip_range"), pgrad.mean_steps(), name=self.name)
-
-    def context_scalars(self, env_steps: tf.Tensor) -> dict[str, tf.Tensor]:
-        # Floor the decayed range: a ratio clip of exactly 0 would freeze the policy.
-        clip = linear_decay(self.cfg.clip_range, self.cfg.clip_decay_steps, env_steps)
-        return {"clip_range": tf.maximum(clip, 1e-3)}
-
-    def report_clip_range(self, scalars):
-        return scalars["clip_range"]

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import hooks
+from agents import hooks, schedules
 from agents import loss as loss_lib
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
@@ -26,17 +26,15 @@ from pgrad.transforms import standardized
 _map = tf.nest.map_structure
 
 
-def linear_decay(start: float, decay_steps: int, env_steps: tf.Tensor) -> tf.Tensor:
-    """``start * max(0, 1 - env_steps / decay_steps)``; ``start`` if ``decay_steps`` is 0."""
-    if not decay_steps:
-        return tf.constant(start, tf.float32)
-    progress = tf.cast(env_steps, tf.float32) / float(decay_steps)
-    return start * tf.maximum(0.0, 1.0 - progress)
+#: What a chain may report about its own objective under these names (``clip_ratio`` does):
+#: the update then uses them instead of computing them a second time.
+REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 
 
 def _metric_name(key: str) -> str:
     """``'clip_per_step(1.0)/clip_fraction' -> 'clip_fraction'`` for the usual report keys."""
-    return key.rsplit("/", 1)[-1] if key.endswith("/clip_fraction") else key
+    last = key.rsplit("/", 1)[-1]
+    return last if "/" in key and last in REPORTED else key
 
 
 def _needs_autograph(err: BaseException | None) -> bool:
@@ -106,8 +104,8 @@ class CompiledUpdate:
 
     Args:
       agent: the :class:`agents.base.ActorCriticAgent` whose networks, optimizers, chain state,
-        counters and normalisers it updates. Its preset hooks (``context_scalars``,
-        ``report_clip_range``, ``targets``) are called while tracing.
+        counters and normalisers it updates. Its ``targets`` (returns and advantages) is called
+        while tracing; its ``schedules`` name the scheduled values each call receives.
     """
 
     def __init__(self, agent: Any):
@@ -131,23 +129,36 @@ class CompiledUpdate:
         self._autograph = False
         self._fn = tf.function(self._update, reduce_retracing=True, autograph=False)
         self._concrete: dict[tuple, Any] = {}
+        # Terms a schedule can switch on: left out of the graph when constantly 0.
+        self.clip_values = schedules.may_be_positive(agent.cfg.clip_range_vf, "clip_range_vf")
+        self.entropy_bonus = schedules.may_be_positive(agent.cfg.ent_coef, "ent_coef")
+        # Reported each update besides learning_rate: PPO's clip range (as SB3's train/clip_range)
+        # and every value that changes over the run.
+        self.reported_schedules = [
+            n for n in agent.schedules.names if n != "learning_rate" and (
+                n == "clip_range" or not agent.schedules.constant(n))]
 
     def tracing_count(self) -> int:
         """How many times the update has been traced (a retrace per call would be a bug)."""
         return self._fn.experimental_get_tracing_count()
 
-    def inputs(self, traj: rollout.Trajectory, taken: int) -> tuple:
+    def inputs(self, traj: rollout.Trajectory, taken: int, scheduled=None) -> tuple:
         """The update's inputs as four tensors (each tensor argument of a call costs a
         conversion and signature matching, ~10 us apiece), then the images, if any:
 
         ``[2 T B obs_dim + 4 T B]`` float32: observations, next observations, rewards,
         terminated, truncated and log-probs end to end (:meth:`_unpack` splits them; of
         observations with images only their vector part, ``d`` wide, is here);
-        the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S]`` float64: the
-        env steps taken, then each normaliser's mean, var and count; for observations with
+        the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S + K]`` float64: the
+        env steps taken, each normaliser's mean, var and count, then the value of each
+        scheduled hyperparameter (``agent.schedules.names``) for this update; for observations with
         images, each image part of the observations and then of the next observations,
         ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32).
         """
+        if scheduled is None:  # the values of the update that follows now
+            scheduled = self.agent.schedules.values(int(self.env_steps_var.numpy()) + taken,
+                                                    self.agent.budget,
+                                                    int(self.updates_var.numpy()))
         layout = self.layout
         obs, nxt = layout.vector(traj.observations), layout.vector(traj.next_observations)
         vectors = [] if obs is None else [obs.ravel(), nxt.ravel()]
@@ -156,8 +167,8 @@ class CompiledUpdate:
                                 dtype=np.float32, casting="same_kind")
         stats = np.concatenate([[float(taken)]] + [
             np.ravel(x) for n in self.normalizers for x in (n.rms.mean, n.rms.var,
-                                                               n.rms.count)],
-            dtype=np.float64, casting="same_kind")
+                                                               n.rms.count)]
+            + [np.asarray(scheduled, np.float64)], dtype=np.float64, casting="same_kind")
         mask = None if traj.mask is None else tf.constant(traj.mask)
         images = []
         if not layout.flat:
@@ -170,7 +181,8 @@ class CompiledUpdate:
     def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor, *images):
         """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
         are): ``(obs, next_obs [T, B, d] (or the layout's parts), rewards, terminated,
-        truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser])``."""
+        truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser],
+        {scheduled name: float32 scalar})``."""
         T, B = (actions.shape[i] if actions.shape[i] is not None else tf.shape(actions)[i]
                 for i in (0, 1))
         d = self.vector_dim
@@ -194,7 +206,9 @@ class CompiledUpdate:
             var = tf.reshape(stats[at + size: at + 2 * size], norm.var.shape)
             norm_stats.append((mean, var, stats[at + 2 * size]))
             at += 2 * size + 1
-        return (obs, next_obs, *rest, taken, norm_stats)
+        scheduled = {name: tf.cast(stats[at + i], tf.float32)
+                     for i, name in enumerate(self.agent.schedules.names)}
+        return (obs, next_obs, *rest, taken, norm_stats, scheduled)
 
     def _join(self, images: list, vector):
         """Image tensors and the vector part -> the layout's observation (graph side)."""
@@ -240,20 +254,17 @@ class CompiledUpdate:
         """
         cfg, net = self.cfg, self.net
         (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
-         norm_stats) = self.unpack(floats, actions, stats, *images)
+         norm_stats, scalars) = self.unpack(floats, actions, stats, *images)
         self.env_steps_var.assign_add(env_steps_taken)
         for n, (mean, var, count) in zip(self.normalizers, norm_stats):
             n.mean.assign(mean)
             n.var.assign(var)
             n.count.assign(count)
-        env_steps = self.env_steps_var.read_value()
-        if cfg.lr_decay_steps:
-            self.optimizer.learning_rate.assign(
-                linear_decay(cfg.learning_rate, cfg.lr_decay_steps, env_steps))
-            if self.critic_optimizer is not None:
-                self.critic_optimizer.learning_rate.assign(
-                    linear_decay(cfg.critic_learning_rate, cfg.lr_decay_steps, env_steps))
-        scalars = self.agent.context_scalars(env_steps)
+        # The scheduled values of this update (agents/schedules.py): the learning rates into the
+        # optimizers, every value into the chain's context by its field name.
+        self.optimizer.learning_rate.assign(scalars["learning_rate"])
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.learning_rate.assign(scalars["critic_learning_rate"])
         T, B = tf.shape(rewards)[0], tf.shape(rewards)[1]
 
         def flat(x):  # [T, B, ...] -> [T B, ...], every part of an observation
@@ -292,6 +303,7 @@ class CompiledUpdate:
             metrics["value_loss"] = self._critic_epochs(data)
         metrics.update(
             learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32),
+            **{name: scalars[name] for name in self.reported_schedules},
             batch_steps=tf.cast(tf.shape(data["advantages"])[0], tf.float32),
             advantage_mean=tf.reduce_mean(data["advantages"]),
             minibatch_updates=count,
@@ -409,9 +421,10 @@ class CompiledUpdate:
             value_term = loss_lib.value_loss(net.value(mb["obs"]), mb["returns"])  # reported
         elif net.critic is not None:
             with tf.GradientTape() as tape:
-                value_term = loss_lib.value_loss(net.value(mb["obs"]), mb["returns"],
-                                                 mb["values"], cfg.clip_range_vf)
-                weighted = cfg.vf_coef * value_term
+                value_term = loss_lib.value_loss(
+                    net.value(mb["obs"]), mb["returns"], mb["values"],
+                    scalars["clip_range_vf"] if self.clip_values else 0.0)
+                weighted = scalars["vf_coef"] * value_term
             value_grads = zeros_for_unconnected(tape.gradient(weighted, value_vars), value_vars)
         context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
                    "old_values": mb["values"], "rewards": mb["rewards"],
@@ -422,9 +435,9 @@ class CompiledUpdate:
             return dist.log_prob(a), {"entropy": dist.entropy()}  # [M], [M]
 
         aux = None
-        if cfg.ent_coef > 0:
+        if self.entropy_bonus:
             def aux(log_probs, extras):
-                return loss_lib.aux_loss(0.0, extras["entropy"], 0.0, cfg.ent_coef)
+                return loss_lib.aux_loss(0.0, extras["entropy"], 0.0, scalars["ent_coef"])
 
         out = pgrad.run_engine(self.transform, self.transform_state.read(), log_prob_fn,
                                policy_vars, (mb["obs"], mb["actions"]), context, aux_loss=aux,
@@ -441,14 +454,20 @@ class CompiledUpdate:
         grad_norm = pgrad.global_norm(grads)
         if cfg.max_grad_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm, use_norm=grad_norm)
-        kl = loss_lib.approx_kl(out.log_probs, mb["behaviour_log_probs"])
+        reported = {_metric_name(k): tf.cast(v, tf.float32) for k, v in out.metrics.items()
+                    if k != "grad_norm"}
+        kl = reported.pop("approx_kl", None)  # the chain's own, else the same estimate here
+        if kl is None:
+            kl = loss_lib.approx_kl(out.log_probs, mb["behaviour_log_probs"])
+        policy_loss = reported.pop("policy_loss", None)
+        if policy_loss is None:  # the plain policy loss -mean(A log pi), as SB3 reports it
+            policy_loss = loss_lib.surrogate(out.log_probs, mb["behaviour_log_probs"], adv)
         stop = tf.constant(False)
         if cfg.target_kl > 0:
             stop = kl > 1.5 * cfg.target_kl
         finite = pgrad.all_finite(grads)  # computed once: apply_updates takes it as condition
         metrics = {
-            "policy_loss": loss_lib.surrogate(out.log_probs, mb["behaviour_log_probs"], adv,
-                                              self.agent.report_clip_range(scalars)),
+            "policy_loss": policy_loss,
             "value_loss": value_term,
             "entropy": tf.reduce_mean(out.extras["entropy"]),
             "approx_kl": kl,
@@ -456,9 +475,7 @@ class CompiledUpdate:
             "grad_norm": grad_norm,
             "nonfinite_skipped": 1.0 - tf.cast(finite, tf.float32),
         }
-        for k, v in out.metrics.items():
-            if k != "grad_norm":
-                metrics[_metric_name(k)] = tf.cast(v, tf.float32)
+        metrics.update(reported)
         applied = pgrad.apply_updates(self.optimizer, grads, all_vars,
                                       condition=tf.logical_and(finite, tf.logical_not(stop)))
         # A skipped update leaves the transform state as it was, too.

@@ -48,8 +48,9 @@ class RatioState(NamedTuple):
 
     clip_fraction: tf.Tensor  # [] fraction of steps with |r_t - 1| > epsilon
     approx_kl: tf.Tensor  # [] mean((r_t - 1) - log r_t), an estimate of KL(behaviour || current)
+    policy_loss: tf.Tensor  # [] -mean(min(r_t A_t, clip(r_t) A_t)): the objective, as SB3 reports
 
-    METRICS = ("clip_fraction", "approx_kl")
+    METRICS = ("clip_fraction", "approx_kl", "policy_loss")
 
 
 def _constant(value: float):
@@ -204,8 +205,10 @@ def clip_ratio(
       key: context key of the advantages ``A_t``.
       behaviour_key: context key of the behaviour policy's log-probabilities.
 
-    Its :class:`RatioState` reports ``clip_fraction`` (``|r_t - 1| > eps``, as Stable-Baselines3)
-    and ``approx_kl`` (``mean((r_t - 1) - log r_t)``).
+    Its :class:`RatioState` reports ``clip_fraction`` (``|r_t - 1| > eps``, as Stable-Baselines3),
+    ``approx_kl`` (``mean((r_t - 1) - log r_t)``) and ``policy_loss`` (PPO's clipped surrogate
+    loss, ``-mean(min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t))``), computed from the same ratio
+    (the agents report them and stop early on ``approx_kl`` without computing them again).
     """
     who = "clip_ratio"
     if not isinstance(epsilon, str) and not epsilon > 0:
@@ -213,7 +216,7 @@ def clip_ratio(
 
     def init(variables):
         del variables
-        return RatioState(tf.constant(0.0), tf.constant(0.0))
+        return RatioState(tf.constant(0.0), tf.constant(0.0), tf.constant(0.0))
 
     def factors(norms, state, *, num_steps, **ctx):
         adv = context_value(ctx, key, who)  # [T]
@@ -225,7 +228,8 @@ def clip_ratio(
         # tf.minimum sends the gradient to its first argument on ties: the same choice here.
         active = tf.cast(unclipped <= clipped, tf.float32)
         stats = RatioState(tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > eps, tf.float32)),
-                           tf.reduce_mean(ratio - 1.0 - log_ratio))
+                           tf.reduce_mean(ratio - 1.0 - log_ratio),
+                           -tf.reduce_mean(tf.minimum(unclipped, clipped)))
         return adv * ratio * active, stats
 
     return per_step_scale(factors, init, name=who)

@@ -99,6 +99,11 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
             **dict(parse_set(p, "--transform-arg") for p in args.transform_arg)}
         source["transform_args"] = "--transform-arg"
     run_values["agent"] = str(agent_name)
+    if "total_steps" not in run_values and found is not None:  # the tuned entry's budget
+        budget = hyperparams.budget(str(agent_name), str(env))
+        if budget is not None:
+            run_values["total_steps"] = budget
+            source["total_steps"] = f"{found[1]}: {env}: n_timesteps"
     settings = config_lib.build(config_lib.RunSettings, run_values, source)
     cfg = config_lib.build(agent_cls.Config, hyper, source)
     # The tuned file counts only if one of its values survived the later layers.

@@ -53,8 +53,8 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--agent", help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
     add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
         f"(default: {d['env']})")
-    add("--total-steps", type=int, metavar="N", help=f"env steps to train for "
-        f"(default: {d['total_steps']}); with --resume, the new total")
+    add("--total-steps", type=int, metavar="N", help=f"env steps to train for (default: the "
+        f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total")
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
     add("--num-envs", type=int, metavar="N",

@@ -165,11 +165,22 @@ def dump_run_config(settings: RunSettings, hyper: Any) -> str:
     """The fully resolved ``config.yaml`` text: run settings, then every hyperparameter."""
     data = {k: to_plain(v) for k, v in dataclasses.asdict(settings).items()}
     data[HYPER_KEY] = {f.name: to_plain(getattr(hyper, f.name)) for f in dataclasses.fields(hyper)}
+    python = {k: v for k, v in data[HYPER_KEY].items() if not _yaml_value(v)}
+    for name, value in python.items():  # a Python function or model: this file names it only
+        data[HYPER_KEY][name] = f"python:{getattr(value, '__qualname__', type(value).__name__)}"
     header = (
         "# pgrad run configuration, fully resolved (every setting, defaults included).\n"
         f"# Reproduce: {command('train')} --config config.yaml --out NEW_DIR\n"
     )
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def _yaml_value(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_yaml_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(_yaml_value(v) for v in value.values())
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def field_help(cls: type) -> list[tuple[str, str, Any]]:

@@ -19,7 +19,10 @@ def field_types(cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls)
     except Exception:  # unresolvable annotation: fall back to the raw ones
         hints = {}
-    return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls)}
+    # A field that takes a schedule (agents/schedules.py) is a number or a string such as
+    # lin_3e-4, whatever a preset's redeclared annotation says.
+    return {f.name: (float | str) if f.metadata.get("schedule") else hints.get(f.name, f.type)
+            for f in dataclasses.fields(cls)}
 
 
 def _type_name(tp: Any) -> str:

@@ -18,10 +18,14 @@ def test_unpacked_update_inputs_equal_the_trajectory_and_statistics(env_id, opti
     agent.step()  # statistics away from their start values
     rng = np.random.default_rng(0)
     traj, _ = agent.collector.collect(agent.acting_fn(rng), 4)
-    floats, actions, mask, stats = agent.updater.inputs(traj, 12)
+    floats, actions, mask, stats = agent.updater.inputs(traj, 12, [1e-3, 0.5, 0.25, 0.125, 2.0])
     assert mask is None
     (obs, next_obs, rewards, terminated, truncated, log_probs, taken,
-     norm_stats) = agent.updater.unpack(floats, actions, stats)
+     norm_stats, scheduled) = agent.updater.unpack(floats, actions, stats)
+    assert agent.schedules.names == ["learning_rate", "vf_coef", "clip_range_vf", "ent_coef",
+                                     "critic_learning_rate"]
+    assert {k: float(v) for k, v in scheduled.items()} == dict(zip(
+        agent.schedules.names, [np.float32(1e-3), 0.5, 0.25, 0.125, 2.0]))
     np.testing.assert_array_equal(actions.numpy(), traj.actions)
     for got, want in [(obs, traj.observations), (next_obs, traj.next_observations),
                       (rewards, traj.rewards), (terminated, traj.terminated),
