@@ -133,7 +133,7 @@ class _Pass:
         if self.cap is None:
             return per_step_lib.per_step_norms(self._logp_fn, self.variables, *self.inputs,
                                                chunk_size=chunk_size, use_taps=False)
-        total = self.cap.norms_squared(self.num_steps)
+        total = self.cap.norms_squared(self.num_steps, keep=True)
         missing = [v for v, ok in zip(self.variables, self.cap.covered) if not ok]
         if missing:
             total = total + tf.square(per_step_lib.per_step_norms(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 
 from pgrad.core import taps
+from pgrad.core.chunking import map_chunks
 
 #: Default byte budget for one chunk of materialised per-step gradients.
 DEFAULT_MAX_BYTES = 256 * 2**20
@@ -100,38 +101,6 @@ def _vectorized(one: Callable, rows, variables) -> list[tf.Tensor]:
             rows,
             fn_output_signature=[tf.TensorSpec(v.shape, v.dtype) for v in variables],
         )
-
-
-def map_chunks(
-    block_fn: Callable,
-    args,
-    num_rows,
-    chunk_size: int,
-    out_specs: Sequence[tf.TensorSpec],
-) -> list[tf.Tensor]:
-    """Applies ``block_fn(rows) -> list of [n, ...]`` over step chunks and concatenates.
-
-    Single chunk (the common case) is a direct call; otherwise a ``tf.while_loop`` over chunks,
-    so that only one chunk's intermediates are alive at a time, eagerly or in a graph.
-    """
-    if isinstance(num_rows, int) and num_rows <= chunk_size:
-        return list(block_fn(args))
-    n = tf.convert_to_tensor(num_rows, tf.int32)
-    num_chunks = (n + chunk_size - 1) // chunk_size
-    arrays = [
-        tf.TensorArray(s.dtype, size=num_chunks, infer_shape=False, element_shape=s.shape)
-        for s in out_specs
-    ]
-
-    def body(i, arrays):
-        start = i * chunk_size
-        size = tf.minimum(chunk_size, n - start)
-        rows = tf.nest.map_structure(lambda x: x[start : start + size], args)
-        outs = block_fn(rows)
-        return i + 1, [a.write(i, o) for a, o in zip(arrays, outs)]
-
-    _, arrays = tf.while_loop(lambda i, _: i < num_chunks, body, (tf.constant(0), arrays))
-    return [a.concat() for a in arrays]
 
 
 def _generic_grads(fn, variables, args, num_rows, chunk_size, max_bytes) -> list[tf.Tensor]:
