@@ -146,7 +146,8 @@ def per_step_grads(
 ) -> list[tf.Tensor]:
     """Per-step gradients of a per-step objective.
 
-    Variables of ``keras.layers.Dense`` layers (and per-step copies made with
+    Variables of Keras ``Dense``, ``Conv1D``/``Conv2D``, ``Embedding`` and
+    ``LayerNormalization`` layers (and per-step copies made with
     :func:`pgrad.core.taps.per_step_variable`) get their rows from one batched backward pass
     (:mod:`pgrad.core.taps`); every other variable from vectorised per-example gradients. Both are
     exact.
@@ -157,7 +158,7 @@ def per_step_grads(
       *args: per-step inputs, each ``[T, ...]`` (nests allowed).
       chunk_size: steps per vectorised block (generic path); default from ``max_bytes``.
       max_bytes: memory budget for one block of ``[chunk, params]`` gradients.
-      use_taps: use the Dense-layer taps where they apply (``False``: generic path only).
+      use_taps: use the layer taps where they apply (``False``: generic path only).
 
     Returns:
       One ``[T, *variable.shape]`` tensor per variable; row ``t`` is ``d fn(*args)[t] / d var``.
@@ -207,8 +208,9 @@ def per_step_norms(
 ) -> tf.Tensor:
     """``[T]`` global norm of each step's gradient, never materialising all rows at once.
 
-    Dense-layer variables contribute ``|x_t|^2 |delta_t|^2`` from one batched pass (no
-    ``[T, params]`` tensor at all); other variables go through the chunked generic path.
+    Tapped variables contribute from one batched pass (Dense: ``|x_t|^2 |delta_t|^2``;
+    convolutions: ghost or materialised per layer, in chunks; no ``[T, params]`` tensor at all);
+    other variables go through the chunked generic path.
     Arguments as in :func:`per_step_grads`.
     """
     return norms_and_capture(

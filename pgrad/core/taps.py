@@ -1,4 +1,4 @@
-"""Per-step gradient taps: exact per-step gradients of Dense layers from one batched pass.
+"""Per-step gradient taps: exact per-step gradients of tapped layers from one batched pass.
 
 For a per-step objective ``f`` (row ``t`` depends only on row ``t`` of the inputs) and a Dense
 layer ``z = x @ W + b`` applied to ``[T, in]`` rows, the gradient of ``sum_t f_t`` with respect to
@@ -12,14 +12,17 @@ row ``t``). Hence, from one ordinary batched backward pass::
 
 (the per-example gradient-norm trick of Goodfellow, 2015). A variable that enters as a copy per
 step (``per_step_variable``, e.g. the Gaussian head's log-std) has per-step gradient equal to
-the gradient with respect to that ``[T, *shape]`` copy.
+the gradient with respect to that ``[T, *shape]`` copy. The same holds for the other tapped
+layers, each with its own maths: Conv1D/Conv2D and Dense on ``[T, ..., in]`` inputs
+(:mod:`pgrad.core.conv_taps`: ghost or materialised norms, chosen per layer), Embedding and
+LayerNormalization (:mod:`pgrad.core.layer_taps`).
 
-How the taps are recorded -- the context that makes ``keras.layers.Dense.call`` record ``x`` and
-``z`` for the variables being differentiated, and restores it after -- is
+How the taps are recorded -- the context that makes the layers' ``call`` record what they need
+for the variables being differentiated, and restores it after -- is
 :mod:`pgrad.core.recording`; its names are importable from here too. This module turns one
 recorded pass into per-step gradients: :func:`capture` backpropagates the pass's output to the
 taps (``delta``), and :class:`Capture` builds per-step gradient rows, their norms and reweighted
-sums from ``x`` and ``delta``, layer by layer.
+sums from what each tap recorded and ``delta``, variable by variable.
 """
 
 from __future__ import annotations

@@ -370,3 +370,37 @@ def test_graph_of_fused_clip_with_ghost_norms_has_no_per_step_kernel(norms, monk
     assert (t, 3, 3, 16, 32) not in shapes and (t, 144, 32) not in shapes
     largest = max(np.prod(s) for s in shapes if s)
     assert largest < t * per_step_lib.num_params(p.variables)  # never [T, params]
+
+
+@pytest.mark.parametrize("compiled", ["eager", "dynamic"])
+def test_engine_aux_loss_gradient_through_conv_taps(compiled):
+    """An entropy bonus differentiated from the same recorded pass (the agents' aux_loss)."""
+    p = cnn_policy()
+    t = 8
+    obs, act = p.batch(t)
+    adv = tf.constant(np.linspace(-2, 2, t), tf.float32)
+    ch = chains(0.3)["clip_mean"]
+
+    def with_entropy(o, a):
+        dist = p.head(p.net(tf.cast(o, tf.float32) / 255.0))
+        return dist.log_prob(a), {"entropy": dist.entropy()}
+
+    def aux(log_probs, extras):
+        return -0.01 * tf.reduce_mean(extras["entropy"])
+
+    def f(o, a, w):
+        out = pgrad.run_engine(ch, ch.init(p.variables), with_entropy, p.variables, (o, a),
+                               {"advantages": w}, aux_loss=aux)
+        return out.grads, out.aux_grads
+
+    if compiled == "dynamic":
+        f = tf.function(f, input_signature=[tf.TensorSpec([None, 12, 12, 2], tf.uint8),
+                                            tf.TensorSpec([None], act.dtype),
+                                            tf.TensorSpec([None])])
+    grads, aux_grads = f(obs, act, adv)
+    with tf.GradientTape() as tape:
+        want_aux = aux(None, with_entropy(obs, act)[1])
+    assert_all_close(aux_grads, tape.gradient(want_aux, p.variables), atol=1e-7)
+    rows = jacobian_reference(p.log_prob, p.variables, obs, act)
+    assert_all_close(grads, reference_update(ch, p.variables, rows, {"advantages": adv}),
+                     atol=1e-6)
