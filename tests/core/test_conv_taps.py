@@ -404,3 +404,21 @@ def test_engine_aux_loss_gradient_through_conv_taps(compiled):
     rows = jacobian_reference(p.log_prob, p.variables, obs, act)
     assert_all_close(grads, reference_update(ch, p.variables, rows, {"advantages": adv}),
                      atol=1e-6)
+
+
+def _token_policy():
+    return KerasPolicy([keras.layers.Embedding(6, 4), keras.layers.Dense(5, activation="tanh"),
+                        keras.layers.LayerNormalization(axis=[1, 2]), keras.layers.Flatten()],
+                       (5,), kind="ids", vocab=6)
+
+
+@pytest.mark.parametrize("make", [cnn_policy, lambda: conv1d_policy(CONV1D["causal_dilation2"]),
+                                  lambda: conv2d_policy(CONV2D["groups2_stride2"]),
+                                  _token_policy], ids=["cnn", "causal", "groups", "tokens"])
+def test_recorded_pass_computes_what_the_plain_pass_does(make):
+    """The taps change what the tape sees, not the values: log-probs equal bit for bit."""
+    p = make()
+    obs, act = p.batch(6)
+    out, cap = taps.capture(p.log_prob, p.variables, (obs, act), 6)
+    assert all(cap.covered)
+    np.testing.assert_array_equal(out, p.log_prob(obs, act))
