@@ -201,7 +201,7 @@ class PatchTap:
         geo = self.geometry
         L, k, c = geo.positions, geo.patch, geo.filters
         extra = k * c // geo.groups if method == "materialise" else 2 * L * L
-        return 4 * (L * k + extra)
+        return self.x.dtype.size * (L * k + extra)
 
     def method(self, num_rows, keep: bool) -> str:
         """How this layer's kernel norms are computed: ``"materialise"`` or ``"ghost"``.
