@@ -97,14 +97,27 @@ class ConvGeometry(NamedTuple):
                 out.append(w)
         return out
 
-    def assemble(self, blocks: list[tf.Tensor]) -> tf.Tensor:
-        """Per-shift ``[n, filters, sh * sw * C / g]`` blocks -> ``[n, *kernel_shape]``."""
+    def assemble(self, blocks: list[tf.Tensor], transposed: bool) -> tf.Tensor:
+        """Per-shift blocks -> ``[n, *kernel_shape]``.
+
+        Blocks are ``[n, sh * sw * C / g, filters]``, or ``[n, filters, sh * sw * C / g]`` if
+        ``transposed``. Only the untransposed ones keep the last two axes in place, so that the
+        rearrangement below moves whole rows (measured 0.6-0.75x the time for large kernels).
+        """
         (sh, sw), (na, nb), (kh, kw) = self.strides, self.shifts, self.kernel
-        g = tf.reshape(tf.stack(blocks, 1),
-                       [-1, na, nb, self.filters, sh, sw, self.channels // self.groups])
-        g = tf.reshape(tf.transpose(g, [0, 1, 4, 2, 5, 6, 3]),
-                       [-1, na * sh, nb * sw, self.channels // self.groups, self.filters])
-        return tf.reshape(g[:, :kh, :kw], [-1, *self.kernel_shape])
+        ig, c = self.channels // self.groups, self.filters
+        g = tf.stack(blocks, 1)
+        if transposed:
+            g = tf.reshape(g, [-1, na, nb, c, sh, sw, ig])
+            g = tf.transpose(g, [0, 1, 4, 2, 5, 6, 3])
+        else:
+            g = tf.reshape(g, [-1, na, nb, sh, sw, ig, c])
+            if sh * sw > 1:
+                g = tf.transpose(g, [0, 1, 3, 2, 4, 5, 6])
+        g = tf.reshape(g, [-1, na * sh, nb * sw, ig, c])
+        if na * sh != kh or nb * sw != kw:
+            g = g[:, :kh, :kw]
+        return tf.reshape(g, [-1, *self.kernel_shape])
 
     def summed_kernel(self, x: tf.Tensor, dz: tf.Tensor) -> tf.Tensor:
         """``sum_t A_t^T dz_t``: the convolution's own filter gradient (one op).
@@ -140,8 +153,8 @@ class DenseGeometry(NamedTuple):
     def windows(self, x):
         return [tf.reshape(x, [-1, self.positions, self.channels])]
 
-    def assemble(self, blocks):
-        return tf.transpose(blocks[0], [0, 2, 1])
+    def assemble(self, blocks, transposed):
+        return tf.transpose(blocks[0], [0, 2, 1]) if transposed else blocks[0]
 
     def summed_kernel(self, x, dz):
         return tf.matmul(tf.reshape(x, [-1, self.channels]),
@@ -164,19 +177,21 @@ class PatchTap:
     def _deltas(self, delta):
         return tf.reshape(delta, [-1, self.geometry.positions, self.geometry.filters])
 
-    def _block(self, w, d):
-        """``(A^T D)^T`` of one window: ``[n, L, k'], [n, L, c] -> [n, c, k' / g]``.
-
-        This orientation measured 11-23% faster than ``A^T D`` for NatureCNN's layers.
-        """
+    def _block(self, w, d, transposed: bool):
+        """``A^T D`` of one window: ``[n, L, k'], [n, L, c] -> [n, k' / g, c]``, or its
+        transpose ``[n, c, k' / g]`` (measured 11-23% faster for NatureCNN's layers: norms)."""
         geo = self.geometry
         if geo.groups == 1:
-            return tf.matmul(d, w, transpose_a=True)
+            return tf.matmul(d, w, transpose_a=True) if transposed else tf.matmul(
+                w, d, transpose_a=True)
         g, L = geo.groups, geo.positions
         w = tf.reshape(w, [-1, L, w.shape[-1] // geo.channels, g, geo.channels // g])
         d = tf.reshape(d, [-1, L, g, geo.filters // g])
-        rows = tf.einsum("nlpgi,nlgo->ngopi", w, d)
-        return tf.reshape(rows, [-1, geo.filters, w.shape[2] * w.shape[4]])
+        if transposed:
+            rows = tf.einsum("nlpgi,nlgo->ngopi", w, d)
+            return tf.reshape(rows, [-1, geo.filters, w.shape[2] * w.shape[4]])
+        rows = tf.einsum("nlpgi,nlgo->npigo", w, d)
+        return tf.reshape(rows, [-1, w.shape[2] * w.shape[4], geo.filters])
 
     def _gram(self, windows, d):
         """``sum((A A^T) * (D D^T))`` per step (per group, summed)."""
@@ -231,7 +246,7 @@ class PatchTap:
 
         def block(xd):
             x, dd = xd
-            return [geo.assemble([self._block(w, dd) for w in geo.windows(x)])]
+            return [geo.assemble([self._block(w, dd, False) for w in geo.windows(x)], False)]
 
         spec = tf.TensorSpec([None, *geo.kernel_shape], d.dtype)
         chunk = chunk_rows(self._row_bytes("materialise"), MAX_BYTES)
@@ -245,7 +260,7 @@ class PatchTap:
         geo = self.geometry
         method = self.method(num_rows, keep)
         if method == "materialise" and keep and self._fits(num_rows, method):
-            blocks = [self._block(w, d) for w in geo.windows(self.x)]
+            blocks = [self._block(w, d, True) for w in geo.windows(self.x)]
             return tf.add_n([tf.reduce_sum(tf.square(b), [1, 2]) for b in blocks]), blocks
 
         def block(xd):
@@ -253,7 +268,7 @@ class PatchTap:
             windows = geo.windows(x)
             if method == "ghost":
                 return [self._gram(windows, dd)]
-            return [tf.add_n([tf.reduce_sum(tf.square(self._block(w, dd)), [1, 2])
+            return [tf.add_n([tf.reduce_sum(tf.square(self._block(w, dd, True)), [1, 2])
                               for w in windows])]
 
         chunk = chunk_rows(self._row_bytes(method), MAX_BYTES)
@@ -269,7 +284,7 @@ class PatchTap:
     def reweigh_kept(self, blocks, coeff: tf.Tensor) -> tf.Tensor:
         """``sum_t coeff[t] * rows[t]`` from the blocks :meth:`norms_sq` kept."""
         coeff = tf.cast(coeff, blocks[0].dtype)
-        return self.geometry.assemble([tf.tensordot(coeff, b, 1)[None] for b in blocks])[0]
+        return self.geometry.assemble([tf.tensordot(coeff, b, 1)[None] for b in blocks], True)[0]
 
 
 def _conv_geometry(layer, shape, padding: str, kernel_shape) -> ConvGeometry | None:
