@@ -422,3 +422,26 @@ def test_recorded_pass_computes_what_the_plain_pass_does(make):
     out, cap = taps.capture(p.log_prob, p.variables, (obs, act), 6)
     assert all(cap.covered)
     np.testing.assert_array_equal(out, p.log_prob(obs, act))
+
+
+@pytest.mark.parametrize("layer", [keras.layers.Conv1D(6, 3, activation="tanh"),
+                                   keras.layers.Dense(5, activation="tanh")],
+                         ids=["conv1d", "dense3d"])
+def test_unknown_length_after_the_step_axis_is_generic_and_exact(layer):
+    """Sequences of unknown length at trace time: no static geometry, so no tap."""
+    p = KerasPolicy([layer, keras.layers.GlobalAveragePooling1D()], (9, 4))
+    obs, act = p.batch(5)
+    covered = []
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 4]),
+                                  tf.TensorSpec([None], act.dtype)])
+    def both(o, a):
+        covered[:] = taps.capture(p.log_prob, p.variables, (o, a), tf.shape(o)[0])[1].covered
+        return (pgrad.per_step_grads(p.log_prob, p.variables, o, a),
+                pgrad.per_step_norms(p.log_prob, p.variables, o, a))
+
+    grads, norms = both(obs, act)
+    assert covered == [False, False, True, True]
+    want = jacobian_reference(p.log_prob, p.variables, obs, act)
+    assert_all_close(grads, want)
+    np.testing.assert_allclose(norms, reference_norms(want), rtol=1e-4, atol=1e-6)
