@@ -69,7 +69,7 @@ class Recorder:
 
     Args:
       tape: the tape the pass runs under (tapped pre-activations are watched on it).
-      variables: only Dense layers whose kernel is one of these are tapped (``None``: all).
+      variables: only layers whose variables are among these are tapped (``None``: all).
     """
 
     def __init__(self, tape: tf.GradientTape, variables: Sequence[Any] | None = None):
