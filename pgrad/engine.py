@@ -6,11 +6,12 @@ Paths:
   (every per-step transform up to the aggregation only multiplies step ``t``'s gradient by a
   scalar ``c_t``). Then ``sum_t c_t * grad log pi_t = grad sum_t stop(c_t) log pi_t``: one
   forward and one backward pass, no ``[T, params]`` tensor. Transforms that read per-step norms
-  (clipping) get them from the Dense-layer taps of the same pass (:mod:`pgrad.core.taps`), other
+  (clipping) get them from the layer taps of the same pass (:mod:`pgrad.core.taps`), other
   variables chunked; when every variable is tapped the reweighted sum comes from the taps too
-  (``x^T (c * delta)`` per layer).
+  (``x^T (c * delta)`` per Dense layer, the filter gradient with ``c * delta`` per convolution,
+  or the per-step rows a convolution materialised for its norms, reweighted).
 * ``"full"`` -- some per-step transform needs the per-step vectors (a user's function, natural
-  gradient): materialise them (taps for Dense layers, vectorised per-example gradients for the
+  gradient): materialise them (taps for tapped layers, vectorised per-example gradients for the
   rest) and run ``transform.update``.
 
 Either way ``log_prob_fn`` runs forward once for the chain: the transforms find the *current*
@@ -133,7 +134,7 @@ class _Pass:
         if self.cap is None:
             return per_step_lib.per_step_norms(self._logp_fn, self.variables, *self.inputs,
                                                chunk_size=chunk_size, use_taps=False)
-        total = self.cap.norms_squared(self.num_steps)
+        total = self.cap.norms_squared(self.num_steps, keep=True)
         missing = [v for v, ok in zip(self.variables, self.cap.covered) if not ok]
         if missing:
             total = total + tf.square(per_step_lib.per_step_norms(
@@ -189,7 +190,7 @@ def run(
         forward pass (with respect to ``aux_variables``, default ``variables``).
       path: ``"auto"`` (cheapest exact), or force ``"fused"`` / ``"full"`` (tests, benchmarks).
       chunk_size: rows per block when per-step gradients or norms are computed generically.
-      use_taps: let per-step gradients and norms of Dense layers come from one batched pass
+      use_taps: let per-step gradients and norms of tapped layers come from one batched pass
         (:mod:`pgrad.core.taps`); ``False`` uses the generic vectorised path for every variable.
 
     Returns:

@@ -96,3 +96,50 @@ class ImageEnv(gym.Env):
         n = getattr(self.action_space, "n", 2)
         reward = float(int(np.asarray(action).reshape(-1)[0]) % n == self._first % n)
         return self._obs(), reward, False, self.t >= self.length, {}
+
+
+class KerasPolicy:
+    """A Categorical policy over a user's Keras layers on ``[T, *obs_shape]`` observations.
+
+    ``obs`` of an integer ``kind`` ("ids": token ids in ``[0, vocab)``, "uint8": pixels scaled by
+    1/255 inside ``log_prob``) or float ("float", standard normal).
+    """
+
+    def __init__(self, layers, obs_shape, kind="float", vocab=0, num_actions=3, seed=0):
+        import keras
+
+        tf.keras.utils.set_random_seed(seed)
+        dtype = {"float": "float32", "uint8": "float32", "ids": "int32"}[kind]
+        self.net = keras.Sequential([keras.layers.Input(obs_shape, dtype=dtype), *layers,
+                                     keras.layers.Dense(num_actions)])
+        self.head = make_head(gym.spaces.Discrete(num_actions))
+        self.variables = self.net.trainable_variables
+        self.obs_shape, self.kind, self.vocab = tuple(obs_shape), kind, vocab
+
+    def log_prob(self, obs, act):
+        if self.kind == "uint8":
+            obs = tf.cast(obs, tf.float32) / 255.0
+        return self.head(self.net(obs)).log_prob(act)
+
+    def batch(self, t, seed=1):
+        rng = np.random.default_rng(seed)
+        shape = (t, *self.obs_shape)
+        if self.kind == "ids":
+            obs = tf.constant(rng.integers(0, self.vocab, shape), tf.int32)
+        elif self.kind == "uint8":
+            obs = tf.constant(rng.integers(0, 256, shape), tf.uint8)
+        else:
+            obs = tf.constant(rng.normal(size=shape), tf.float32)
+        return obs, self.head(self.net(obs if self.kind != "uint8" else
+                                       tf.cast(obs, tf.float32) / 255.0)).sample(seed=seed)
+
+
+def reference_norms(rows):
+    """``[T]`` global norms of per-step gradient rows (e.g. from :func:`jacobian_reference`)."""
+    t = rows[0].shape[0]
+    return np.sqrt(sum(np.sum(np.reshape(np.square(r), (t, -1)), 1) for r in rows))
+
+
+def reference_update(chain, variables, rows, context):
+    """A chain applied to reference per-step rows by its own (materialised) ``update``."""
+    return chain.update(list(rows), chain.init(variables), **context)[0]

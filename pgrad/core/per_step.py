@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 
 from pgrad.core import taps
+from pgrad.core.chunking import map_chunks
 
 #: Default byte budget for one chunk of materialised per-step gradients.
 DEFAULT_MAX_BYTES = 256 * 2**20
@@ -102,38 +103,6 @@ def _vectorized(one: Callable, rows, variables) -> list[tf.Tensor]:
         )
 
 
-def map_chunks(
-    block_fn: Callable,
-    args,
-    num_rows,
-    chunk_size: int,
-    out_specs: Sequence[tf.TensorSpec],
-) -> list[tf.Tensor]:
-    """Applies ``block_fn(rows) -> list of [n, ...]`` over step chunks and concatenates.
-
-    Single chunk (the common case) is a direct call; otherwise a ``tf.while_loop`` over chunks,
-    so that only one chunk's intermediates are alive at a time, eagerly or in a graph.
-    """
-    if isinstance(num_rows, int) and num_rows <= chunk_size:
-        return list(block_fn(args))
-    n = tf.convert_to_tensor(num_rows, tf.int32)
-    num_chunks = (n + chunk_size - 1) // chunk_size
-    arrays = [
-        tf.TensorArray(s.dtype, size=num_chunks, infer_shape=False, element_shape=s.shape)
-        for s in out_specs
-    ]
-
-    def body(i, arrays):
-        start = i * chunk_size
-        size = tf.minimum(chunk_size, n - start)
-        rows = tf.nest.map_structure(lambda x: x[start : start + size], args)
-        outs = block_fn(rows)
-        return i + 1, [a.write(i, o) for a, o in zip(arrays, outs)]
-
-    _, arrays = tf.while_loop(lambda i, _: i < num_chunks, body, (tf.constant(0), arrays))
-    return [a.concat() for a in arrays]
-
-
 def _generic_grads(fn, variables, args, num_rows, chunk_size, max_bytes) -> list[tf.Tensor]:
     """Per-example gradients vectorised with ``tf.vectorized_map``, in chunks."""
     chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
@@ -177,7 +146,8 @@ def per_step_grads(
 ) -> list[tf.Tensor]:
     """Per-step gradients of a per-step objective.
 
-    Variables of ``keras.layers.Dense`` layers (and per-step copies made with
+    Variables of Keras ``Dense``, ``Conv1D``/``Conv2D``, ``Embedding`` and
+    ``LayerNormalization`` layers (and per-step copies made with
     :func:`pgrad.core.taps.per_step_variable`) get their rows from one batched backward pass
     (:mod:`pgrad.core.taps`); every other variable from vectorised per-example gradients. Both are
     exact.
@@ -188,7 +158,7 @@ def per_step_grads(
       *args: per-step inputs, each ``[T, ...]`` (nests allowed).
       chunk_size: steps per vectorised block (generic path); default from ``max_bytes``.
       max_bytes: memory budget for one block of ``[chunk, params]`` gradients.
-      use_taps: use the Dense-layer taps where they apply (``False``: generic path only).
+      use_taps: use the layer taps where they apply (``False``: generic path only).
 
     Returns:
       One ``[T, *variable.shape]`` tensor per variable; row ``t`` is ``d fn(*args)[t] / d var``.
@@ -238,8 +208,9 @@ def per_step_norms(
 ) -> tf.Tensor:
     """``[T]`` global norm of each step's gradient, never materialising all rows at once.
 
-    Dense-layer variables contribute ``|x_t|^2 |delta_t|^2`` from one batched pass (no
-    ``[T, params]`` tensor at all); other variables go through the chunked generic path.
+    Tapped variables contribute from one batched pass (Dense: ``|x_t|^2 |delta_t|^2``;
+    convolutions: ghost or materialised per layer, in chunks; no ``[T, params]`` tensor at all);
+    other variables go through the chunked generic path.
     Arguments as in :func:`per_step_grads`.
     """
     return norms_and_capture(

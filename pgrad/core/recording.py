@@ -1,25 +1,29 @@
-"""Recording Dense-layer taps: the context under which one batched pass records its taps.
+"""Recording taps: the context under which one batched pass records what each layer needs.
 
 How the taps are captured: :func:`pgrad.core.taps.capture` runs ``fn`` once under a
 :class:`Recorder` (:func:`recording`). While a recorder is active (on this thread, in the graph
-it was opened in), ``keras.layers.Dense.call`` computes ``x @ stop_gradient(W) +
-stop_gradient(b)`` for the Dense layers whose kernel is one of the variables being
-differentiated, and records ``x`` and the (watched) ``z``. Because the tapped
-use of ``W`` is cut from the tape, the batched gradient with respect to ``W`` is *unconnected*
-exactly when every use of ``W`` was tapped. Any variable that is also used in another way (shared
-with a non-Dense layer, a LoRA/quantised Dense, a Dense on 3-D inputs, a Dense inside a nested
+it was opened in), the ``call`` of the tapped Keras layers -- ``Dense``, ``Conv1D``, ``Conv2D``,
+``Embedding``, ``LayerNormalization`` -- computes the layer's output with its variables cut from
+the tape (``stop_gradient``) and records what the per-step gradients of those variables need:
+``x`` and the (watched) pre-activation ``z`` of a Dense layer (:class:`DenseTap`; on
+``[T, ..., in]`` inputs a :class:`pgrad.core.conv_taps.PatchTap`), the input and ``z`` of a
+convolution (:mod:`pgrad.core.conv_taps`), the ids and output of an Embedding and ``xhat`` and
+the output of a LayerNormalization (:mod:`pgrad.core.layer_taps`). Because the tapped uses are
+cut from the tape, the batched gradient with respect to a variable is *unconnected* exactly
+when every use of it was tapped. Any variable that is also used in another way (shared with an
+untapped layer, a LoRA/quantised layer, a channels_first convolution, a layer inside a nested
 ``tf.function`` or loop body), whose tap rows are not the steps, or whose tap the tape cannot
 connect to the output (unused, or hidden inside a ``tf.custom_gradient``), is reported as *not
 covered*; callers compute those with the generic vectorised path, so results are always exact.
 
-Nothing global changes outside a recording: ``keras.layers.Dense.call`` is wrapped when the first
-recording opens and restored when the last one closes; while wrapped, a call on another thread,
-in another graph, or of a layer whose variables are not being differentiated runs the original
-``call`` unchanged.
+Nothing global changes outside a recording: the layers' ``call`` methods are wrapped when the
+first recording opens and restored when the last one closes (a class that inherited ``call``
+inherits it again); while wrapped, a call on another thread, in another graph, or of a layer
+whose variables are not being differentiated runs the original ``call`` unchanged.
 
-Limitation (documented in ``docs/performance.md``): a Dense layer whose input has exactly ``T``
+Limitation (documented in ``docs/performance.md``): a layer whose input has exactly ``T``
 rows is taken to be applied row-per-step. Disable the taps (``use_taps=False`` arguments, or
-``with pgrad.core.taps.disabled():``) for a model that applies a Dense layer to a ``T``-row tensor
+``with pgrad.core.taps.disabled():``) for a model that applies a layer to a ``T``-row tensor
 whose rows are not the steps.
 """
 
@@ -34,10 +38,14 @@ from typing import Any, NamedTuple
 import keras
 import tensorflow as tf
 
+from pgrad.core import conv_taps, layer_taps
+
 _local = threading.local()
 _patch_lock = threading.Lock()
-_open_recordings = 0  # recordings open on any thread; Dense.call is wrapped while > 0
+_open_recordings = 0  # recordings open on any thread; the layers' call is wrapped while > 0
 _original_dense_call: Callable | None = None
+_saved_calls: list[tuple[type, Any]] = []  # (class, its own call or _INHERITED), while wrapped
+_INHERITED = object()
 
 
 class DenseTap(NamedTuple):
@@ -61,7 +69,7 @@ class Recorder:
 
     Args:
       tape: the tape the pass runs under (tapped pre-activations are watched on it).
-      variables: only Dense layers whose kernel is one of these are tapped (``None``: all).
+      variables: only layers whose variables are among these are tapped (``None``: all).
     """
 
     def __init__(self, tape: tf.GradientTape, variables: Sequence[Any] | None = None):
@@ -71,6 +79,7 @@ class Recorder:
         self.keys = None if variables is None else set().union(*map(var_keys, variables))
         self.dense: list[DenseTap] = []
         self.step: list[StepTap] = []
+        self.layers: list = []  # PatchTap, EmbeddingTap, LayerNormTap
 
     def active_here(self) -> bool:
         """True if ops created now belong to the pass being recorded (not a nested graph)."""
@@ -94,7 +103,7 @@ def _tappable(layer, inputs, rec: Recorder) -> bool:
     if getattr(layer, "quantization_mode", None) is not None:
         return False
     kernel = getattr(layer, "_kernel", None)
-    if kernel is None or not tf.is_tensor(inputs) or inputs.shape.rank != 2:
+    if kernel is None or not isinstance(inputs, tf.Tensor) or (inputs.shape.rank or 0) < 2:
         return False
     return inputs.dtype == kernel.dtype and rec.wants(kernel)
 
@@ -104,6 +113,9 @@ def _dense_call(self, inputs, training=None):
     rec = _active()
     if rec is None or not _tappable(self, inputs, rec):
         return _original_dense_call(self, inputs, training=training)
+    if inputs.shape.rank > 2:  # [T, ..., in]: one matmul per position, as a convolution
+        out = conv_taps.record_dense(rec, self, inputs)
+        return out if out is not None else _original_dense_call(self, inputs, training=training)
     # Cut the tapped use of the variables from the tape: a variable whose batched gradient is
     # still connected afterwards is used elsewhere too, and is left to the generic path.
     z = tf.matmul(inputs, tf.stop_gradient(tf.convert_to_tensor(self._kernel)))  # [N, out]
@@ -114,31 +126,63 @@ def _dense_call(self, inputs, training=None):
     return self.activation(z) if self.activation is not None else z
 
 
+def _tapped_call(original: Callable, record: Callable) -> Callable:
+    """``original`` (a layer's ``call(self, inputs)``) recording through ``record`` while a
+    recording is active; ``record`` returns ``None`` where it cannot tap exactly."""
+
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        rec = _active()
+        if rec is not None and len(args) == 1 and not kwargs:
+            out = record(rec, self, args[0])
+            if out is not None:
+                return out
+        return original(self, *args, **kwargs)
+
+    return call
+
+
+def _taps_by_class() -> list[tuple[type, Callable]]:
+    layers = keras.layers
+    return [(layers.Conv1D, conv_taps.record_conv), (layers.Conv2D, conv_taps.record_conv),
+            (layers.Embedding, layer_taps.record_embedding),
+            (layers.LayerNormalization, layer_taps.record_layer_norm)]
+
+
 def _open() -> None:
-    """Wraps ``keras.layers.Dense.call`` when the first recording opens."""
+    """Wraps the tapped layers' ``call`` when the first recording opens."""
     global _open_recordings, _original_dense_call
     with _patch_lock:
         if _open_recordings == 0:
             _original_dense_call = keras.layers.Dense.call
             keras.layers.Dense.call = functools.wraps(_original_dense_call)(_dense_call)
+            for cls, record in _taps_by_class():
+                _saved_calls.append((cls, cls.__dict__.get("call", _INHERITED)))
+                cls.call = _tapped_call(cls.call, record)
         _open_recordings += 1
 
 
 def _close() -> None:
-    """Restores ``keras.layers.Dense.call`` when the last recording closes."""
+    """Restores every wrapped ``call`` when the last recording closes."""
     global _open_recordings
     with _patch_lock:
         _open_recordings -= 1
         if _open_recordings == 0:
             keras.layers.Dense.call = _original_dense_call
+            while _saved_calls:
+                cls, own = _saved_calls.pop()
+                if own is _INHERITED:
+                    del cls.call
+                else:
+                    cls.call = own
 
 
 @contextlib.contextmanager
 def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
     """Records taps of the computation run inside, on this thread, into a :class:`Recorder`.
 
-    Open it inside ``tape``'s context. Only Dense layers whose kernel is in ``variables`` are
-    tapped (all Dense layers if ``None``). Nested recordings are not supported (the inner one
+    Open it inside ``tape``'s context. Only layers whose variables are in ``variables`` are
+    tapped (all tappable layers if ``None``). Nested recordings are not supported (the inner one
     wins).
     """
     rec = Recorder(tape, variables)
@@ -154,7 +198,7 @@ def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
 
 @contextlib.contextmanager
 def disabled():
-    """No taps inside: for a ``fn`` that feeds a Dense layer ``T`` rows that are not the steps."""
+    """No taps inside: for a ``fn`` that feeds a layer ``T`` rows that are not the steps."""
     previous = getattr(_local, "disabled", False)
     _local.disabled = True
     try:
@@ -173,7 +217,7 @@ def per_step_variable(variable, num_steps) -> tf.Tensor:
 
     Use it where a state-independent parameter meets per-step tensors (a Gaussian head's
     log-std): outside a recording it is a plain ``tf.broadcast_to``; inside one it is a tap, so
-    the variable's per-step gradients come from the same batched pass as the Dense layers'.
+    the variable's per-step gradients come from the same batched pass as the layers'.
     """
     value = tf.convert_to_tensor(variable)
     shape = tf.concat([tf.reshape(tf.cast(num_steps, tf.int32), [1]), tf.shape(value)], 0)
@@ -184,7 +228,6 @@ def per_step_variable(variable, num_steps) -> tf.Tensor:
     rec.tape.watch(out)
     rec.step.append(StepTap(variable, out))
     return out
-
 
 
 def var_keys(variable) -> set[int]:

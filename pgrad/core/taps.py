@@ -1,4 +1,4 @@
-"""Per-step gradient taps: exact per-step gradients of Dense layers from one batched pass.
+"""Per-step gradient taps: exact per-step gradients of tapped layers from one batched pass.
 
 For a per-step objective ``f`` (row ``t`` depends only on row ``t`` of the inputs) and a Dense
 layer ``z = x @ W + b`` applied to ``[T, in]`` rows, the gradient of ``sum_t f_t`` with respect to
@@ -12,14 +12,17 @@ row ``t``). Hence, from one ordinary batched backward pass::
 
 (the per-example gradient-norm trick of Goodfellow, 2015). A variable that enters as a copy per
 step (``per_step_variable``, e.g. the Gaussian head's log-std) has per-step gradient equal to
-the gradient with respect to that ``[T, *shape]`` copy.
+the gradient with respect to that ``[T, *shape]`` copy. The same holds for the other tapped
+layers, each with its own maths: Conv1D/Conv2D and Dense on ``[T, ..., in]`` inputs
+(:mod:`pgrad.core.conv_taps`: ghost or materialised norms, chosen per layer), Embedding and
+LayerNormalization (:mod:`pgrad.core.layer_taps`).
 
-How the taps are recorded -- the context that makes ``keras.layers.Dense.call`` record ``x`` and
-``z`` for the variables being differentiated, and restores it after -- is
+How the taps are recorded -- the context that makes the layers' ``call`` record what they need
+for the variables being differentiated, and restores it after -- is
 :mod:`pgrad.core.recording`; its names are importable from here too. This module turns one
 recorded pass into per-step gradients: :func:`capture` backpropagates the pass's output to the
 taps (``delta``), and :class:`Capture` builds per-step gradient rows, their norms and reweighted
-sums from ``x`` and ``delta``, layer by layer.
+sums from what each tap recorded and ``delta``, variable by variable.
 """
 
 from __future__ import annotations
@@ -119,6 +122,15 @@ class _Parts(NamedTuple):
 
     pairs: list  # Dense kernel uses: (x [T, in], index of its tap target)
     rows: list  # bias uses and per-step copies: index of the tap target whose rows they are
+    layer: list  # uses by the other taps (conv_taps, layer_taps): (tap index, role)
+
+
+def _square_rows(g: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
+
+
+def _graph_key():
+    return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
 
 
 class Capture:
@@ -133,12 +145,14 @@ class Capture:
 
     def __init__(self, variables, parts: list[_Parts], covered: list[bool], rows_ok,
                  targets: list[tf.Tensor], deltas: list[tf.Tensor], tape: tf.GradientTape,
-                 out: tf.Tensor, extras: dict):
+                 out: tf.Tensor, extras: dict, layer_taps: list, offset: int):
         self.variables = list(variables)
         self._parts = parts
         self.covered = covered
         self.rows_ok = rows_ok
         self._targets, self._deltas, self._tape = targets, deltas, tape
+        self._layers, self._offset = layer_taps, offset  # target index of layer tap i: offset + i
+        self._kept: dict = {}  # (tap index, role) -> (graph, rows kept by norms_squared)
         self.out, self.extras = out, extras
 
     @property
@@ -152,38 +166,57 @@ class Capture:
     def _zeros(self, v, num_rows) -> tf.Tensor:
         return tf.zeros(tf.concat([[num_rows], tf.shape(v)], 0), v.dtype)
 
+    def _layer(self, j):
+        return self._layers[j - self._offset]
+
+    def _rows_of(self, p: _Parts, num_rows) -> list[tf.Tensor]:
+        d = self._deltas
+        return ([outer_rows(x, d[j]) for x, j in p.pairs] + [d[j] for j in p.rows]
+                + [self._layer(j).rows(role, d[j], num_rows) for j, role in p.layer])
+
     def per_step_grads(self, num_rows) -> list[tf.Tensor | None]:
         """``[T, *shape]`` per covered variable (``None`` where not covered)."""
         out = []
-        d = self._deltas
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
                 out.append(None)
                 continue
-            terms = [outer_rows(x, d[j]) for x, j in p.pairs] + [d[j] for j in p.rows]
+            terms = self._rows_of(p, num_rows)
             out.append(tf.add_n(terms) if terms else self._zeros(v, num_rows))
         return out
 
-    def norms_squared(self, num_rows) -> tf.Tensor:
-        """``[T]`` squared global norm of each step's gradient over the covered variables."""
+    def norms_squared(self, num_rows, keep: bool = False) -> tf.Tensor:
+        """``[T]`` squared global norm of each step's gradient over the covered variables.
+
+        ``keep``: a :meth:`weighted_sum` follows in the same graph; layers that materialise
+        their per-step rows for the norm then keep them for it (see
+        :meth:`pgrad.core.conv_taps.PatchTap.method`).
+        """
         dtype = self.variables[0].dtype if self.variables else tf.float32
         d = self._deltas
         row_sq: dict[int, tf.Tensor] = {}  # tap index -> [T] |delta_t|^2, shared by kernel and bias
 
         def squared_rows(j):
             if j not in row_sq:
-                g = d[j]
-                row_sq[j] = tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
+                row_sq[j] = _square_rows(d[j])
             return row_sq[j]
 
         # Few, larger ops: at these sizes each op's dispatch costs about what its arithmetic
         # does, so the kernel and bias of a layer share one |delta|^2 and one add_n sums all.
         terms = []
         for p, ok in zip(self._parts, self.covered):
-            if not ok or not (p.pairs or p.rows):  # not covered, or unconnected: zero rows
+            if not ok or not (p.pairs or p.rows or p.layer):  # not covered, or unconnected
                 continue
             pairs = [(x, d[j]) for x, j in p.pairs]
-            if len(pairs) == 1 and not p.rows:  # the common case: |x_t|^2 |delta_t|^2
+            if len(p.layer) == 1 and not (pairs or p.rows):  # a conv/embedding/norm variable
+                j, role = p.layer[0]
+                sq, kept = self._layer(j).norms_sq(role, d[j], num_rows, keep)
+                if kept is not None:
+                    self._kept[(j, role)] = (_graph_key(), kept)
+                terms.append(sq)
+            elif p.layer:  # used by several such layers, or mixed: rare, so materialise
+                terms.append(_square_rows(tf.add_n(self._rows_of(p, num_rows))))
+            elif len(pairs) == 1 and not p.rows:  # the common case: |x_t|^2 |delta_t|^2
                 x, _ = pairs[0]
                 terms.append(tf.reduce_sum(tf.square(x), 1) * squared_rows(p.pairs[0][1]))
             elif pairs and not p.rows:  # a layer called k times: sum_kl (x_k.x_l)(d_k.d_l)
@@ -193,35 +226,41 @@ class Capture:
             elif len(p.rows) == 1 and not pairs:  # a bias, or one per-step copy
                 terms.append(squared_rows(p.rows[0]))
             elif p.rows and not pairs:
-                g = tf.add_n([d[j] for j in p.rows])
-                terms.append(tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1))
+                terms.append(_square_rows(tf.add_n([d[j] for j in p.rows])))
             else:  # mixed kinds of use (not produced by Dense layers); rare, so materialise
-                g = tf.add_n([tf.einsum("ti,to->tio", x, dz) for x, dz in pairs]
-                             + [d[j] for j in p.rows])
-                terms.append(tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1))
+                terms.append(_square_rows(tf.add_n(self._rows_of(p, num_rows))))
         if not terms:
             return tf.zeros(tf.reshape(tf.cast(num_rows, tf.int32), [1]), dtype)
         return tf.add_n([tf.cast(t, dtype) for t in terms])
 
-    def _assemble(self, dz: list[tf.Tensor | None]) -> list[tf.Tensor | None]:
-        """Per covered variable, the batched gradient from pre-activation gradients ``dz``."""
+    def _assemble(self, dz: list[tf.Tensor | None], coeff=None) -> list[tf.Tensor | None]:
+        """Per covered variable, the batched gradient from pre-activation gradients ``dz``
+        (``coeff``: ``dz`` are the deltas scaled by it, so kept rows can be reweighted)."""
         out = []
+        graph = _graph_key()
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
                 out.append(None)
                 continue
             terms = [tf.matmul(x, dz[j], transpose_a=True) for x, j in p.pairs if dz[j] is not None]
             terms += [tf.reduce_sum(dz[j], 0) for j in p.rows if dz[j] is not None]
+            for j, role in p.layer:
+                kept = self._kept.get((j, role)) if coeff is not None else None
+                if kept is not None and kept[0] is graph:
+                    terms.append(self._layer(j).reweigh_kept(kept[1], coeff))
+                elif dz[j] is not None:
+                    terms.append(self._layer(j).summed(role, dz[j]))
             out.append(tf.add_n(terms) if terms else tf.zeros(v.shape, v.dtype))
         return out
 
     def weighted_sum(self, coeff: tf.Tensor) -> list[tf.Tensor | None]:
-        """``sum_t coeff[t] * grad_t`` per covered variable, without per-step tensors."""
+        """``sum_t coeff[t] * grad_t`` per covered variable, without per-step tensors (beyond
+        rows :meth:`norms_squared` kept)."""
         scaled = []
         for d in self._deltas:
             c = tf.reshape(tf.cast(coeff, d.dtype), [-1] + [1] * (d.shape.rank - 1))
             scaled.append(c * d)
-        return self._assemble(scaled)
+        return self._assemble(scaled, coeff)
 
     def gradient_of(self, target: tf.Tensor) -> list[tf.Tensor | None]:
         """Gradient of a scalar computed from the recorded pass (e.g. an entropy bonus), per
@@ -264,7 +303,7 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
         out = check_per_step(out, num_steps, where)
         total = tf.reduce_sum(out)
         aux_value = aux(out, extras) if aux is not None else None
-    targets = [t.z for t in rec.dense] + [t.value for t in rec.step]
+    targets = [t.z for t in rec.dense] + [t.value for t in rec.step] + [t.z for t in rec.layers]
     grads = tape.gradient(total, targets + variables, unconnected_gradients="none")
     deltas, residual = grads[: len(targets)], grads[len(targets) :]
     # A tap the tape cannot connect to the output is either unused (zero rows) or hidden from
@@ -277,7 +316,7 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
     for i, v in enumerate(variables):
         for k in var_keys(v):
             index.setdefault(k, i)
-    parts = [_Parts([], []) for _ in variables]
+    parts = [_Parts([], [], []) for _ in variables]
     bad: set[int] = set()
     dynamic = []
 
@@ -304,9 +343,17 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
         i = slot(tap.variable, False if unconnected else _rows_check(tap.value, num_steps))
         if i is not None:
             parts[i].rows.append(j)
+    offset += len(rec.step)
+    for j, (tap, unconnected) in enumerate(zip(rec.layers, dead[offset:]), start=offset):
+        ok = False if unconnected else _rows_check(tap.z, num_steps)
+        for var, role in tap.uses():
+            i = slot(var, ok)
+            if i is not None:
+                parts[i].layer.append((j, role))
 
     covered = [r is None and i not in bad for i, r in enumerate(residual)]
     rows_ok = True if not dynamic else tf.reduce_all(tf.stack(dynamic))
-    cap = Capture(variables, parts, covered, rows_ok, targets, deltas, tape, out, extras)
+    cap = Capture(variables, parts, covered, rows_ok, targets, deltas, tape, out, extras,
+                  rec.layers, offset)
     cap.aux = aux_value
     return out, cap

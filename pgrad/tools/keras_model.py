@@ -85,8 +85,9 @@ class PerSampleModel(keras.Model):
         Must aggregate the sample axis (``mean_steps``/``sum_steps``/``natural_gradient``...).
       path: engine path, ``"auto"`` (cheapest exact) or force ``"fused"`` / ``"full"``.
       chunk_size: samples per block when per-sample gradients or norms are materialised.
-      use_taps: take per-sample gradients and norms of ``Dense`` layers from one batched pass
-        (``pgrad.core.taps``); ``False`` for a model that feeds a Dense layer ``B`` rows that are
+      use_taps: take per-sample gradients and norms of tapped layers (``Dense``, ``Conv1D``/
+        ``Conv2D``, ``Embedding``, ``LayerNormalization``) from one batched pass
+        (``pgrad.core.taps``); ``False`` for a model that feeds such a layer ``B`` rows that are
         not the samples.
 
     Attributes:

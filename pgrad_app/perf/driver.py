@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pgrad_app.perf import collection, gradients, sb3, scaling, speed
+from pgrad_app.perf import collection, conv_figures, gradients, sb3, scaling, speed
 from pgrad_app.perf.common import peak_rss_mb
 
 FIGURES: dict[str, Callable] = {
@@ -29,6 +29,7 @@ FIGURES: dict[str, Callable] = {
     "clip_ratio": gradients.clip_ratio,
     "jacobian_ratio": gradients.jacobian_ratio,
     "diagnostics_ratio": gradients.diagnostics_ratio,
+    "conv_ratios": conv_figures.conv_figures,
     "rollout_ratio": collection.rollout_ratio,
     "update_overhead": speed.update_overhead,
     "a2c_speed_ratio": speed.a2c_speed_ratio,
@@ -52,7 +53,10 @@ def run_figure(name: str, args) -> list[dict]:
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
     elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3"):
         kwargs = {"steps": args.steps}
-    out = fn(args.repeats, **kwargs)
+    repeats = args.repeats
+    if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one
+        repeats = max(3, repeats // 8)
+    out = fn(repeats, **kwargs)
     out = out if isinstance(out, list) else [out]
     for r in out:
         r["details"]["figure_process_peak_rss_mb"] = round(peak_rss_mb(), 1)

@@ -2,7 +2,7 @@
 
 The basic contracts of per_step_grads and the engine are in test_per_step.py / test_engine.py;
 here: the Dense-layer taps, their coverage and fallbacks, and that the fused clip path builds no
-[T, params] tensor.
+[T, params] tensor. The other layer types' taps: test_conv_taps.py, test_layer_taps.py.
 """
 
 import warnings
@@ -54,6 +54,12 @@ def conv_policy():
                          keras.layers.Flatten(), keras.layers.Dense(3)])
 
 
+def depthwise_policy():  # a layer type with no tap: the generic path
+    return CustomPolicy([keras.layers.Reshape((4, 1)),
+                         keras.layers.DepthwiseConv1D(2, depth_multiplier=2, activation="tanh"),
+                         keras.layers.Flatten(), keras.layers.Dense(3)])
+
+
 def coverage(policy, t=5):
     obs, act = policy.batch(t)
     _, cap = taps.capture(policy.log_prob, policy.variables, (obs, act), t)
@@ -68,11 +74,10 @@ def test_every_pgrad_head_is_fully_tapped(name):
     assert all(coverage(SmallPolicy(SPACES[name])))
 
 
-def test_non_dense_layers_are_not_covered_dense_layers_are():
-    ln = layer_norm_policy()
-    assert coverage(ln) == [True, True, False, False, True, True]  # LayerNorm gamma, beta
-    conv = conv_policy()
-    assert coverage(conv) == [False, False, True, True]  # Conv1D kernel, bias
+def test_untapped_layers_are_not_covered_tapped_ones_are():
+    assert all(coverage(layer_norm_policy()))  # LayerNorm gamma, beta: tests/core/test_layer_taps
+    assert all(coverage(conv_policy()))
+    assert coverage(depthwise_policy()) == [False, False, True, True]  # depthwise kernel, bias
 
 
 def test_dense_variable_also_used_elsewhere_is_not_covered(categorical):
@@ -113,9 +118,10 @@ def test_xla_outer_product_equals_einsum(monkeypatch):
     np.testing.assert_array_equal(got, tf.einsum("ti,to->tio", x, d))
 
 
-@pytest.mark.parametrize("make", [layer_norm_policy, conv_policy], ids=["layernorm", "conv1d"])
+@pytest.mark.parametrize("make", [layer_norm_policy, conv_policy, depthwise_policy],
+                         ids=["layernorm", "conv1d", "depthwise"])
 @pytest.mark.parametrize("chunk", [None, 4])
-def test_non_dense_models_stay_exact_via_fallback(make, chunk):
+def test_non_dense_models_stay_exact(make, chunk):
     p = make()
     obs, act = p.batch(11)
     want = jacobian_reference(p.log_prob, p.variables, obs, act)
@@ -264,8 +270,9 @@ def test_engine_clip_fused_equals_materialised(name, compiled):
     assert clipped == pytest.approx(float(full_state[1].clip_fraction))
 
 
-@pytest.mark.parametrize("make", [layer_norm_policy, conv_policy], ids=["layernorm", "conv1d"])
-def test_engine_clip_fused_exact_with_fallback_layers(make):
+@pytest.mark.parametrize("make", [layer_norm_policy, conv_policy, depthwise_policy],
+                         ids=["layernorm", "conv1d", "depthwise"])
+def test_engine_clip_fused_exact_with_non_dense_layers(make):
     p = make()
     obs, act = p.batch(12)
     ctx = {"advantages": tf.constant(np.linspace(-2, 2, 12), tf.float32)}
