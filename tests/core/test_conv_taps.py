@@ -19,9 +19,8 @@ from policies import (
 )
 
 import pgrad
+from pgrad.core import conv_taps, taps
 from pgrad.core import per_step as per_step_lib
-from pgrad.core import taps
-from pgrad.core import conv_taps
 
 CONV2D = {
     "valid": {},

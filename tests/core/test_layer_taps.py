@@ -17,9 +17,8 @@ from policies import (
 )
 
 import pgrad
+from pgrad.core import layer_taps, taps
 from pgrad.core import per_step as per_step_lib
-from pgrad.core import taps
-from pgrad.core import layer_taps
 
 VOCAB = 6
 
