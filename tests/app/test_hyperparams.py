@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import agents
+from agents import schedules
 from pgrad_app.config import tuned as hyperparams
 from pgrad_app.errors import UserError, run_cli
 
@@ -41,9 +42,10 @@ def test_tuned_entry_is_typed_and_names_its_file():
     assert hyper["normalize_obs"] is True and hyper["normalize_reward"] is True
     assert "n_timesteps" not in hyper
     assert hyperparams.budget("ppo", "HalfCheetah-v5") == 1_000_000
-    # rl-zoo's lin_0.001 and lin_0.2 on CartPole: decays over its n_timesteps.
+    # rl-zoo's lin_0.001 and lin_0.2 on CartPole: schedules over the run, as the zoo writes them.
     hyper, _ = hyperparams.tuned("PPO", "CartPole-v1")
-    assert hyper["lr_decay_steps"] == hyper["clip_decay_steps"] == 100_000
+    assert (hyper["learning_rate"], hyper["clip_range"]) == ("lin_1e-3", "lin_0.2")
+    assert "lr_decay_steps" not in hyper and "clip_decay_steps" not in hyper
     assert hyperparams.tuned("a2c", "some_module:Pendulum-v1")[0]["gamma"] == 0.9
 
 
@@ -102,10 +104,11 @@ def test_shipped_values_follow_the_translation_rules():
         a2c, _ = hyperparams.tuned("a2c", env)
         cfg = agents.get("a2c").Config(**a2c)
         assert (cfg.num_envs, cfg.n_steps, cfg.optimizer, cfg.learning_rate) == (
-            16, 5, "rmsprop", 7e-4)
+            16, 5, "rmsprop", "lin_7e-4_4.6667e-4")
         assert (cfg.gae_lambda, cfg.ent_coef, cfg.normalize_obs, cfg.optimizer_eps) == (
             0.95, 0.01, True, 1e-10)
-        assert cfg.lr_decay_steps == 3_000_000  # Tianshou's schedule: 2/3 of the rate left at 1M
+        # Tianshou's 3M-step schedule: 2/3 of the rate left at the 1M budget.
+        assert schedules.bounds(cfg.learning_rate, "lr") == [7e-4, 4.6667e-4]
         assert cfg.normalize_reward == (env == "Hopper-v5")
     # The A2C CartPole entry is pgrad's defaults: the CartPole speed rows stay as measured.
     cartpole, _ = hyperparams.tuned("a2c", "CartPole-v1")
@@ -181,7 +184,8 @@ def test_tuned_layer_sits_between_defaults_and_everything_else(tmp_path):
     # A file that sets every tuned value (a run's config.yaml) leaves nothing tuned to report.
     full = tmp_path / "full.yaml"
     tuned, _ = hyperparams.tuned("ppo", "HalfCheetah-v5")
-    full.write_text(yaml.safe_dump({"env": "HalfCheetah-v5", "hyperparameters": {
+    full.write_text(yaml.safe_dump({"env": "HalfCheetah-v5", "total_steps": 5000,
+                                    "hyperparameters": {
         k: list(v) if isinstance(v, tuple) else v for k, v in tuned.items()}}))
     assert resolve("--agent", "ppo", "--config", full)[4] is None
 
