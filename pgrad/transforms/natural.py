@@ -13,31 +13,25 @@ Because ``g`` lies in the row space of ``G``, the push-through identity
 (the usual case for a policy network). When ``T >= P`` the ``P x P`` system is solved directly.
 
 Precision. The Gram product (``G G^T`` or ``G^T G``, ``O(T^2 P)``, the dominant cost) runs in
-the gradients' float32, which alone leaves a relative error of about ``cond * 1e-7`` (measured
-on 64-64 MLPs at T = 256: 3e-5 to 9e-5 at damping 1e-3, 5e-7 to 1e-6 at damping 0.1). The
-Cholesky factorisation of that Gram matrix then only preconditions the float64 system: two steps
-of iterative refinement, each a residual from float64 mat-vecs with ``G`` (``O(T P)``) and a
-correction through the same factor, bring the solution to the all-float64 solve's accuracy
-(relative 1e-12 or better at damping 1e-3 on those policies, each step multiplying the error by
-about ``cond * 1e-7``) for ~12 ms per update at T = 1024, P = 5126, where a float64 Gram costs
-~70 ms more. The ``cg_residual`` metric reports the relative residual ``||b - A x|| / ||b||`` of
-the result in the ``P``-space system ``A x = b`` for either solver, so a system too
-ill-conditioned for the refinement (``cond`` near 1e7) shows there. The update is returned in
-float32, so ~1e-7 is the end-to-end floor.
+the gradients' float32, which alone leaves a relative error of about ``cond * 1e-7``. Its
+Cholesky factor (float64) then preconditions two steps of float64 iterative refinement, each a
+residual from float64 mat-vecs with ``G`` (``O(T P)``) and a correction through that factor,
+which bring the solution to the all-float64 solve's accuracy at float32-Gram cost (measured in
+docs/beyond_weighting.md, "Accuracy"). ``cg_residual`` reports the relative residual
+``||b - A x|| / ||b||`` of the ``P``-space system for either solver. The update is returned in
+float32.
 
 The KL of a step ``x``. ``max_kl`` measures a step by the *damped* quadratic form
 
     0.5 x^T (F + damping I) x = 0.5 (||G x||^2 / T + damping ||x||^2),
 
-which for the exact solve equals ``0.5 g^T (F + damping I)^-1 g``: the normalised step is
-``sqrt(2 max_kl / g^T (F + damping I)^-1 g) x``, as in TRPO (Schulman's modular_rl and OpenAI
-baselines' ``trpo_mpi``: ``shs = 0.5 s^T fvp(s)`` with the damping inside ``fvp``),
-sb3-contrib's TRPO, Spinning Up's TRPO/NPG, Tianshou's TRPO and mjrl's NPG (Rajeswaran et al.
-2017). ``damped_kl=False`` measures it by the Fisher alone, ``0.5 x^T F x`` (pgrad's earlier
-convention): the same direction, a step ``sqrt(1 + damping ||x||^2 / (x^T F x))`` times
-longer. The ``kl`` metric is always the Fisher estimate ``0.5 x^T F x = 0.5 ||G x||^2 / T`` of
-the returned update, the quadratic model of its KL; with the damped measure it is below
-``max_kl``.
+which for the exact solve is ``0.5 g^T (F + damping I)^-1 g``, so the normalised step is
+``sqrt(2 max_kl / g^T (F + damping I)^-1 g) x``: TRPO's (modular_rl, baselines, sb3-contrib,
+Spinning Up, Tianshou) and mjrl's NPG (Rajeswaran et al. 2017), all with the damping inside
+the Fisher-vector product of that form. ``damped_kl=False`` measures by the Fisher alone,
+``0.5 x^T F x`` (pgrad's earlier convention): the same direction, a step
+``sqrt(1 + damping ||x||^2 / x^T F x)`` times longer. The ``kl`` metric is always the Fisher
+estimate ``0.5 x^T F x`` of the returned update (below ``max_kl`` under the damped measure).
 
 Fisher vs. weights. In natural policy gradient ``F = E[grad log pi grad log pi^T]`` is the Fisher
 of the *policy*, computed from the unweighted log-prob gradients, while ``g`` is the *weighted*
@@ -401,6 +395,7 @@ def natural_policy_gradient(
     max_kl: float = 0.05,
     learning_rate: float = 0.01,
     weights_key: str = "advantages",
+    damped_kl: bool = True,
 ) -> GradientTransform:
     """Natural policy gradient whose *applied* step, after ``SGD(learning_rate)``, has KL <= max_kl.
 
@@ -409,13 +404,14 @@ def natural_policy_gradient(
     value-function gradient too, which keeps a normal step size), so the ``1 / learning_rate``
     factor makes the policy step exactly the KL-bounded natural-gradient step. Pass the same
     ``learning_rate`` as the optimizer's, and turn off the agent's global-norm clipping (it
-    would rescale the bounded step). All arguments have defaults, so ``--transform
+    would rescale the bounded step). The KL is measured as ``natural_gradient``'s
+    ``damped_kl`` says. All arguments have defaults, so ``--transform
     pgrad.transforms.natural:natural_policy_gradient`` works as is (see docs/beyond_weighting.md).
     """
     from pgrad.transforms.builtins import scale
     from pgrad.transforms.chain import chain
 
     return chain(
-        natural_gradient(damping, weights_key=weights_key, max_kl=max_kl),
+        natural_gradient(damping, weights_key=weights_key, max_kl=max_kl, damped_kl=damped_kl),
         scale(1.0 / learning_rate), name="natural_policy_gradient",
     )
