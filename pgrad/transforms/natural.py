@@ -84,6 +84,11 @@ DIRECT_MAX = 2048
 REFINE_STEPS = 2
 
 
+def _exact(value, dtype: tf.DType) -> tf.Tensor:
+    """``value`` in ``dtype``; a Python number exactly (``tf.cast`` rounds it to float32 first)."""
+    return tf.cast(value, dtype) if tf.is_tensor(value) else tf.constant(value, dtype)
+
+
 def conjugate_gradient(matvec, b: tf.Tensor, iterations: int, tol: float = 1e-10
                        ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Solves ``A x = b`` for symmetric positive-definite ``A`` given only ``matvec(v) = A v``.
@@ -126,7 +131,7 @@ def fisher_cg_solve(g_rows: tf.Tensor, v: tf.Tensor, damping: float, iterations:
     """
     rows = tf.cast(g_rows, tf.float64)
     t = tf.cast(tf.shape(rows)[0], tf.float64)
-    d = tf.constant(damping, tf.float64)  # tf.cast would round a Python float to float32 first
+    d = _exact(damping, tf.float64)
 
     def fvp(u):
         return tf.linalg.matvec(rows, tf.linalg.matvec(rows, u), transpose_a=True) / t + d * u
@@ -192,7 +197,7 @@ def damped_fisher_solve(
     v = tf.cast(v, solve_dtype)
     num_steps, num_params = tf.shape(g_rows)[0], tf.shape(g_rows)[1]
     t_float = tf.cast(num_steps, solve_dtype)
-    d = tf.constant(damping, solve_dtype)  # tf.cast would round a Python float to float32 first
+    d = _exact(damping, solve_dtype)
     b = tf.linalg.matvec(rows, v, transpose_a=True)  # [P] = G^T v
 
     def apply_p(x):  # [P] -> (G^T G / T + d I) x
@@ -278,7 +283,7 @@ def _fisher_transform(
             # Fisher's alone; the same without damping.
             measured = kl
             if damping is not None and damped_kl:
-                measured = kl + 0.5 * tf.constant(damping, tf.float64) * tf.reduce_sum(
+                measured = kl + 0.5 * _exact(damping, tf.float64) * tf.reduce_sum(
                     tf.square(x))
             limit = tf.constant(max_kl, tf.float64)
             # sqrt(max_kl / measured) makes the measured KL exactly max_kl; a bound never scales
