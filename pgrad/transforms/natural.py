@@ -13,7 +13,7 @@ Because ``g`` lies in the row space of ``G``, the push-through identity
 (the usual case for a policy network). When ``T >= P`` the ``P x P`` system is solved directly.
 
 Precision. The Gram product (``G G^T`` or ``G^T G``, ``O(T^2 P)``, the dominant cost) runs in
-the gradients' float32, which alone leaves a relative error of about ``cond * 1e-7``. Its
+the gradients' float32, which alone leaves a relative error of up to about ``cond * 1e-7``. Its
 Cholesky factor (float64) then preconditions two steps of float64 iterative refinement, each a
 residual from float64 mat-vecs with ``G`` (``O(T P)``) and a correction through that factor,
 which bring the solution to the all-float64 solve's accuracy at float32-Gram cost (measured in
