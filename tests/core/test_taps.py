@@ -342,7 +342,8 @@ def test_engine_fused_weighting_equals_surrogate_gradient(gaussian):
     ch = pgrad.chain(pgrad.weight_by("advantages", standardize=True), pgrad.mean_steps())
     got = pgrad.policy_gradients(ch, ch.init(gaussian.variables), gaussian.log_prob,
                                  gaussian.variables, (obs, act), {"advantages": adv})[0]
-    w = (adv - tf.reduce_mean(adv)) / (tf.math.reduce_std(adv) + 1e-8)
+    std = tf.math.reduce_std(adv) * np.sqrt(20 / 19)  # the sample std, as SB3's adv.std()
+    w = (adv - tf.reduce_mean(adv)) / (std + 1e-8)
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(w * gaussian.log_prob(obs, act))
     assert_all_close(got, tape.gradient(loss, gaussian.variables), atol=1e-6)

@@ -7,6 +7,7 @@ from policies import assert_all_close
 
 import pgrad
 from pgrad import chain
+from pgrad.transforms import standardized
 
 
 def per_step(t=6, seed=0):
@@ -41,8 +42,49 @@ def test_weight_by_standardize_gives_mean0_std1_weights():
     w = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 3.0], np.float32)
     ones = [tf.ones([6, 1])]
     (out,) = run(pgrad.weight_by("advantages", standardize=True), ones, advantages=w)
-    weights = out.numpy().ravel()
-    assert abs(weights.mean()) < 1e-6 and abs(weights.std() - 1.0) < 1e-5
+    weights = out.numpy().ravel()  # sample std 1, as Stable-Baselines3 (torch's .std())
+    assert abs(weights.mean()) < 1e-6 and abs(weights.std(ddof=1) - 1.0) < 1e-5
+    (out,) = run(pgrad.weight_by("advantages", standardize=True, ddof=0), ones, advantages=w)
+    assert abs(out.numpy().std() - 1.0) < 1e-5
+
+
+def sb3_normalized(w, ddof=1):
+    """Stable-Baselines3's ``(adv - adv.mean()) / (adv.std() + 1e-8)`` in float64 numpy."""
+    w = np.asarray(w, np.float64)
+    return (w - w.mean()) / (w.std(ddof=ddof) + 1e-8)
+
+
+@pytest.mark.parametrize("ddof", [1, 0])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_standardized_matches_numpy(ddof, dtype):
+    w = np.random.default_rng(3).normal(2.0, 5.0, size=64)
+    got = standardized(tf.constant(w, dtype), ddof=ddof).numpy()
+    np.testing.assert_allclose(got, sb3_normalized(w, ddof), rtol=1e-5 if dtype == tf.float32
+                               else 1e-12, atol=1e-6 if dtype == tf.float32 else 1e-14)
+
+
+def test_standardized_conventions_differ_by_sqrt_n_over_n_minus_1():
+    """Population std (ddof 0) makes the normalised weights sqrt(64/63) = 1.0079 larger."""
+    w = tf.constant(np.random.default_rng(4).normal(size=64))
+    ratio = standardized(w, ddof=0) / standardized(w)
+    np.testing.assert_allclose(ratio.numpy(), np.sqrt(64 / 63), rtol=1e-9)
+
+
+def test_standardized_edge_cases_and_eps():
+    # A constant batch and a single step standardise to 0; eps is added to the std (SB3).
+    for w in ([3.0, 3.0, 3.0], [5.0]):
+        np.testing.assert_array_equal(standardized(tf.constant(w)).numpy(), np.zeros(len(w)))
+    tiny = np.array([0.0, 1e-8])  # sample std 7.1e-9, below eps: where eps goes matters
+    np.testing.assert_allclose(standardized(tf.constant(tiny)).numpy(),
+                               sb3_normalized(tiny), rtol=1e-12)
+    with pytest.raises(ValueError, match="ddof must be 0 .population std. or 1"):
+        pgrad.weight_by("advantages", standardize=True, ddof=2)
+
+
+def test_standardized_in_tf_function_with_unknown_length():
+    fn = tf.function(lambda w: standardized(w), input_signature=[tf.TensorSpec([None])])
+    w = np.random.default_rng(5).normal(size=7).astype(np.float32)
+    np.testing.assert_allclose(fn(w).numpy(), sb3_normalized(w), rtol=1e-5, atol=1e-6)
 
 
 def test_weight_by_ignores_unused_context_and_names_missing_key():

@@ -17,9 +17,10 @@ def dense_natural(rows, v, damping):
     return np.linalg.solve(fisher + damping * np.eye(p), rows.T @ np.asarray(v, np.float64))
 
 
-def dense_kl(rows, x):
+def dense_kl(rows, x, damping=0.0):
+    """``0.5 x^T (F + damping I) x``: the Fisher estimate, or with ``damping`` TRPO's measure."""
     rows = np.asarray(rows, np.float64)
-    return 0.5 * x @ (rows.T @ rows / rows.shape[0]) @ x
+    return 0.5 * x @ (rows.T @ rows / rows.shape[0]) @ x + 0.5 * damping * x @ x
 
 
 def flat(grads):
@@ -38,11 +39,12 @@ def test_solve_matches_dense(t, p, damping):
     rng = np.random.default_rng(t * p)
     rows = rng.normal(size=(t, p))
     v = rng.normal(size=t)
-    x, g_x = damped_fisher_solve(tf.constant(rows), tf.constant(v), damping)
+    x, g_x, residual = damped_fisher_solve(tf.constant(rows), tf.constant(v), damping)
     want = dense_natural(rows, v, damping)
-    # float64 throughout; T == P with damping 1e-3 is ill-conditioned, hence 1e-6, not 1e-12.
-    np.testing.assert_allclose(x, want, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(g_x, rows @ want, rtol=1e-6, atol=1e-9)
+    # float64 throughout; condition numbers up to 5e3 here (damping 1e-3).
+    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g_x, rows @ want, rtol=1e-10, atol=1e-12)
+    assert float(residual) < 1e-13
 
 
 @pytest.mark.parametrize("t", [4, 40])
@@ -74,12 +76,13 @@ def test_natural_gradient_transform_matches_dense(t, weighted):
     assert float(state.scale) == 1.0
 
 
-def test_standardized_weights():
+@pytest.mark.parametrize("ddof", [1, 0])  # sample std (SB3, the default), population std
+def test_standardized_weights(ddof):
     grads = random_grads(9)
     w = np.random.default_rng(1).normal(3.0, 2.0, size=9)
-    transform = pgrad.natural_gradient(0.1, weights_key="adv", standardize=True)
+    transform = pgrad.natural_gradient(0.1, weights_key="adv", standardize=True, ddof=ddof)
     out, _ = transform.update(grads, transform.init(None), adv=tf.constant(w, tf.float32))
-    z = (w - w.mean()) / (w.std() + 1e-8)
+    z = (w - w.mean()) / (w.std(ddof=ddof) + 1e-8)
     want = dense_natural(flat(grads), z / 9, 0.1)
     np.testing.assert_allclose(flat([o[None] for o in out])[0], want, rtol=1e-5, atol=1e-6)
 
@@ -91,25 +94,27 @@ def test_large_damping_tends_to_the_scaled_mean_gradient():
     np.testing.assert_allclose(flat([o[None] for o in out])[0] * 1e6, mean, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("damping", [None, 1e-2])
+@pytest.mark.parametrize("damping,damped_kl", [(None, True), (1e-2, True), (1e-2, False)])
 @pytest.mark.parametrize("max_kl", [1e-4, 1e6])  # binding, not binding
-def test_trust_region_matches_dense(damping, max_kl):
+def test_trust_region_matches_dense(damping, damped_kl, max_kl):
     t = 8
     grads = random_grads(t, seed=5)
     w = np.random.default_rng(2).normal(size=t).astype(np.float32)
-    transform = pgrad.trust_region(max_kl, weights_key="adv", damping=damping)
+    transform = pgrad.trust_region(max_kl, weights_key="adv", damping=damping,
+                                   damped_kl=damped_kl)
     out, state = transform.update(grads, transform.init(None), adv=tf.constant(w))
     rows = flat(grads)
     direction = rows.T @ (w / t) if damping is None else dense_natural(rows, w / t, damping)
-    kl0 = dense_kl(rows, direction)
+    measure = (damping or 0.0) if damped_kl else 0.0  # TRPO's measure: the damped matrix
+    kl0 = dense_kl(rows, direction, measure)
     want_scale = min(1.0, np.sqrt(max_kl / kl0))
     got = flat([o[None] for o in out])[0]
     np.testing.assert_allclose(state.scale, want_scale, rtol=1e-5)
     np.testing.assert_allclose(got, want_scale * direction, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(state.kl, dense_kl(rows, got), rtol=1e-4)
-    assert dense_kl(rows, got) <= max_kl * (1 + 1e-5)
-    if max_kl < kl0:  # binding: the KL estimate sits exactly on the bound
-        np.testing.assert_allclose(dense_kl(rows, got), max_kl, rtol=1e-4)
+    np.testing.assert_allclose(state.kl, dense_kl(rows, got), rtol=1e-4)  # always undamped
+    assert dense_kl(rows, got, measure) <= max_kl * (1 + 1e-5)
+    if max_kl < kl0:  # binding: the measured KL sits exactly on the bound
+        np.testing.assert_allclose(dense_kl(rows, got, measure), max_kl, rtol=1e-4)
 
 
 def test_natural_gradient_max_kl_equals_trust_region_with_damping():
@@ -179,7 +184,7 @@ def test_engine_in_tf_function_with_unknown_t(categorical):
 
     grads, state = step(obs, act, adv)
     rows, direction = reference_npg(categorical, obs, act, adv, 1e-2)
-    scale = min(1.0, np.sqrt(1e-3 / dense_kl(rows, direction)))
+    scale = min(1.0, np.sqrt(1e-3 / dense_kl(rows, direction, 1e-2)))
     np.testing.assert_allclose(state.scale, scale, rtol=2e-3)
     np.testing.assert_allclose(flat([g[None] for g in grads])[0], scale * direction,
                                rtol=2e-3, atol=2e-4)
@@ -207,7 +212,8 @@ def test_errors_are_clear():
 
 
 def test_natural_policy_gradient_sgd_step_respects_the_kl_bound(categorical):
-    """After SGD(lr), the parameter change d has 0.5 d^T F d == max_kl (bound binding here)."""
+    """After SGD(lr), the parameter change d has 0.5 d^T (F + damping I) d == max_kl (bound
+    binding here)."""
     import keras
 
     obs, act = categorical.batch(24)
@@ -222,7 +228,7 @@ def test_natural_policy_gradient_sgd_step_respects_the_kl_bound(categorical):
     pgrad.apply_updates(keras.optimizers.SGD(learning_rate=0.05), grads, categorical.variables)
     step = flat([(v.numpy() - b)[None] for v, b in zip(categorical.variables, before)])[0]
     assert float(state[0].scale) < 1.0
-    np.testing.assert_allclose(dense_kl(rows, step), 1e-4, rtol=1e-3)
+    np.testing.assert_allclose(dense_kl(rows, step, 0.1), 1e-4, rtol=1e-3)
     _, want = reference_npg(categorical, obs, act, adv, 0.1)
     cosine = lambda a, b: a @ b / (np.linalg.norm(a) * np.linalg.norm(b))  # noqa: E731
     # Along the natural gradient (float32 weight differences limit the match), which is a
