@@ -69,12 +69,25 @@ def identity() -> StepScale:
     return StepScale(empty_init, update, name="identity", scale=_constant(1.0))
 
 
-def scale(factor: float) -> StepScale:
-    """Multiplies gradients by ``factor`` (per-step or aggregated)."""
+def scale(factor: float | str, *, invert: bool = False) -> StepScale:
+    """Multiplies gradients by ``factor`` (per-step or aggregated): a number, or the name of a
+    context key holding a scalar (e.g. ``"learning_rate"``, which the agents put there each
+    update); ``invert`` divides by it instead."""
+    who = f"scale({factor!r})" if not invert else f"scale(1/{factor!r})"
+
+    def value(ctx, dtype):
+        f = context_value(ctx, factor, who) if isinstance(factor, str) else factor
+        f = tf.cast(f, dtype)
+        return 1.0 / f if invert else f
 
     def update(grads, state, **ctx):
-        return [g * tf.cast(factor, g.dtype) for g in grads], state
+        return [g * value(ctx, g.dtype) for g in grads], state
 
+    def factors(norms, state, *, num_steps, **ctx):
+        return tf.fill([num_steps], value(ctx, tf.float32)), state
+
+    if isinstance(factor, str) or invert:
+        return StepScale(empty_init, update, name=who, scale=factors)
     return StepScale(empty_init, update, name=f"scale({factor})", scale=_constant(factor))
 
 

@@ -398,25 +398,27 @@ def trust_region(
 def natural_policy_gradient(
     damping: float = 0.1,
     max_kl: float = 0.05,
-    learning_rate: float = 0.01,
+    learning_rate: float | str = "learning_rate",
     weights_key: str = "advantages",
     damped_kl: bool = True,
 ) -> GradientTransform:
     """Natural policy gradient whose *applied* step, after ``SGD(learning_rate)``, has KL <= max_kl.
 
     ``chain(natural_gradient(damping, weights_key=..., max_kl=...), scale(1 / learning_rate))``:
-    an agent's single SGD optimizer multiplies the policy update by ``learning_rate`` (and its
+    an agent's single SGD optimizer multiplies the policy update by its learning rate (and its
     value-function gradient too, which keeps a normal step size), so the ``1 / learning_rate``
-    factor makes the policy step exactly the KL-bounded natural-gradient step. Pass the same
-    ``learning_rate`` as the optimizer's, and turn off the agent's global-norm clipping (it
-    would rescale the bounded step). The KL is measured as ``natural_gradient``'s
-    ``damped_kl`` says. All arguments have defaults, so ``--transform
-    pgrad.transforms.natural:natural_policy_gradient`` works as is (see docs/beyond_weighting.md).
+    factor makes the policy step exactly the KL-bounded natural-gradient step. The learning rate
+    is the optimizer's own by default: the agents put the value of each update (its schedule's)
+    into the context as ``"learning_rate"``; a number fixes it instead (for a loop of your own).
+    Turn off the agent's global-norm clipping (it would rescale the bounded step). The KL is
+    measured as ``natural_gradient``'s ``damped_kl`` says. All arguments have defaults, so
+    ``--transform pgrad.transforms.natural:natural_policy_gradient`` works as is (see
+    docs/beyond_weighting.md).
     """
     from pgrad.transforms.builtins import scale
     from pgrad.transforms.chain import chain
 
     return chain(
         natural_gradient(damping, weights_key=weights_key, max_kl=max_kl, damped_kl=damped_kl),
-        scale(1.0 / learning_rate), name="natural_policy_gradient",
+        scale(learning_rate, invert=True), name="natural_policy_gradient",
     )

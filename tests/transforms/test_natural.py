@@ -287,3 +287,44 @@ def test_natural_gradient_cg_and_cholesky_agree_and_report():
     assert float(outs["cholesky"][1].cg_iterations) == 0
     with pytest.raises(ValueError, match="solver must be one of"):
         pgrad.natural_gradient(0.1, solver="lu")
+
+
+def test_natural_policy_gradient_takes_the_learning_rate_from_the_context(categorical):
+    """By default the 1/lr factor is the optimizer's learning rate of this update, which the
+    agents put into the context: the same step as the number, and one clear error without it."""
+    obs, act = categorical.batch(24)
+    adv = tf.constant(np.random.default_rng(3).normal(size=24), tf.float32)
+    fixed = pgrad.transforms.natural.natural_policy_gradient(damping=0.1, max_kl=1e-4,
+                                                             learning_rate=0.05)
+    own = pgrad.transforms.natural.natural_policy_gradient(damping=0.1, max_kl=1e-4)
+    outs = []
+    for chain, context in ((fixed, {}), (own, {"learning_rate": tf.constant(0.05)})):
+        grads, _, _ = pgrad.policy_gradients(
+            chain, chain.init(categorical.variables), categorical.log_prob, categorical.variables,
+            (obs, act), {"advantages": adv, **context})
+        outs.append(flat([g.numpy()[None] for g in grads])[0])
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6)
+    with pytest.raises(pgrad.TransformError, match="learning_rate"):
+        pgrad.policy_gradients(own, own.init(categorical.variables), categorical.log_prob,
+                               categorical.variables, (obs, act), {"advantages": adv})
+
+
+def test_an_agent_s_optimizer_learning_rate_reaches_natural_policy_gradient():
+    """An A2C agent with SGD and natural_policy_gradient() (no learning rate repeated): each
+    update's policy step is the KL-bounded one whatever the scheduled learning rate, so the
+    weights move the same amount at learning rates that differ by 10x."""
+    import agents
+
+    def policy_step(lr):
+        agent = agents.make("a2c", "CartPole-v1", seed=0, num_envs=2, n_steps=16, hidden=[8],
+                            optimizer="sgd", learning_rate=lr, max_grad_norm=0.0,
+                            baseline=False, transform=pgrad.transforms.natural
+                            .natural_policy_gradient(damping=0.1, max_kl=1e-3))
+        before = [v.numpy().copy() for v in agent.net.policy_variables]
+        agent.step()
+        after = [v.numpy() for v in agent.net.policy_variables]
+        agent.close()
+        return np.concatenate([(a - b).ravel() for a, b in zip(after, before)])
+
+    small, large = policy_step(0.01), policy_step(0.1)
+    np.testing.assert_allclose(small, large, rtol=2e-3, atol=1e-7)
