@@ -19,7 +19,6 @@ with exit code 2 before any trial starts; the exit code is 1 if no trial complet
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -72,13 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum, frame):
-    from pgrad_app.errors import EXIT_SIGTERM, Interrupted
-
-    # The running trial ends marked interrupted (not counted); the study keeps the rest.
-    raise Interrupted("SIGTERM: stopped; the same command continues the study", EXIT_SIGTERM)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     from pgrad_app.experiments import tune
@@ -120,15 +112,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{spec.agent} on {spec.env}, {spec.budget:,} env steps per trial, sampler "
               f"{opts.sampler}, pruner {opts.pruner}"
               + (f", {args.workers} Ray workers" if args.workers else ""), flush=True)
-        previous = signal.signal(signal.SIGTERM, _terminate)
-        try:
-            if args.workers:
-                tune.work_on_ray(spec, opts, args.workers, args.ray_address,
-                                 args.cpus_per_worker, echo=lambda s: print(s, flush=True))
-            else:
-                tune.work(spec, opts, echo=lambda s: print(s, flush=True))
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        echo = lambda line: print(line, flush=True)
+        if args.workers:
+            tune.work_on_ray(spec, opts, args.workers, args.ray_address, args.cpus_per_worker,
+                             echo=echo)
+        else:
+            with tune.Signals() as signals:  # SIGINT/SIGTERM: stop after the current update
+                tune.work(spec, opts, echo=echo, signals=signals)
     best = tune.write_outputs(spec, opts)
     trials = tune.counted_trials(study)
     states = [t.state.name for t in trials]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import socket
@@ -136,16 +137,28 @@ def open_storage(url: str):
     Raises:
       UserError: a URL SQLAlchemy cannot use or a database it cannot reach.
     """
+    import time
+
+    import sqlalchemy.exc
+
     optuna = import_optuna()
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    with warnings.catch_warnings():  # the heartbeat is marked experimental
-        warnings.simplefilter("ignore")
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine,
-                                              heartbeat_interval=HEARTBEAT_S,
-                                              grace_period=GRACE_S)
-        except Exception as err:  # ArgumentError, OperationalError, ImportError of a driver
-            raise UserError(f"--storage {url}: cannot open it: {one_line(err)}") from None
+    for attempt in range(6):
+        with warnings.catch_warnings():  # the heartbeat is marked experimental
+            warnings.simplefilter("ignore")
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine,
+                                                  heartbeat_interval=HEARTBEAT_S,
+                                                  grace_period=GRACE_S)
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as err:
+                # Processes creating a new database at once race for its schema tables: the
+                # loser finds them half made; once the winner is done, they open.
+                failed = err
+                time.sleep(0.25 * (attempt + 1))
+            except Exception as err:  # a malformed URL, an unknown dialect, a missing driver
+                failed = err
+                break
+    raise UserError(f"--storage {url}: cannot open it: {one_line(failed)}") from None
 
 
 def open_study(spec: TuneSpec, url: str, name: str, sampler=None, pruner=None,
@@ -184,8 +197,11 @@ def make_sampler(name: str, seed: int, n_startup: int):
     """TPE (the default) or random sampling, reseeded per trial from ``(seed, trial number)``."""
     optuna = import_optuna()
     if name == "tpe":
-        def make(s):
-            return optuna.samplers.TPESampler(n_startup_trials=n_startup, seed=s)
+        def make(s):  # as rl-zoo, multivariate; the constant liar for parallel trials
+            with warnings.catch_warnings():  # both "experimental" before Optuna 5
+                warnings.simplefilter("ignore")
+                return optuna.samplers.TPESampler(n_startup_trials=n_startup, seed=s,
+                                                  multivariate=True, constant_liar=True)
     elif name == "random":
         def make(s):
             return optuna.samplers.RandomSampler(seed=s)
@@ -194,6 +210,7 @@ def make_sampler(name: str, seed: int, n_startup: int):
     return _seeded_per_trial(optuna.samplers.BaseSampler)(make, seed)
 
 
+@functools.cache
 def _seeded_per_trial(base: type) -> type:
     class SeededPerTrial(base):
         """A sampler whose random state is a function of ``(seed, trial number)``: trial
@@ -341,6 +358,54 @@ class Guard(Callback):
                            f"env step {loop.env_steps}).")
 
 
+class Signals(Callback):
+    """SIGINT/SIGTERM as ``pgrad-train`` takes them: the running trial stops after its current
+    update (it is then marked ``abandoned``, not counted) and no trial starts after it; a second
+    signal stops at once. As a callback it ends the training loop; :meth:`check` raises
+    :class:`Interrupted` (exit 130 / 143) at the safe points between."""
+
+    name = "interrupted"
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def __enter__(self) -> Signals:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._old = {sig: signal.signal(sig, self._on_signal)
+                         for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def on_update(self, loop: Loop) -> bool:
+        return self.signum is None
+
+    def check(self) -> None:
+        import signal
+
+        from pgrad_app.errors import EXIT_SIGINT, EXIT_SIGTERM
+
+        if self.signum is not None:
+            code = EXIT_SIGTERM if self.signum == signal.SIGTERM else EXIT_SIGINT
+            raise Interrupted(f"{signal.Signals(self.signum).name}: stopped; the study keeps "
+                              "its finished trials (the running one is not counted): the same "
+                              "command continues it", code)
+
+
 def _training_error(err: BaseException) -> str | None:
     """The one-line reason of a training failure ``pgrad-train`` would stop with, or None."""
     from pgrad_app.run.trainer import _transform_error  # the trainer's own reading of it
@@ -353,12 +418,14 @@ def _training_error(err: BaseException) -> str | None:
     return None
 
 
-def run_trial(spec: TuneSpec, trial, log: Callable[[str], None]) -> float:
+def run_trial(spec: TuneSpec, trial, log: Callable[[str], None],
+              signals: Signals | None = None) -> float:
     """Samples, trains and evaluates one trial; returns its value (the last evaluation).
 
     Raises:
       optuna.TrialPruned: pruned after an evaluation, or an invalid sampled combination.
       TrialFailed: training failed (its reason in the trial's ``fail_reason``).
+      Interrupted: ``signals`` caught SIGINT/SIGTERM (training stopped after an update).
     """
     import agents
 
@@ -387,8 +454,9 @@ def run_trial(spec: TuneSpec, trial, log: Callable[[str], None]) -> float:
     report = Report(trial, log)
     evaluations = EvalCallback(every=spec.eval_every, episodes=spec.eval_episodes,
                                seed=eval_seed(spec.seed), verbose=False)
+    callbacks = [Guard(), evaluations, report, *([signals] if signals else [])]
     try:
-        agent.learn(spec.budget, callbacks=[Guard(), evaluations, report], progress=False)
+        agent.learn(spec.budget, callbacks=callbacks, progress=False)
     except Exception as err:
         reason = _training_error(err)
         if reason is None:
@@ -398,6 +466,8 @@ def run_trial(spec: TuneSpec, trial, log: Callable[[str], None]) -> float:
         raise TrialFailed(reason) from err
     finally:
         agent.close()
+    if signals is not None:
+        signals.check()
     if report.pruned:
         log(f"pruned after evaluation {report.count} of {spec.n_evaluations}")
         raise optuna.TrialPruned(f"pruned after evaluation {report.count}")
@@ -408,13 +478,17 @@ def run_trial(spec: TuneSpec, trial, log: Callable[[str], None]) -> float:
 # -- the study loop ---------------------------------------------------------------------------
 
 
-def objective(spec: TuneSpec, n_trials: int, results: str | os.PathLike) -> Callable:
+def objective(spec: TuneSpec, n_trials: int, results: str | os.PathLike,
+              signals: Signals | None = None) -> Callable:
     """Optuna's objective: claims a slot of the ``n_trials`` (or ends as surplus), records who
     runs it, and runs :func:`run_trial` with its log in ``RESULTS/trials/trial-NNNN.log``."""
     logs = Path(results) / TRIAL_LOGS
 
     def run(trial) -> float:
         study = trial.study
+        if signals is not None and signals.signum is not None:
+            trial.set_user_attr("abandoned", "interrupted before it started")
+            signals.check()
         recover(study)
         if sum(t.number < trial.number for t in counted_trials(study)) >= n_trials:
             trial.set_user_attr("surplus", True)
@@ -428,9 +502,10 @@ def objective(spec: TuneSpec, n_trials: int, results: str | os.PathLike) -> Call
                 f.flush()
 
             try:
-                return run_trial(spec, trial, log)
+                return run_trial(spec, trial, log, signals)
             except (KeyboardInterrupt, Interrupted):
-                trial.set_user_attr("abandoned", "interrupted")
+                with contextlib.suppress(Exception):  # a second signal may cut the database off
+                    trial.set_user_attr("abandoned", "interrupted")
                 log("interrupted")
                 raise
 
@@ -469,9 +544,14 @@ class Options:
     timeout: float | None = None
 
 
-def work(spec: TuneSpec, opts: Options, echo: Callable[[str], None] = print) -> list[int]:
+def work(spec: TuneSpec, opts: Options, echo: Callable[[str], None] = print,
+         signals: Signals | None = None) -> list[int]:
     """Runs trials in this process until the study holds ``n_trials`` counted ones (or the
-    timeout); returns the numbers of the trials it ran. Safe to run in many processes at once."""
+    timeout); returns the numbers of the trials it ran. Safe to run in many processes at once.
+
+    Raises:
+      Interrupted: ``signals`` (entered by the caller) caught SIGINT/SIGTERM.
+    """
     study = open_study(spec, opts.url, opts.name,
                        make_sampler(opts.sampler, spec.seed, opts.n_startup),
                        make_pruner(opts.pruner, opts.n_startup, spec.n_evaluations))
@@ -484,12 +564,15 @@ def work(spec: TuneSpec, opts: Options, echo: Callable[[str], None] = print) -> 
             return
         ran.append(trial.number)
         echo(trial_line(trial))
-        if len(counted_trials(study)) >= opts.n_trials:
+        if len(counted_trials(study)) >= opts.n_trials or (signals and signals.signum):
             study.stop()
 
     if len(counted_trials(study)) < opts.n_trials:
-        study.optimize(objective(spec, opts.n_trials, opts.results), timeout=opts.timeout,
-                       callbacks=[after], catch=(TrialFailed,), gc_after_trial=True)
+        study.optimize(objective(spec, opts.n_trials, opts.results, signals),
+                       timeout=opts.timeout, callbacks=[after], catch=(TrialFailed,),
+                       gc_after_trial=True)
+    if signals is not None:
+        signals.check()
     return ran
 
 
@@ -516,7 +599,12 @@ def work_on_ray(spec: TuneSpec, opts: Options, workers: int, address: str | None
         "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")})
     study = open_study(spec, opts.url, opts.name)  # created here, before the tasks race for it
     seen = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
-    with session.ray_session(address, what="--workers") as ray:
+    # A local instance gets a CPU per task asked for (as rollout workers do): N at a time.
+    local_cpus = None if address else max(os.cpu_count() or 1, workers * cpus)
+    with session.ray_session(address, num_cpus=local_cpus, what="--workers") as ray:
+        if ray.cluster_resources().get("CPU", 0) < cpus:  # else the tasks would wait for ever
+            raise UserError(f"--cpus-per-worker {cpus}: the Ray cluster has only "
+                            f"{ray.cluster_resources().get('CPU', 0):g} CPUs.")
         task = ray.remote(num_cpus=cpus, max_retries=0)(_ray_work)
         pending = [task.options(runtime_env=runtime).remote(spec, opts) for _ in range(workers)]
         ran: list[int] = []
@@ -594,10 +682,12 @@ def _figures(study, results: Path, with_importance: bool) -> list[str]:
 
     optuna = import_optuna()
     vis = optuna.visualization.matplotlib
-    plots = {"history": vis.plot_optimization_history, "intermediate": vis.plot_intermediate_values}
+    target = "mean evaluation return"
+    plots = {"history": lambda s: vis.plot_optimization_history(s, target_name=target),
+             "intermediate": vis.plot_intermediate_values}
     if with_importance:
         plots["importance"] = lambda s: vis.plot_param_importances(
-            s, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+            s, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), target_name=target)
     written = []
     for key, plot in plots.items():
         with warnings.catch_warnings():
@@ -635,10 +725,12 @@ def report(spec: TuneSpec, study, opts: Options, figures: list[str],
     states = {s: sum(t.state.name == s for t in kept) for s in ("COMPLETE", "PRUNED", "FAIL")}
     best = best_trial(study)
     names = [p.name for p in spec.space.params]
+    others = len(trials) - len(kept)
     lines = [f"# Tuning {spec.agent} on {spec.env}", "",
              f"Study `{opts.name}` in `{opts.url}`: {len(kept)} of {opts.n_trials} trials "
              f"({states['COMPLETE']} complete, {states['PRUNED']} pruned, {states['FAIL']} "
-             f"failed){'' if len(kept) == len(trials) else f'; {len(trials) - len(kept)} more records not counted (a process that ended mid-trial, or surplus claims)'}.",
+             "failed)" + (f"; {others} more records not counted (a process that ended "
+                          "mid-trial, or surplus claims)" if others else "") + ".",
              f"Each trial: {spec.budget:,} env steps, seed {spec.seed}, {spec.n_evaluations} "
              f"evaluations of {spec.eval_episodes} deterministic episodes (seeds from "
              f"{eval_seed(spec.seed)}); its value is the last one's mean return. Sampler "
@@ -655,7 +747,8 @@ def report(spec: TuneSpec, study, opts: Options, figures: list[str],
         lines += [f"| {k} | {v:.3f} |" for k, v in weights.items()]
     lines += [""] + [f"![{name}]({name})" for name in figures]
     lines += ["", "## Trials", "",
-              "| trial | state | last evaluation | evaluations | " + " | ".join(names) + " | note |",
+              "| trial | state | last evaluation | evaluations | " + " | ".join(names)
+              + " | note |",
               "|---" * (len(names) + 5) + "|"]
     for t in sorted(kept, key=lambda t: t.number):
         note = (t.user_attrs.get("invalid") or t.user_attrs.get("fail_reason") or "")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,10 @@ from cli_helpers import ROOT, one_error_line, train
 optuna = pytest.importorskip("optuna")
 
 import agents  # noqa: E402
+import pgrad  # noqa: E402
+from pgrad.rl.evaluation import eval_seed  # noqa: E402
 from pgrad_app.cli import tune as tune_cli  # noqa: E402
-from pgrad_app.errors import UserError, run_cli  # noqa: E402
+from pgrad_app.errors import Interrupted, UserError, run_cli  # noqa: E402
 from pgrad_app.experiments import search_spaces, tune  # noqa: E402
 
 #: The pruning study's space: 1e-9 leaves the initial policy as it is (seed 2: a deterministic
@@ -31,6 +33,8 @@ from pgrad_app.experiments import search_spaces, tune  # noqa: E402
 HOPELESS = 5.0
 PRUNE_SPACE = "learning_rate: {type: categorical, choices: [1.0e-9, 5.0]}\n"
 PRUNE_SEED = 2
+#: The space of the resume and sharing studies.
+LR_SPACE = "learning_rate: {type: log_float, low: 1.0e-4, high: 3.0e-3}\n"
 #: Tiny trials: 1,000-2,000 env steps of A2C (16 envs x 5 steps per update) with one hidden layer.
 TINY = ["--agent", "a2c", "--env", "CartPole-v1", "--set", "hidden=[16]", "--eval-episodes", "3"]
 
@@ -61,8 +65,8 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_shipped_spaces_load_for_every_agent_and_ship_as_package_data():
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"]["pgrad_app"]
+    section = (ROOT / "pyproject.toml").read_text().split("[tool.setuptools.package-data]")[1]
+    globs = re.findall(r'"([^"]+\.yaml)"', section.split("\n[", 1)[0])
     for name in agents.names():
         space = search_spaces.load(name, agents.get(name).Config)
         assert {"learning_rate", "hidden"} & set(space.keys), name
@@ -285,7 +289,36 @@ def test_a_setting_that_fails_validation_is_a_pruned_trial_with_its_reason(tmp_p
     assert "trial 0 pruned: invalid setting" in out
 
 
+def test_sigterm_stops_the_trial_after_its_update_and_leaves_it_uncounted(tmp_path,
+                                                                          monkeypatch):
+    spec = tune.plan("a2c", "CartPole-v1", steps=4000, sets=["hidden=[16]"], n_evaluations=4,
+                     eval_episodes=2, space=str(write(tmp_path / "s.yaml", LR_SPACE)))
+    opts = tune.Options(tune.storage_url(tmp_path), "s", 3, str(tmp_path))
+    updates = []
+    guard = tune.Guard.on_update
+
+    def on_update(self, loop):  # the 20th update of the first trial gets a SIGTERM
+        updates.append(loop.env_steps)
+        if len(updates) == 20:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return guard(self, loop)
+
+    monkeypatch.setattr(tune.Guard, "on_update", on_update)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as err, tune.Signals() as signals:
+        tune.work(spec, opts, echo=lambda line: None, signals=signals)
+    assert err.value.exit_code == 143 and str(err.value).startswith("SIGTERM: stopped")
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert len(updates) == 20  # stopped right after that update, no other trial started
+    (trial,) = load(tmp_path, "s").get_trials()
+    assert trial.state.name == "FAIL" and trial.user_attrs["abandoned"] == "interrupted"
+    assert not tune.counted(trial) and len(trial.intermediate_values) == 1  # 1,600 of 4,000
+    assert (tmp_path / "trials" / "trial-0000.log").read_text().endswith("interrupted\n")
+
+
 def trials_in(results: Path) -> list:
+    if not (results / "study.db").is_file():  # not started yet
+        return []
     try:
         return load(results).get_trials()
     except KeyError:  # not created yet
@@ -295,8 +328,8 @@ def trials_in(results: Path) -> list:
 @pytest.mark.subprocess
 def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
     results = tmp_path / "r"
-    argv = [*TINY, "--steps", 2000, "--n-evaluations", 2, "--n-trials", 4, "--pruner", "none",
-            "--results", results]
+    argv = [*TINY, "--steps", 1600, "--n-evaluations", 2, "--n-trials", 3, "--pruner", "none",
+            "--space", write(tmp_path / "space.yaml", LR_SPACE), "--results", results]
     proc = popen_tune(*argv)
     deadline, seen = time.monotonic() + 180, []
     while time.monotonic() < deadline and proc.poll() is None:
@@ -306,7 +339,8 @@ def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, err
     before = {t.number: t.value for t in trials_in(results) if t.state.name == "COMPLETE"}
     running = [t.number for t in trials_in(results) if t.state.name == "RUNNING"]
     assert before and running, [(t.number, t.state) for t in seen]
@@ -316,28 +350,49 @@ def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
     assert f"trial {running[0]} abandoned: its process ended" in out
     trials = load(results).get_trials()
     kept = [t for t in trials if tune.counted(t)]
-    assert len(kept) == 4 and all(t.state.name == "COMPLETE" for t in kept)
+    assert len(kept) == 3 and all(t.state.name == "COMPLETE" for t in kept)
     assert {t.number: t.value for t in kept if t.number in before} == before  # kept, once
     killed = trials[running[0]]
     assert killed.state.name == "FAIL" and "abandoned" in killed.user_attrs
-    assert "4 of 4 trials" in (results / "README.md").read_text()
+    assert "3 of 3 trials" in (results / "README.md").read_text()
 
 
 @pytest.mark.subprocess
 def test_two_processes_share_one_sqlite_study_without_losing_a_trial(tmp_path):
     results = tmp_path / "r"
-    argv = [*TINY, "--steps", 1500, "--n-evaluations", 1, "--n-trials", 5, "--sampler",
-            "random", "--results", results]
+    argv = [*TINY, "--steps", 1200, "--n-evaluations", 1, "--n-trials", 4, "--sampler",
+            "random", "--space", write(tmp_path / "space.yaml", LR_SPACE), "--results", results]
     procs = [popen_tune(*argv) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
     ran = [{int(line.split()[1]) for line in out.splitlines() if line.startswith("trial ")}
            for out, _ in outs]
     trials = load(results).get_trials()
     kept = {t.number for t in trials if tune.counted(t)}
-    assert len(kept) == 5 and ran[0] | ran[1] == kept and not ran[0] & ran[1], ran
+    assert len(kept) == 4 and ran[0] | ran[1] == kept and not ran[0] & ran[1], ran
     assert ran[0] and ran[1]  # both worked on it
     assert all(t.state.name in ("COMPLETE", "PRUNED") for t in trials if t.number in kept)
     surplus = [t for t in trials if t.number not in kept]
     assert all(t.user_attrs.get("surplus") for t in surplus)  # at most one claim too many
+
+
+@pytest.mark.subprocess  # Ray's processes
+def test_ray_workers_run_the_trials_and_best_yaml_reproduces_the_best_trial(tmp_path, capsys):
+    pytest.importorskip("ray")
+    results = tmp_path / "r"
+    code, out, err = tune_main(*TINY, "--steps", 800, "--n-evaluations", 1, "--n-trials", 2,
+                               "--space", write(tmp_path / "space.yaml", LR_SPACE),
+                               "--workers", 2, "--results", results, capsys=capsys)
+    assert code == 0, err
+    assert "2 Ray workers" in out and "trial 0 complete" in out and "trial 1 complete" in out
+    trials = load(results).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    assert all(t.user_attrs["owner"]["pid"] != os.getpid() for t in trials)  # in Ray's workers
+    # The same settings and seed train the same policy: its evaluation is the trial's value.
+    best = max(trials, key=lambda t: t.value)
+    code, _, err = train("--config", results / "best.yaml", "--quiet", "--out", tmp_path / "run",
+                         capsys=capsys)
+    assert code == 0, err
+    ev = pgrad.evaluate(str(tmp_path / "run"), episodes=3, seed=eval_seed(0))
+    assert ev["return_mean"] == pytest.approx(best.value)

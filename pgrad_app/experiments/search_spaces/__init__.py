@@ -81,7 +81,8 @@ class Param:
     def describe(self) -> str:
         """One line for the report: ``log_float [1e-05, 0.01]``."""
         if self.kind == "categorical":
-            return f"categorical {', '.join(map(str, self.labels()))}"
+            return "categorical " + ", ".join(
+                str(c).lower() if isinstance(c, bool) else str(c) for c in self.labels())
         prefix = "1 - " if self.one_minus else ""
         step = f" step {self.step}" if self.step else ""
         return f"{prefix}{self.kind} [{self.low:g}, {self.high:g}]{step}"
