@@ -35,7 +35,9 @@ import socket
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import numpy as np
 
 from agents.callbacks import EvalCallback
 from agents.learning import Callback, Loop
@@ -221,8 +223,6 @@ def _seeded_per_trial(base: type) -> type:
             self._make, self._seed, self._inner = make, int(seed), make(int(seed))
 
         def before_trial(self, study, trial) -> None:
-            import numpy as np
-
             mixed = int(np.random.SeedSequence([self._seed, trial.number]).generate_state(1)[0])
             self._inner = self._make(mixed)
             self._inner.before_trial(study, trial)
@@ -270,12 +270,19 @@ def counted_trials(study) -> list:
 
 
 def _process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot) or None if there is none."""
+    """The start time of process ``pid`` (clock ticks since boot, from /proc), ``"?"`` for a
+    live process where there is no /proc, or None if there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
         return None
-    except OSError:  # no /proc: alive as far as we can tell
+    except OSError:  # no /proc here: whether it runs, at least
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except OSError:  # someone else's
+            pass
         return "?"
     return stat.rsplit(")", 1)[1].split()[19]
 
@@ -352,7 +359,8 @@ class Guard(Callback):
         for step, ret, _ in loop.new_episodes:
             if not math.isfinite(ret):
                 raise RunError(f"an episode ending at env step {step} has return {ret}.")
-        self.skips = self.skips + 1 if loop.metrics.get("nonfinite_skipped", 0) else 0
+        skipped = float(np.asarray(loop.metrics.get("nonfinite_skipped", 0.0))) > 0
+        self.skips = self.skips + 1 if skipped else 0
         if self.skips >= self.limit:
             raise RunError(f"{self.skips} consecutive updates had NaN/Inf gradients (stopped at "
                            f"env step {loop.env_steps}).")
@@ -434,7 +442,7 @@ def run_trial(spec: TuneSpec, trial, log: Callable[[str], None],
     sampled = spec.space.sample(trial)
     log(f"trial {trial.number}: " + ", ".join(f"{k}={to_plain(v)}" for k, v in sampled.items()))
 
-    def invalid(err) -> None:
+    def invalid(err) -> NoReturn:
         reason = f"invalid setting: {one_line(err)}"
         trial.set_user_attr("invalid", reason)
         log(f"pruned: {reason}")
@@ -513,8 +521,9 @@ def objective(spec: TuneSpec, n_trials: int, results: str | os.PathLike,
 
 
 def trial_line(trial) -> str:
-    """One line for the terminal: ``trial 3: pruned after evaluation 2 (return 21.40)``."""
-    state = trial.state.name.lower()
+    """One line for the terminal: ``trial 3 pruned: pruned after evaluation 2 (return 21.40)
+    [learning_rate=0.00123 ...]``."""
+    state = {"FAIL": "failed"}.get(trial.state.name, trial.state.name.lower())
     if state == "complete":
         what = f"return {trial.value:.2f}"
     elif state == "pruned":
@@ -523,8 +532,8 @@ def trial_line(trial) -> str:
             f"pruned after evaluation {last} (return {trial.intermediate_values[last]:.2f})"
             if last is not None else "pruned")
     else:
-        what = "failed: " + str(trial.user_attrs.get("fail_reason")
-                                or trial.user_attrs.get("abandoned") or "?")
+        what = str(trial.user_attrs.get("fail_reason") or trial.user_attrs.get("abandoned")
+                   or "?")
     params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                       for k, v in trial.params.items())
     return f"trial {trial.number} {state}: {what}  [{params}]"
@@ -734,7 +743,11 @@ def report(spec: TuneSpec, study, opts: Options, figures: list[str],
              f"Each trial: {spec.budget:,} env steps, seed {spec.seed}, {spec.n_evaluations} "
              f"evaluations of {spec.eval_episodes} deterministic episodes (seeds from "
              f"{eval_seed(spec.seed)}); its value is the last one's mean return. Sampler "
-             f"{opts.sampler}, pruner {opts.pruner}, space `{spec.space.path}`.", ""]
+             f"{opts.sampler}, pruner {opts.pruner}, space `{spec.space.path}`; the settings "
+             "it samples over: the agent's defaults"
+             + (f" < `{spec.tuned_from}`" if spec.tuned_from else "")
+             + (" < --set " + " ".join(f"{k}={_cell(v)}" for k, v in spec.overrides.items())
+                if spec.overrides else "") + ".", ""]
     if best is not None:
         lines += [f"**Best: trial {best.number}, return {best.value:.2f}** -- `{BEST}`: "
                   f"`pgrad-train --config {BEST} --out DIR`.", ""]

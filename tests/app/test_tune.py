@@ -289,6 +289,28 @@ def test_a_setting_that_fails_validation_is_a_pruned_trial_with_its_reason(tmp_p
     assert "trial 0 pruned: invalid setting" in out
 
 
+def test_a_diverging_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path, capsys):
+    # SGD at learning rate 10 without clipping overflows the value loss within a few updates;
+    # Adam's normalised steps stay finite.
+    space = write(tmp_path / "s.yaml", "optimizer: {type: categorical, choices: [adam, sgd]}\n")
+    drawn = [d["optimizer"] for d in sampled(0, 2, search_spaces.load(
+        "a2c", agents.get("a2c").Config, space))]
+    assert sorted(drawn) == ["adam", "sgd"], drawn
+    code, out, err = tune_main(*TINY, "--steps", 2400, "--n-evaluations", 1, "--n-trials", 2,
+                               "--set", "learning_rate=10", "--set", "max_grad_norm=0",
+                               "--sampler", "random", "--space", space,
+                               "--results", tmp_path / "r", capsys=capsys)
+    assert code == 0, err
+    trials = {t.params["optimizer"]: t for t in load(tmp_path / "r").get_trials()}
+    assert trials["adam"].state.name == "COMPLETE"
+    failed = trials["sgd"]
+    assert failed.state.name == "FAIL" and tune.counted(failed)
+    reason = failed.user_attrs["fail_reason"]
+    assert reason.startswith("10 consecutive updates had NaN/Inf gradients"), reason
+    assert f"trial {failed.number} failed: {reason}" in out
+    assert reason in (tmp_path / "r" / "README.md").read_text()
+
+
 def test_sigterm_stops_the_trial_after_its_update_and_leaves_it_uncounted(tmp_path,
                                                                           monkeypatch):
     spec = tune.plan("a2c", "CartPole-v1", steps=4000, sets=["hidden=[16]"], n_evaluations=4,
@@ -328,7 +350,7 @@ def trials_in(results: Path) -> list:
 @pytest.mark.subprocess
 def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
     results = tmp_path / "r"
-    argv = [*TINY, "--steps", 1600, "--n-evaluations", 2, "--n-trials", 3, "--pruner", "none",
+    argv = [*TINY, "--steps", 800, "--n-evaluations", 1, "--n-trials", 3, "--pruner", "none",
             "--space", write(tmp_path / "space.yaml", LR_SPACE), "--results", results]
     proc = popen_tune(*argv)
     deadline, seen = time.monotonic() + 180, []
@@ -360,7 +382,7 @@ def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
 @pytest.mark.subprocess
 def test_two_processes_share_one_sqlite_study_without_losing_a_trial(tmp_path):
     results = tmp_path / "r"
-    argv = [*TINY, "--steps", 1200, "--n-evaluations", 1, "--n-trials", 4, "--sampler",
+    argv = [*TINY, "--steps", 800, "--n-evaluations", 1, "--n-trials", 4, "--sampler",
             "random", "--space", write(tmp_path / "space.yaml", LR_SPACE), "--results", results]
     procs = [popen_tune(*argv) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
