@@ -4,6 +4,7 @@ two processes sharing one SQLite study."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -91,6 +92,22 @@ def test_a_space_samples_typed_values_for_the_config(tmp_path):
     # Optuna sees list choices as their YAML text, and one_minus under its own name.
     assert space.params[3].labels() == ["[64]", "[256, 256]"]
     assert [p.name for p in space.params][:2] == ["learning_rate", "one_minus_gamma"]
+
+
+def test_number_types_fit_fields_that_also_take_other_values(tmp_path):
+    @dataclasses.dataclass
+    class Config:  # e.g. a learning rate that also takes a schedule such as "lin_1e-3"
+        learning_rate: float | str = 1e-3
+        mode: int | str = 1
+
+    path = write(tmp_path / "s.yaml", "learning_rate: {type: log_float, low: 1.0e-5, high: 1}\n"
+                 "mode: {type: int, low: 1, high: 4}\n")
+    space = search_spaces.load("x", Config, path)
+    assert space.sample(optuna.trial.FixedTrial({"learning_rate": 0.5, "mode": 2})) == {
+        "learning_rate": 0.5, "mode": 2}
+    write(path, "mode: {type: float, low: 1, high: 4}\n")
+    with pytest.raises(UserError, match=re.escape("mode is int | str; use int, log_int or categorical")):
+        search_spaces.load("x", Config, path)
 
 
 @pytest.mark.parametrize("text, says", [
@@ -280,10 +297,13 @@ def test_a_study_prunes_the_hopeless_branch_and_best_yaml_trains(tmp_path, capsy
 def test_a_setting_that_fails_validation_is_a_pruned_trial_with_its_reason(tmp_path, capsys):
     space = write(tmp_path / "space.yaml",
                   "minibatch_size: {type: categorical, choices: [7]}\n")  # divides no 80 steps
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"  # any SQLAlchemy URL (--storage)
     code, out, err = tune_main(*TINY, "--steps", 400, "--n-evaluations", 1, "--n-trials", 1,
-                               "--space", space, "--results", tmp_path / "r", capsys=capsys)
+                               "--space", space, "--results", tmp_path / "r", "--storage", url,
+                               "--study-name", "mine", capsys=capsys)
     assert code == 1 and "no trial completed" in err, err
-    (trial,) = load(tmp_path / "r").get_trials()
+    assert not (tmp_path / "r" / "study.db").exists() and (tmp_path / "r" / "README.md").exists()
+    (trial,) = optuna.load_study(study_name="mine", storage=url).get_trials()
     assert trial.state.name == "PRUNED"
     assert "minibatch_size must divide n_steps x num_envs = 80" in trial.user_attrs["invalid"]
     assert "trial 0 pruned: invalid setting" in out

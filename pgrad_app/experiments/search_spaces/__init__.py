@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,12 @@ def _number(value: Any, tp: type, where: str) -> float | int:
     return typed
 
 
+def _holds(field_type: Any, want: type) -> bool:
+    """Whether a field takes numbers of type ``want``: ``float``, or a union with it (a field
+    that also takes a schedule is ``float | str``)."""
+    return field_type is want or want in typing.get_args(field_type)
+
+
 def _param(key: str, spec: Any, field_type: Any, where: str) -> Param:
     """One checked entry (see the module docstring for the schema)."""
     if not isinstance(spec, dict) or "type" not in spec:
@@ -183,9 +190,9 @@ def _param(key: str, spec: Any, field_type: Any, where: str) -> Param:
             raise UserError(f"{where}: choices hold a value twice: {choices!r}.")
         return Param(key, kind, choices=typed)
     want = float if kind.endswith("float") else int
-    if field_type is not want:
-        fits = "float, log_float" if field_type is float else (
-            "int, log_int" if field_type is int else "")
+    if not _holds(field_type, want):
+        fits = "float, log_float" if _holds(field_type, float) else (
+            "int, log_int" if _holds(field_type, int) else "")
         raise UserError(f"{where}: type {kind} samples {want.__name__}s, but {key} is "
                         f"{getattr(field_type, '__name__', field_type)}; use "
                         f"{fits + ' or ' if fits else ''}categorical.")
