@@ -9,6 +9,7 @@ PROGRAMS = {
     "train": "pgrad_app.cli.train", "evaluate": "pgrad_app.cli.evaluate",
     "benchmark": "pgrad_app.cli.benchmark", "sweep": "pgrad_app.cli.sweep",
     "bench": "pgrad_app.cli.bench", "learning_targets": "pgrad_app.cli.targets",
+    "tune": "pgrad_app.cli.tune",
 }
 
 
@@ -40,3 +41,7 @@ def sweep() -> int:
 
 def bench() -> int:
     return run("bench")
+
+
+def tune() -> int:
+    return run("tune")
