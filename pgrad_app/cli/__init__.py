@@ -1,6 +1,6 @@
 """The command-line programs: parse the arguments, build settings, call the Python API below.
 
-One module per program (``train``, ``evaluate``, ``benchmark``, ``sweep``, ``bench``,
+One module per program (``train``, ``evaluate``, ``benchmark``, ``sweep``, ``tune``, ``bench``,
 ``targets``), each a ``main(argv)``; :mod:`pgrad_app.cli.entry` holds the installed commands
 and ``scripts/*.py`` the same programs as scripts. Nothing here quiets the terminal: the
 entry points do (:func:`pgrad_app.quiet.silence`).

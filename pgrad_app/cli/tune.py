@@ -73,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from pgrad_app.experiments import tune
+    from pgrad_app.experiments import tune, tune_report, tune_study, tune_trials
 
-    optuna = tune.import_optuna()
+    optuna = tune_study.import_optuna()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per trial is ours
     for flag, value, low in (("--n-trials", args.n_trials, 1), ("--workers", args.workers, 0),
                              ("--n-startup-trials", args.n_startup_trials, 0),
@@ -86,17 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--timeout must be > 0 seconds; got {args.timeout}.")
     if args.ray_address and not args.workers:
         raise UserError("--ray-address needs --workers N.")
-    spec = tune.plan(args.agent, args.env, steps=args.steps, sets=args.set,
+    spec = tune_study.plan(args.agent, args.env, steps=args.steps, sets=args.set,
                      no_tuned=args.no_tuned, seed=args.seed, space=args.space,
                      n_evaluations=args.n_evaluations, eval_episodes=args.eval_episodes)
     env_name = spec.env.split(":")[-1].replace("/", "_")
     results = Path(args.results or f"results/tune-{spec.agent}-{env_name}")
     if results.exists() and not results.is_dir():
         raise UserError(f"--results {results} is a file, not a folder.")
-    if args.report_only and not args.storage and not (results / tune.STUDY_FILE).is_file():
-        raise UserError(f"--report-only: no study in {results} ({tune.STUDY_FILE}).")
+    if args.report_only and not args.storage and not (results / tune_study.STUDY_FILE).is_file():
+        raise UserError(f"--report-only: no study in {results} ({tune_study.STUDY_FILE}).")
     results.mkdir(parents=True, exist_ok=True)
-    opts = tune.Options(tune.storage_url(results, args.storage),
+    opts = tune_study.Options(tune_study.storage_url(results, args.storage),
                         args.study_name or f"{spec.agent}-{env_name}", args.n_trials,
                         str(results), args.sampler, args.pruner, args.n_startup_trials,
                         args.timeout)
@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
 
         session.import_ray()
     # Refuses a study of other settings; --report-only needs one to exist.
-    study = tune.open_study(spec, opts.url, opts.name, create=not args.report_only)
+    study = tune_study.open_study(spec, opts.url, opts.name, create=not args.report_only)
     if not args.report_only:
-        done = len(tune.counted_trials(study))
+        done = len(tune_study.counted_trials(study))
         print(f"study {opts.name} ({opts.url}): {done} of {opts.n_trials} trials done; "
               f"{spec.agent} on {spec.env}, {spec.budget:,} env steps per trial, sampler "
               f"{opts.sampler}, pruner {opts.pruner}"
@@ -117,18 +117,18 @@ def main(argv: list[str] | None = None) -> int:
             tune.work_on_ray(spec, opts, args.workers, args.ray_address, args.cpus_per_worker,
                              echo=echo)
         else:
-            with tune.Signals() as signals:  # SIGINT/SIGTERM: stop after the current update
+            with tune_trials.Signals() as signals:  # SIGINT/SIGTERM: stop after the current update
                 tune.work(spec, opts, echo=echo, signals=signals)
-    best = tune.write_outputs(spec, opts)
-    trials = tune.counted_trials(study)
+    best = tune_report.write_outputs(spec, opts)
+    trials = tune_study.counted_trials(study)
     states = [t.state.name for t in trials]
     print(f"{len(trials)} trials ({states.count('COMPLETE')} complete, "
           f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed); report: "
-          f"{results / tune.REPORT}")
+          f"{results / tune_study.REPORT}")
     if best is None:
         print("no trial completed: no best.yaml", file=sys.stderr)
         return 1
-    top = tune.best_trial(study)
+    top = tune_report.best_trial(study)
     print(f"best: trial {top.number}, return {top.value:.2f}; train it with: "
           f"{command('train')} --config {best} --out DIR")
     return 0

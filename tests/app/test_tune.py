@@ -25,7 +25,12 @@ import pgrad  # noqa: E402
 from pgrad.rl.evaluation import eval_seed  # noqa: E402
 from pgrad_app.cli import tune as tune_cli  # noqa: E402
 from pgrad_app.errors import Interrupted, UserError, run_cli  # noqa: E402
-from pgrad_app.experiments import search_spaces, tune  # noqa: E402
+from pgrad_app.experiments import (  # noqa: E402
+    search_spaces,
+    tune,
+    tune_study,
+    tune_trials,
+)
 
 #: The pruning study's space: 1e-9 leaves the initial policy as it is (seed 2: a deterministic
 #: return of 114 on its evaluation episodes), 5.0 collapses it onto one action within a few
@@ -163,16 +168,16 @@ def test_the_command_refuses_bad_input_before_any_trial(tmp_path, capsys):
 # -- counting, recovery, seeding (no training) ------------------------------------------------
 
 
-def spec_for(tmp_path) -> tune.TuneSpec:
+def spec_for(tmp_path) -> tune_study.TuneSpec:
     space = write(tmp_path / "space.yaml", PRUNE_SPACE)
-    return tune.plan("a2c", "CartPole-v1", steps=1000, sets=["hidden=[16]"], space=str(space))
+    return tune_study.plan("a2c", "CartPole-v1", steps=1000, sets=["hidden=[16]"], space=str(space))
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat")  # ask() outside optimize() on such storage
 def test_trials_count_unless_their_process_died_or_they_claimed_a_full_study(tmp_path):
     spec = spec_for(tmp_path)
-    url = tune.storage_url(tmp_path)
-    study = tune.open_study(spec, url, "s")
+    url = tune_study.storage_url(tmp_path)
+    study = tune_study.open_study(spec, url, "s")
     states = optuna.trial.TrialState
     for state, attrs in [(states.COMPLETE, {}), (states.PRUNED, {}),
                          (states.FAIL, {"fail_reason": "NaN"}),  # a failure we decided: counts
@@ -182,42 +187,43 @@ def test_trials_count_unless_their_process_died_or_they_claimed_a_full_study(tmp
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         study.tell(trial, 1.0 if state == states.COMPLETE else None, state=state)
-    assert [t.number for t in tune.counted_trials(study)] == [0, 1, 2]
+    assert [t.number for t in tune_study.counted_trials(study)] == [0, 1, 2]
     # Trial 5 finds 3 counted trials below it: with n_trials=3 it is a surplus claim, ends at
     # once and stops the loop (which would run 5 more).
-    study.optimize(tune.objective(spec, 3, tmp_path), n_trials=5, catch=(tune.TrialFailed,))
+    study.optimize(tune_trials.objective(spec, 3, tmp_path), n_trials=5,
+                   catch=(tune_trials.TrialFailed,))
     (trial,) = study.get_trials()[5:]
     assert trial.state.name == "FAIL" and trial.user_attrs == {"surplus": True}
-    assert not tune.counted(trial) and not (tmp_path / "trials").exists()
+    assert not tune_study.counted(trial) and not (tmp_path / "trials").exists()
     # A different study's settings are refused.
-    other = tune.plan("a2c", "CartPole-v1", steps=2000, sets=["hidden=[16]"],
+    other = tune_study.plan("a2c", "CartPole-v1", steps=2000, sets=["hidden=[16]"],
                       space=str(tmp_path / "space.yaml"))
     with pytest.raises(UserError, match="budget differs"):
-        tune.open_study(other, url, "s")
+        tune_study.open_study(other, url, "s")
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat")
 def test_recover_fails_only_the_running_trials_whose_process_ended(tmp_path):
-    study = tune.open_study(spec_for(tmp_path), tune.storage_url(tmp_path), "s")
+    study = tune_study.open_study(spec_for(tmp_path), tune_study.storage_url(tmp_path), "s")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    owners = [{**tune.owner(), "pid": dead.pid, "started": "1"},  # ended
-              tune.owner(),  # this process: alive
-              {**tune.owner(), "pid": os.getpid(), "started": "1"},  # pid reused by another
-              {**tune.owner(), "host": "elsewhere", "pid": dead.pid}]  # another machine's
+    owners = [{**tune_study.owner(), "pid": dead.pid, "started": "1"},  # ended
+              tune_study.owner(),  # this process: alive
+              {**tune_study.owner(), "pid": os.getpid(), "started": "1"},  # pid reused by another
+              {**tune_study.owner(), "host": "elsewhere", "pid": dead.pid}]  # another machine's
     for who in owners:
         study.ask().set_user_attr("owner", who)
-    assert tune.recover(study) == [0, 2]
+    assert tune_study.recover(study) == [0, 2]
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "RUNNING", "FAIL", "RUNNING"]
     assert "ended before the trial finished" in trials[0].user_attrs["abandoned"]
-    assert not any(tune.counted(t) for t in (trials[0], trials[2]))
+    assert not any(tune_study.counted(t) for t in (trials[0], trials[2]))
 
 
 def sampled(seed: int, n: int, space) -> list[dict]:
     """What the random sampler of pgrad-tune draws for trials 0..n-1 (it depends on the seed
     and the trial number only)."""
-    study = optuna.create_study(sampler=tune.make_sampler("random", seed, 1),
+    study = optuna.create_study(sampler=tune_study.make_sampler("random", seed, 1),
                                 direction="maximize")
     out = []
     for _ in range(n):
@@ -234,7 +240,7 @@ def test_the_sampler_is_seeded_by_seed_and_trial_number(tmp_path):
     assert first[0] != first[1] and sampled(4, 4, space) != first
 
     def tpe(seed: int) -> list[dict]:  # past its startup trials too, given the same results
-        study = optuna.create_study(sampler=tune.make_sampler("tpe", seed, 2),
+        study = optuna.create_study(sampler=tune_study.make_sampler("tpe", seed, 2),
                                     direction="maximize")
         out = []
         for i in range(4):
@@ -325,7 +331,7 @@ def test_a_diverging_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path,
     trials = {t.params["optimizer"]: t for t in load(tmp_path / "r").get_trials()}
     assert trials["adam"].state.name == "COMPLETE"
     failed = trials["sgd"]
-    assert failed.state.name == "FAIL" and tune.counted(failed)
+    assert failed.state.name == "FAIL" and tune_study.counted(failed)
     reason = failed.user_attrs["fail_reason"]
     assert reason.startswith("10 consecutive updates had NaN/Inf gradients"), reason
     assert f"trial {failed.number} failed: {reason}" in out
@@ -334,11 +340,11 @@ def test_a_diverging_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path,
 
 def test_sigterm_stops_the_trial_after_its_update_and_leaves_it_uncounted(tmp_path,
                                                                           monkeypatch):
-    spec = tune.plan("a2c", "CartPole-v1", steps=4000, sets=["hidden=[16]"], n_evaluations=4,
+    spec = tune_study.plan("a2c", "CartPole-v1", steps=4000, sets=["hidden=[16]"], n_evaluations=4,
                      eval_episodes=2, space=str(write(tmp_path / "s.yaml", LR_SPACE)))
-    opts = tune.Options(tune.storage_url(tmp_path), "s", 3, str(tmp_path))
+    opts = tune_study.Options(tune_study.storage_url(tmp_path), "s", 3, str(tmp_path))
     updates = []
-    guard = tune.Guard.on_update
+    guard = tune_trials.Guard.on_update
 
     def on_update(self, loop):  # the 20th update of the first trial gets a SIGTERM
         updates.append(loop.env_steps)
@@ -348,9 +354,9 @@ def test_sigterm_stops_the_trial_after_its_update_and_leaves_it_uncounted(tmp_pa
             handler(signal.SIGTERM, None)
         return guard(self, loop)
 
-    monkeypatch.setattr(tune.Guard, "on_update", on_update)
+    monkeypatch.setattr(tune_trials.Guard, "on_update", on_update)
     before = signal.getsignal(signal.SIGTERM)
-    signals = tune.Signals()
+    signals = tune_trials.Signals()
     with pytest.raises(Interrupted) as err, signals:
         tune.work(spec, opts, echo=lambda line: None, signals=signals)
     assert err.value.exit_code == 143 and str(err.value).startswith("SIGTERM: stopped")
@@ -358,7 +364,7 @@ def test_sigterm_stops_the_trial_after_its_update_and_leaves_it_uncounted(tmp_pa
     assert len(updates) == 20  # stopped right after that update, no other trial started
     (trial,) = load(tmp_path, "s").get_trials()
     assert trial.state.name == "FAIL" and trial.user_attrs["abandoned"] == "interrupted"
-    assert not tune.counted(trial) and len(trial.intermediate_values) == 1  # 1,600 of 4,000
+    assert not tune_study.counted(trial) and len(trial.intermediate_values) == 1  # 1,600 of 4,000
     assert (tmp_path / "trials" / "trial-0000.log").read_text().endswith("interrupted\n")
 
 
@@ -395,7 +401,7 @@ def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
     assert code == 0, err
     assert f"trial {running[0]} abandoned: its process ended" in out
     trials = load(results).get_trials()
-    kept = [t for t in trials if tune.counted(t)]
+    kept = [t for t in trials if tune_study.counted(t)]
     assert len(kept) == 3 and all(t.state.name == "COMPLETE" for t in kept)
     assert {t.number: t.value for t in kept if t.number in before} == before  # kept, once
     killed = trials[running[0]]
@@ -415,7 +421,7 @@ def test_two_processes_share_one_sqlite_study_without_losing_a_trial(tmp_path):
     ran = [{int(line.split()[1]) for line in out.splitlines() if line.startswith("trial ")}
            for out, _ in outs]
     trials = load(results).get_trials()
-    kept = {t.number for t in trials if tune.counted(t)}
+    kept = {t.number for t in trials if tune_study.counted(t)}
     assert len(kept) == 4 and ran[0] | ran[1] == kept and not ran[0] & ran[1], ran
     assert ran[0] and ran[1]  # both worked on it
     assert all(t.state.name in ("COMPLETE", "PRUNED") for t in trials if t.number in kept)
