@@ -109,11 +109,12 @@ def standardized(w: tf.Tensor, eps: float = 1e-8, ddof: int = 1) -> tf.Tensor:
     standardises to 0 (its deviation from the mean), with either ``ddof``.
     """
     ddof = check_ddof(ddof, "standardized")
-    mean, var = tf.nn.moments(w, axes=[0])
-    if ddof:
-        n = tf.cast(tf.size(w), var.dtype)
-        var = var * n / tf.maximum(n - 1.0, 1.0)  # [] sample variance; T = 1 keeps var 0
-    return (w - mean) / (tf.sqrt(var) + eps)
+    mean = tf.reduce_mean(w)
+    centred = w - mean  # [T]
+    n = tf.cast(tf.size(w), w.dtype)
+    # [] the variance as one sum over one divisor: (n - ddof), at least 1 (T = 1 keeps it 0).
+    var = tf.reduce_sum(tf.square(centred)) / tf.maximum(n - float(ddof), 1.0)
+    return centred / (tf.sqrt(var) + eps)
 
 
 def weight_by(key: str, standardize: bool = False, eps: float = 1e-8, ddof: int = 1
