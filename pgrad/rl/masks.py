@@ -6,7 +6,7 @@ one read (the precedence, as listed):
 1. ``"observation"``: a top-level ``Dict`` observation key ``action_mask`` (PettingZoo's
    convention). The key is not part of what the network sees (:mod:`pgrad.rl.spaces`).
 2. ``"info"``: ``info["action_mask"]`` from ``reset`` and from every ``step`` (Gymnasium's
-   convention, e.g. ``Taxi-v3``). An env that gives it only from some step on, or not for every
+   convention, e.g. ``Taxi-v4``). An env that gives it only from some step on, or not for every
    sub-env, is an error: the mask of every step is needed.
 3. ``"method"``: an env method ``action_masks()`` (sb3-contrib's ``ActionMasker`` wrapper and
    ``MaskablePPO``), called after the reset and after each step (through the wrappers; one

@@ -217,3 +217,29 @@ def test_evaluate_reads_a_dict_observation_mask():
     out = pgrad.evaluate(agent, episodes=3)
     assert min(out["returns"]) >= 20 * 0.1
     agent.close()
+
+
+def test_save_and_load_keep_acting_masked(tmp_path):
+    agent = make("ppo", "MaskedOffers-v0")
+    agent.step()
+    agent.save(tmp_path / "saved")
+    loaded = agents.load(tmp_path / "saved")
+    obs, mask = offers_obs(40, seed=3)
+    np.testing.assert_array_equal(loaded.predict(obs, action_masks=mask),
+                                  agent.predict(obs, action_masks=mask))
+    assert loaded.collector.masks.source == "info"
+    loaded.step()
+    agent.close()
+    loaded.close()
+
+
+def test_gymnasium_taxi_info_masks():
+    """Gymnasium's own masked env: Taxi-v4's info["action_mask"] (moves into walls masked)."""
+    agent = agents.make("a2c", "Taxi-v4", seed=0, num_envs=2, n_steps=8)
+    assert agent.collector.masks.source == "info"
+    traj, _ = agent.collector.collect(agent.acting_fn(np.random.default_rng(0)), 50)
+    assert not traj.action_mask.all()  # some moves were illegal, none taken
+    taken = np.take_along_axis(traj.action_mask, traj.actions[..., None], -1)
+    assert taken.all()
+    agent.step()
+    agent.close()
