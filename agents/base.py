@@ -33,7 +33,7 @@ from agents import hooks
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.schedules import Schedules
 from agents.update import CompiledUpdate
-from pgrad.rl import encoders, rollout, spaces
+from pgrad.rl import encoders, masks, rollout, spaces
 from pgrad.rl.export import export_policy
 from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
@@ -127,7 +127,11 @@ class ActorCriticAgent:
         self._env_steps = 0  # Python copy of env_steps_var, refreshed with the others
         self._adversarial_acting: hooks.AdversarialActing | None = None
         self.updater = CompiledUpdate(self)
-        self.collector.reset(seed=self.seed)
+        try:  # also decides where the env's action masks come from (pgrad.rl.masks)
+            self.collector.reset(seed=self.seed)
+        except Exception:
+            self.collector.close()
+            raise
 
     def _check_encoder_options(self) -> None:
         """Raises ValueError for settings that do not fit this env's observations."""
@@ -185,24 +189,41 @@ class ActorCriticAgent:
             self._synced_updates = updates
         return updates
 
-    def act(self, obs_batch: Any, deterministic: bool = False) -> np.ndarray:
-        """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give)."""
+    def act(self, obs_batch: Any, deterministic: bool = False,
+            action_masks: Any = None) -> np.ndarray:
+        """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give).
+
+        ``action_masks``: ``[N, n]`` legal actions (sb3-contrib's argument); by default the
+        observations' ``action_mask`` key if they have one (:mod:`pgrad.rl.masks`).
+        """
         self._sync()
         obs = self.collector.preprocess(obs_batch)
+        if action_masks is None:
+            action_masks = self.layout.action_mask(obs_batch)
+        rows = len(self.layout.split(obs)[0])
+        legal = masks.given_mask(action_masks, self.action_space, rows,
+                                 "predict/act(action_masks=...)")
         if self.obs_norm is not None:
             obs = self.layout.with_vector(obs, self.obs_norm(self.layout.vector(obs)))
         params, _ = self.mirror.forward(obs)
-        actions = (self.mirror.mode(params) if deterministic
-                   else self.mirror.sample(params, self._act_rng)[0])
+        actions = (self.mirror.mode(params, legal) if deterministic
+                   else self.mirror.sample(params, self._act_rng, action_mask=legal)[0])
         return self.head.to_env(actions)
 
-    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: Any, deterministic: bool = True, action_masks: Any = None
+                ) -> np.ndarray:
         """Env-ready action(s) for one raw observation or a batch of them.
 
         Deterministic (the mode) by default, as Stable-Baselines3's ``predict`` for evaluation.
+        ``action_masks``: the legal actions, ``[n]`` (or ``[N, n]`` for a batch), as
+        sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
+        without it.
         """
         single = not spaces.is_batch(obs, self.observation_space)
-        actions = self.act(spaces.batch_of_one(obs) if single else obs, deterministic)
+        if single and action_masks is not None:
+            action_masks = np.asarray(action_masks)[None]
+        actions = self.act(spaces.batch_of_one(obs) if single else obs, deterministic,
+                           action_masks)
         return actions[0] if single else actions
 
     @property
@@ -221,13 +242,13 @@ class ActorCriticAgent:
 
         # No critic here: the update computes V on the same weights, so storing it would only
         # add a forward pass per env step.
-        def policy_fn(obs):
+        def policy_fn(obs, action_mask=None):  # action_mask [B, n]: the env's legal actions
             params, _ = mirror.forward(obs)
             if head.uses_latent:  # gSDE: exploration matrices held per env, resampled on time
                 if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
                     sde["noise"] = mirror.sde_noise(len(layout.split(obs)[0]), rng)
                 sde["steps"] += 1
-            actions, log_probs = mirror.sample(params, rng, sde["noise"])
+            actions, log_probs = mirror.sample(params, rng, sde["noise"], action_mask)
             return actions, head.to_env(actions), log_probs, None
 
         return policy_fn

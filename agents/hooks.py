@@ -73,13 +73,13 @@ class AdversarialActing:
         norm = self.agent.obs_norm
         perturbed: list[np.ndarray] = []
 
-        def attacked(obs: np.ndarray):
+        def attacked(obs: np.ndarray, **kwargs):  # kwargs: the env's action_mask, if any
             adv = self._attack(tf.constant(obs, tf.float32), eps).numpy()
             if norm is not None:  # stay in the normaliser's range, as a raw attack would
                 adv = np.clip(adv, -norm.clip, norm.clip)
             adv = adv.astype(np.float32)
             perturbed.append(adv)
-            return policy_fn(adv)
+            return policy_fn(adv, **kwargs)
 
         return attacked, perturbed
 

@@ -153,7 +153,8 @@ class CompiledUpdate:
         env steps taken, each normaliser's mean, var and count, then the value of each
         scheduled hyperparameter (``agent.schedules.names``) for this update; for observations with
         images, each image part of the observations and then of the next observations,
-        ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32).
+        ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32);
+        last, for an env that masks actions, the ``[T, B, n]`` bool action masks.
         """
         if scheduled is None:  # the values of the update that follows now
             scheduled = self.agent.schedules.values(int(self.env_steps_var.numpy()) + taken,
@@ -175,8 +176,15 @@ class CompiledUpdate:
             for observations in (traj.observations, traj.next_observations):
                 images += [tf.constant(x) for x, p in zip(layout.split(observations),
                                                           layout.parts) if p.image]
+        if traj.action_mask is not None:
+            images.append(tf.constant(traj.action_mask))
         return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
                 *images)
+
+    def _split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
+        """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
+        count = 0 if self.layout.flat else 2 * len(self.layout.images)
+        return tuple(rest[:count]), (rest[count] if len(rest) > count else None)
 
     def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor, *images):
         """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
@@ -243,7 +251,7 @@ class CompiledUpdate:
             fn = self._concrete[key] = flat_caller(self._fn.get_concrete_function(*args))
         return fn(*args)
 
-    def _update(self, floats, actions, mask, stats, *images):
+    def _update(self, floats, actions, mask, stats, *rest):
         """One update from a ``[T, B, ...]`` rollout (traced once per shape by tf.function);
         the arguments are :meth:`inputs`.
 
@@ -253,6 +261,7 @@ class CompiledUpdate:
         fetched together``[, [N] norms])``.
         """
         cfg, net = self.cfg, self.net
+        images, action_mask = self._split_images(rest)
         (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
          norm_stats, scalars) = self.unpack(floats, actions, stats, *images)
         self.env_steps_var.assign_add(env_steps_taken)
@@ -285,6 +294,8 @@ class CompiledUpdate:
                                                  next_values)
         data = {"obs": obs, "actions": actions, "advantages": advantages, "returns": returns,
                 "values": values, "rewards": rewards, "behaviour_log_probs": log_probs}
+        if action_mask is not None:  # [T, B, n] the env's legal actions at each o_t
+            data["action_mask"] = action_mask
         data = {k: flat(v) for k, v in data.items()}  # [N, ...]
         if mask is not None:  # whole-episode batches: keep only the steps in the batch
             keep = flat(mask) > 0
@@ -293,8 +304,10 @@ class CompiledUpdate:
         extra_out = ()
         diag = {}
         if cfg.diagnostics:  # the rollout's per-step gradients, before this update changes them
+            acts = (data["actions"] if action_mask is None  # the masks ride with the actions
+                    else (data["actions"], data["action_mask"]))
             diag, step_norms = hooks.update_diagnostics(
-                self._log_prob_only, net.policy_variables, data["obs"], data["actions"],
+                self._log_prob_only, net.policy_variables, data["obs"], acts,
                 data["advantages"], cfg.diagnostics_max_norm)
             extra_out = (step_norms,)
         sums, count = self._epochs(data, scalars)
@@ -401,7 +414,9 @@ class CompiledUpdate:
         return keys + [_metric_name(k) for k in self.transform.metrics(structure)]
 
     def _log_prob_only(self, obs, actions):
-        return self.head.distribution(self.net.params(obs)).log_prob(actions)  # [N]
+        """``[N]`` log-probs; ``actions`` may be ``(actions, action masks)``."""
+        actions, action_mask = actions if isinstance(actions, tuple) else (actions, None)
+        return self.head.distribution(self.net.params(obs), action_mask).log_prob(actions)
 
     def _minibatch(self, mb: dict, scalars: dict) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """One gradient step on a minibatch of flat ``[M, ...]`` tensors.
@@ -430,17 +445,20 @@ class CompiledUpdate:
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
 
-        def log_prob_fn(o, a):
-            dist = head.distribution(net.params(o))
+        def log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
+            dist = head.distribution(net.params(o), action_mask)
             return dist.log_prob(a), {"entropy": dist.entropy()}  # [M], [M]
 
+        inputs = (mb["obs"], mb["actions"])
+        if "action_mask" in mb:
+            inputs += (mb["action_mask"],)
         aux = None
         if self.entropy_bonus:
             def aux(log_probs, extras):
                 return loss_lib.aux_loss(0.0, extras["entropy"], 0.0, scalars["ent_coef"])
 
         out = pgrad.run_engine(self.transform, self.transform_state.read(), log_prob_fn,
-                               policy_vars, (mb["obs"], mb["actions"]), context, aux_loss=aux,
+                               policy_vars, inputs, context, aux_loss=aux,
                                path=cfg.engine_path)
         # Combine in the ascent direction, aligned with net.variables: policy gradient minus the
         # gradients of the losses (entropy term on the policy, value term on its variables).

@@ -43,27 +43,51 @@ class ActionHead(keras.layers.Layer):
         """Width of the actor's output layer (``param_size`` unless the head uses the latent)."""
         return self.param_size
 
-    def distribution(self, params: tf.Tensor) -> tfd.Distribution:
+    def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
+                     ) -> tfd.Distribution:
+        """The distribution at ``[N, param_size]`` params; ``action_mask`` ``[N, n]`` bool (the
+        legal actions, :mod:`pgrad.rl.masks`) for the heads that take one."""
         raise NotImplementedError
 
-    def call(self, params):
-        return self.distribution(params)
+    def call(self, params, action_mask=None):
+        return self.distribution(params, action_mask)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """``[N, *action_shape]`` sampled actions -> actions for a vector env."""
         return np.asarray(actions)
 
 
+def mask_logits(logits: tf.Tensor, action_mask: tf.Tensor | None) -> tf.Tensor:
+    """``[N, n]`` logits with the illegal ones (``action_mask`` false) set to the dtype's most
+    negative finite value; ``None`` leaves them as they are.
+
+    Their probability is then exactly 0 (``exp`` underflows), so log-probabilities and entropy
+    are those of the distribution renormalised over the legal actions, and no ``-inf`` reaches
+    softmax, entropy (TFP's ``0 * log 0`` is 0) or their gradients: the gradient with respect to
+    a masked logit is exactly 0 (``tf.where`` passes none to the branch it did not take).
+    """
+    if action_mask is None:
+        return logits
+    return tf.where(tf.cast(action_mask, tf.bool), logits, tf.constant(logits.dtype.min,
+                                                                        logits.dtype))
+
+
+def _no_mask(head: ActionHead, action_mask) -> None:
+    if action_mask is not None:
+        raise ValueError(f"{type(head).__name__} has no discrete actions to mask; action masks "
+                         "apply to Discrete and MultiDiscrete action spaces.")
+
+
 class CategoricalHead(ActionHead):
-    """``Discrete(n, start)``: Categorical over n logits."""
+    """``Discrete(n, start)``: Categorical over n logits (masked: over the legal ones)."""
 
     def __init__(self, n: int, start: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.n, self.start = int(n), int(start)
         self.param_size, self.action_shape, self.action_dtype = self.n, (), tf.int32
 
-    def distribution(self, params):
-        return tfd.Categorical(logits=params, dtype=tf.int32)
+    def distribution(self, params, action_mask=None):
+        return tfd.Categorical(logits=mask_logits(params, action_mask), dtype=tf.int32)
 
     def to_env(self, actions):
         return np.asarray(actions, dtype=np.int64) + self.start
@@ -177,7 +201,8 @@ class GaussianHead(ActionHead):
         # (a per-step copy, pgrad.core.taps: its per-step gradients come from the batched pass).
         return params, per_step_variable(self.log_std, tf.shape(params)[0])  # [N, A]
 
-    def distribution(self, params):
+    def distribution(self, params, action_mask=None):
+        _no_mask(self, action_mask)
         mean, log_std = self.mean_and_log_std(params)
         if self.squash:
             return SquashedGaussian(mean, log_std, self.half_range)
@@ -191,7 +216,8 @@ class GaussianHead(ActionHead):
 
 
 class MultiCategoricalHead(ActionHead):
-    """``MultiDiscrete(nvec)``: independent Categoricals, ragged sizes padded with -inf logits."""
+    """``MultiDiscrete(nvec)``: independent Categoricals, ragged sizes padded with -1e9 logits;
+    a mask (the per-dimension masks concatenated) masks each dimension's logits."""
 
     def __init__(self, nvec, start=None, **kwargs):
         super().__init__(**kwargs)
@@ -209,7 +235,9 @@ class MultiCategoricalHead(ActionHead):
             offset += int(n)
         self._grid = tf.constant(grid)
 
-    def distribution(self, params):
+    def distribution(self, params, action_mask=None):
+        """``action_mask``: ``[N, sum(nvec)]``, the per-dimension masks concatenated."""
+        params = mask_logits(params, action_mask)
         pad = tf.fill([tf.shape(params)[0], 1], tf.constant(_PAD_LOGIT, params.dtype))
         padded = tf.gather(tf.concat([params, pad], axis=1), self._grid, axis=1)  # [N, D*kmax]
         logits = tf.reshape(padded, [-1, len(self.nvec), self.kmax])  # [N, D, kmax]
@@ -228,7 +256,8 @@ class BernoulliHead(ActionHead):
         size = int(np.prod(self.space_shape))
         self.param_size, self.action_shape, self.action_dtype = size, (size,), tf.int32
 
-    def distribution(self, params):
+    def distribution(self, params, action_mask=None):
+        _no_mask(self, action_mask)
         return tfd.Independent(tfd.Bernoulli(logits=params, dtype=tf.int32), 1)
 
     def to_env(self, actions):

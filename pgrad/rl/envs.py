@@ -47,6 +47,8 @@ GAME_INFO = "game"
 #: Namespaces registered on demand: id prefix -> (module, package, pgrad extra).
 _NAMESPACES = {"MinAtar/": ("minatar.gym", "MinAtar", "minatar")}
 _ATARI_SUFFIXES = ("NoFrameskip-v4", "NoFrameskip-v0")
+#: pgrad's own env ids -> the module whose ``register()`` registers them.
+_PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.masked_envs", "PenaltyOffers-v0": "pgrad.rl.masked_envs"}
 
 
 class EnvError(ValueError):
@@ -63,13 +65,17 @@ def is_atari_id(env_id: Any) -> bool:
 def ensure_registered(env_id: Any) -> None:
     """Registers the Gymnasium ids of ``env_id``'s package if they are not registered yet.
 
-    ale-py for Atari ids (``ALE/...``, ``...NoFrameskip-v4``), MinAtar for ``MinAtar/...``; any
+    ale-py for Atari ids (``ALE/...``, ``...NoFrameskip-v4``), MinAtar for ``MinAtar/...``,
+    pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`); any
     other id (or a factory) is left alone. Cheap once registered (one dict look-up).
 
     Raises:
       ImportError: the package is not installed; one line naming the pgrad extra to install.
     """
     if not isinstance(env_id, str) or env_id in gym.registry:
+        return
+    if env_id in _PGRAD_IDS:  # pgrad's own small tasks
+        importlib.import_module(_PGRAD_IDS[env_id]).register()
         return
     if is_atari_id(env_id):
         module, package, extra = "ale_py", "ale-py", "atari"

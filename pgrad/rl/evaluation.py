@@ -100,7 +100,8 @@ def run_episodes(
         its space), naming the episode and its step.
     """
     from pgrad.rl.envs import GAME_INFO, EnvError, describe_failure
-    from pgrad.rl.spaces import batch_of_one
+    from pgrad.rl.masks import env_mask
+    from pgrad.rl.spaces import batch_of_one, obs_layout
 
     def failed(err: Exception, i: int, what: str) -> EnvError:
         return EnvError(f"env {name!r} failed at {what} of evaluation episode {i} (seed "
@@ -115,34 +116,44 @@ def run_episodes(
                 raise EnvError(f"env {name!r} could not be created for evaluation: "
                                f"{describe_failure(err)}") from err
         rng = np.random.default_rng([seed, 7])
-        obs = []
+        obs, infos = [], []  # infos: of each env's last reset or step (its action mask)
         for i, env in enumerate(envs):
             try:
-                obs.append(env.reset(seed=seed + i)[0])
+                first, info = env.reset(seed=seed + i)
             except Exception as err:
                 raise failed(err, i, "the reset") from err
+            obs.append(first)
+            infos.append(info)
+        layout = getattr(policy, "layout", None) or obs_layout(policy.observation_space)
         returns, lengths = [0.0] * episodes, [0] * episodes
         games = [bool(env.metadata.get(GAME_INFO)) for env in envs]
         live = list(range(episodes))
         while live:
-            rows = []
+            rows, legal = [], []
             for i in live:
                 try:
                     rows.append(policy.flatten(batch_of_one(obs[i])))
                 except (ValueError, TypeError, IndexError) as err:
                     raise failed(err, i, f"step {lengths[i]} (its observation)") from err
-            layout = getattr(policy, "layout", None)
-            if layout is None or layout.flat:
+                legal.append(env_mask(envs[i], layout, obs[i], infos[i], name,
+                                      f"step {lengths[i]} of evaluation episode {i}"))
+            if layout.flat:
                 flat = np.concatenate(rows).astype(np.float32)
             else:  # the parts of observations with images, each in its own dtype
                 flat = layout.concat(rows)
             if perturb is not None:
                 flat = perturb(flat)
-            actions = policy.act_flat(flat, deterministic, rng)
+            action_mask = None
+            if any(m is not None for m in legal):  # (an env without one: every action legal)
+                width = next(m for m in legal if m is not None).shape[1]
+                action_mask = np.concatenate([np.ones((1, width), bool) if m is None else m
+                                              for m in legal])
+            actions = policy.act_flat(flat, deterministic, rng, action_mask=action_mask)
             still = []
             for j, i in enumerate(live):
                 try:
                     obs[i], reward, term, trunc, info = envs[i].step(actions[j])
+                    infos[i] = info
                     reward, done = float(reward), bool(term or trunc)
                 except Exception as err:
                     raise failed(err, i, f"step {lengths[i] + 1}") from err
@@ -153,6 +164,7 @@ def run_episodes(
                     if game is None:
                         try:
                             obs[i], info = envs[i].reset()
+                            infos[i] = info
                         except Exception as err:
                             raise failed(err, i, f"the reset after step {lengths[i]}") from err
                         game = info.get(GAME_INFO)  # (a game can end inside a reset)

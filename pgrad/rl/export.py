@@ -9,6 +9,11 @@ and plain TensorFlow ops only: ``tf.saved_model.load(path)`` needs neither pgrad
   are taken as the parts of :class:`pgrad.rl.spaces.ObsLayout`: an image space as its raw
   ``[N, H, W, C]`` frames in their own dtype (uint8, bool); a Dict with images as one argument
   per part (each image by its key, then ``vector``: the flat float32 rest);
+* ``action_masked(observation, action_mask)`` (also a serving signature), for Discrete and
+  MultiDiscrete actions: the same, with ``action_mask`` ``[N, n]`` bool the legal actions
+  (:mod:`pgrad.rl.masks`; for MultiDiscrete the per-dimension masks concatenated): the argmax
+  over the legal actions. A Dict observation's ``action_mask`` key is not part of the
+  ``observation`` argument (:mod:`pgrad.rl.spaces`): pass it as ``action_mask``;
 * ``params(flat_observation)``: the distribution parameters ``[N, param_size]`` from flat raw
   observations (normaliser inside) -- differentiable, so observation attacks and sampled
   evaluation work from an export alone (:class:`ExportedPolicy`).
@@ -74,6 +79,7 @@ class _ExportedPolicy(tf.Module):
         # variables above is saved (no Keras objects in the SavedModel).
         self._context = types.SimpleNamespace(head=net.head, space=obs_space)
         self.action = tf.function(self._action, input_signature=[_obs_spec(obs_space)])
+        self._masked_function(_obs_spec(obs_space))
         flat = tf.TensorSpec([None, spaces.flat_dim(obs_space)], tf.float32,
                              name="flat_observation")
         self.params = tf.function(self._params, input_signature=[flat])
@@ -98,8 +104,22 @@ class _ExportedPolicy(tf.Module):
             return tf.concat([x, latent], axis=1)
         return x
 
-    def _action(self, observation):
+    def _masked_function(self, obs_spec) -> None:
+        """``self.action_masked(observation, action_mask)`` for heads with discrete actions."""
+        h = self._context.head
+        self.action_masked = None
+        if isinstance(h, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
+            width = h.param_size  # n, or sum(nvec): one logit per action
+            spec = tf.TensorSpec([None, width], tf.bool, name="action_mask")
+            self.action_masked = tf.function(self._action_masked,
+                                             input_signature=[obs_spec, spec])
+
+    def _action_masked(self, observation, action_mask):
+        return self._action(observation, action_mask)
+
+    def _action(self, observation, action_mask=None):
         x = self._params(self._preprocess(observation))
+        x = x if action_mask is None else dist_lib.mask_logits(x, action_mask)
         h = self._context.head
         if isinstance(h, dist_lib.CategoricalHead):
             return tf.argmax(x, axis=1) + h.start
@@ -146,6 +166,7 @@ class _ExportedEncodedPolicy(_ExportedPolicy):
         else:
             action_spec = params_spec = _parts_spec(layout)
         self.action = tf.function(self._action, input_signature=[action_spec])
+        self._masked_function(action_spec)
         self.params = tf.function(self._params, input_signature=[params_spec])
 
     def _preprocess(self, obs):
@@ -199,8 +220,10 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     """
     encoded = net.encoder is not None
     module = (_ExportedEncodedPolicy if encoded else _ExportedPolicy)(net, obs_norm, obs_space)
-    tf.saved_model.save(module, str(path),
-                        signatures={"action": module.action.get_concrete_function()})
+    signatures = {"action": module.action.get_concrete_function()}
+    if module.action_masked is not None:
+        signatures["action_masked"] = module.action_masked.get_concrete_function()
+    tf.saved_model.save(module, str(path), signatures=signatures)
     meta = {"format": 1, "observation_space": str(obs_space), "head": head_options(net.head),
             **(metadata or {})}
     layout = spaces.obs_layout(obs_space)

@@ -47,22 +47,24 @@ class NumpySampling:
     log_std: np.ndarray | None
 
     def sample(self, params: np.ndarray, rng: np.random.Generator,
-               sde_noise: np.ndarray | None = None):
+               sde_noise: np.ndarray | None = None, action_mask: np.ndarray | None = None):
         """Samples actions: ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probs).
 
         ``sde_noise``: gSDE's exploration matrices ``[N, latent, A]`` held by the caller (see
         :meth:`sde_noise`); without them each step draws fresh noise from the marginal.
+        ``action_mask``: ``[N, n]`` bool legal actions (see :func:`sample_numpy`).
         """
-        return sample_numpy(self.head, params, self.log_std, rng, sde_noise)
+        return sample_numpy(self.head, params, self.log_std, rng, sde_noise, action_mask)
 
     def sde_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``[n, latent, A]`` gSDE exploration matrices ``W ~ N(0, exp(log_std)^2)``."""
         std = np.exp(self.log_std)
         return (std * rng.standard_normal((n, *std.shape))).astype(np.float32)
 
-    def mode(self, params: np.ndarray) -> np.ndarray:
-        """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0)."""
-        return mode_numpy(self.head, params)
+    def mode(self, params: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0; masked: the
+        argmax over the legal actions)."""
+        return mode_numpy(self.head, params, action_mask)
 
 
 class NumpyPolicy(NumpySampling):
@@ -166,15 +168,22 @@ def make_actor(net: ActorCritic, layout=None):
 
 
 def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
-                 sde_noise: np.ndarray | None = None):
+                 sde_noise: np.ndarray | None = None, action_mask: np.ndarray | None = None):
     """Samples from ``head``'s distribution at ``[N, param_size]`` params, in numpy.
+
+    ``action_mask``: ``[N, n]`` bool, the legal actions (the per-dimension masks concatenated
+    for MultiDiscrete; every row allowing something, as :mod:`pgrad.rl.masks` checks): illegal
+    actions are never drawn and log-probabilities are over the legal ones. Draws the same
+    uniforms with or without a mask.
 
     Returns ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probabilities).
     """
     h = head
     n = params.shape[0]
+    if action_mask is not None:
+        _check_maskable(h)
     if isinstance(h, dist_lib.CategoricalHead):
-        return _categorical(params, rng.random(n), np.float32)
+        return _categorical(params, rng.random(n), np.float32, action_mask)
     if isinstance(h, dist_lib.GaussianHead):
         mean, step_log_std = gaussian_numpy(h, params, log_std)
         if h.uses_latent and sde_noise is not None:  # gSDE: noise = latent @ W, W held
@@ -189,7 +198,10 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
         return u, lp.astype(np.float32)
     if isinstance(h, dist_lib.MultiCategoricalHead):
         u = rng.random((n, len(h.nvec)))
-        draws = [_categorical(b, u[:, d]) for d, b in enumerate(_split(params, h.nvec))]
+        masks = (_split(action_mask, h.nvec) if action_mask is not None
+                 else [None] * len(h.nvec))
+        draws = [_categorical(b, u[:, d], np.float64, m)
+                 for d, (b, m) in enumerate(zip(_split(params, h.nvec), masks))]
         lps = np.sum([lp for _, lp in draws], axis=0)
         return np.stack([a for a, _ in draws], 1), lps.astype(np.float32)
     if isinstance(h, dist_lib.BernoulliHead):
@@ -212,9 +224,13 @@ def gaussian_numpy(head, params: np.ndarray, log_std) -> tuple[np.ndarray, np.nd
     return params, np.broadcast_to(log_std, params.shape)
 
 
-def mode_numpy(head, params: np.ndarray) -> np.ndarray:
-    """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0), in numpy."""
+def mode_numpy(head, params: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+    """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0), in numpy;
+    with ``action_mask`` ``[N, n]`` the argmax over the legal actions."""
     h = head
+    if action_mask is not None:
+        _check_maskable(h)
+        params = np.where(action_mask, params, -np.inf)
     if isinstance(h, dist_lib.CategoricalHead):
         return params.argmax(1).astype(np.int32)
     if isinstance(h, dist_lib.GaussianHead):
@@ -259,15 +275,18 @@ class Policy:
         return self.head.distribution(self.params(flat))
 
     def act_flat(self, flat: np.ndarray, deterministic: bool,
-                 rng: np.random.Generator | None = None) -> np.ndarray:
-        """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts)."""
+                 rng: np.random.Generator | None = None,
+                 action_mask: np.ndarray | None = None) -> np.ndarray:
+        """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts);
+        ``action_mask`` ``[N, n]`` bool: only legal actions (:mod:`pgrad.rl.masks`)."""
         params = self.params(self.layout.to_tensors(flat)).numpy()
         if deterministic:
-            actions = mode_numpy(self.head, params)
+            actions = mode_numpy(self.head, params, action_mask)
         else:
             log_std = (self.head.log_std.numpy()
                        if getattr(self.head, "log_std", None) is not None else None)
-            actions = sample_numpy(self.head, params, log_std, rng or np.random.default_rng())[0]
+            actions = sample_numpy(self.head, params, log_std, rng or np.random.default_rng(),
+                                   action_mask=action_mask)[0]
         return self.head.to_env(actions)
 
 
@@ -294,14 +313,22 @@ class NetworkPolicy(Policy):
         return self.net.params(flat)
 
     def act_flat(self, flat, deterministic: bool,
-                 rng: np.random.Generator | None = None) -> np.ndarray:
+                 rng: np.random.Generator | None = None,
+                 action_mask: np.ndarray | None = None) -> np.ndarray:
         layout = self.layout
         x = flat if self.obs_norm is None else layout.with_vector(
             flat, self.obs_norm(layout.vector(flat)))
         params, _ = self.mirror.forward(x)
-        actions = (self.mirror.mode(params) if deterministic
-                   else self.mirror.sample(params, rng or np.random.default_rng())[0])
+        actions = (self.mirror.mode(params, action_mask) if deterministic
+                   else self.mirror.sample(params, rng or np.random.default_rng(),
+                                           action_mask=action_mask)[0])
         return self.head.to_env(actions)
+
+
+def _check_maskable(head) -> None:
+    if not isinstance(head, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
+        raise ValueError(f"{type(head).__name__} has no discrete actions to mask; action masks "
+                         "apply to Discrete and MultiDiscrete action spaces.")
 
 
 def _split(params: np.ndarray, nvec) -> list[np.ndarray]:
@@ -318,18 +345,30 @@ _count_rows = np.add.reduce
 _row_offsets: dict[tuple[int, int], np.ndarray] = {}  # (N, K) -> [N] start of each row in ravel()
 
 
-def _categorical(logits: np.ndarray, u: np.ndarray, out_dtype=np.float64):
+def _categorical(logits: np.ndarray, u: np.ndarray, out_dtype=np.float64,
+                 mask: np.ndarray | None = None):
     """Inverse-CDF sampling from ``[N, K]`` logits with one uniform per row.
 
     Action ``a`` is the number of CDF entries below ``u * total`` (float64 CDF of the
     max-shifted exponentials), clipped to ``K - 1``. Returns ``([N]`` int32 actions, ``[N]``
     log-probabilities ``z_a - log(total)``, computed in float64 and stored as ``out_dtype``).
+
+    With ``mask`` (``[N, K]`` bool, each row allowing something) illegal logits are ``-inf``
+    (probability exactly 0) and ``a`` is the number of CDF entries at or below
+    ``x = min(u * total, the float below total)``: ``a`` is then an index where the CDF steps
+    up (``cdf[a-1] <= x < cdf[a]``), which an action of probability 0 never is.
     """
     n, k = logits.shape
+    if mask is not None:
+        logits = np.where(mask, logits, -np.inf)
     z = logits - _max_rows(logits, axis=1, keepdims=True)
     cdf = _cumsum_rows(np.exp(z, dtype=np.float64), axis=1)
     total = cdf[:, -1]  # [N]
-    a = _count_rows(np.multiply(u, total)[:, None] > cdf, axis=1, dtype=np.int32)
+    if mask is None:
+        a = _count_rows(np.multiply(u, total)[:, None] > cdf, axis=1, dtype=np.int32)
+    else:
+        x = np.minimum(np.multiply(u, total), np.nextafter(total, 0.0))
+        a = _count_rows(x[:, None] >= cdf, axis=1, dtype=np.int32)
     np.minimum(a, k - 1, out=a)
     offsets = _row_offsets.get((n, k))
     if offsets is None:

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl import spaces
+from pgrad.rl import masks, spaces
 from pgrad.rl.envs import (
     GAME_INFO,
     VECTOR_MODES,
@@ -46,6 +46,8 @@ __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
            "describe_failure", "env_name", "make_vec_env"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
+#: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
+#: ``policy_fn(obs, action_mask=[B, n] bool)`` and must act legally).
 PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
 
@@ -70,6 +72,9 @@ class Trajectory(NamedTuple):
         ended.
       mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
         collection masks each env's steps after its last finished episode.
+      action_mask: ``[T, B, n]`` bool, the legal actions at o_t (``n = sum(nvec)`` for
+        MultiDiscrete: the per-dimension masks concatenated), for an env that masks actions
+        (:mod:`pgrad.rl.masks`); else None.
     """
 
     observations: np.ndarray
@@ -81,6 +86,7 @@ class Trajectory(NamedTuple):
     values: np.ndarray | None
     next_observations: np.ndarray
     mask: np.ndarray | None = None
+    action_mask: np.ndarray | None = None
 
 
 _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
@@ -128,6 +134,9 @@ class Collector:
         # the info key of the episodes to report: the env's whole games, if it reports them
         self._episode_key = GAME_INFO if envs.metadata.get(GAME_INFO) else "episode"
         self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
+        #: Where the env's action masks come from (``masks.source``; None: it has none).
+        self.masks = masks.VectorMasks(envs, self.layout, name)
+        self._action_mask: np.ndarray | None = None  # [B, n] bool at the current observations
 
     def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
@@ -168,8 +177,9 @@ class Collector:
     def reset(self, seed: int | None = None) -> None:
         """Resets every sub-env (sub-env i gets ``seed + i``)."""
         where = f"reset (env step {self.env_steps})"
-        obs, _ = self._env_call(where, self.envs.reset, seed=seed)
+        obs, info = self._env_call(where, self.envs.reset, seed=seed)
         self._raw_obs = self._check(self._flat(obs, where), None, None)
+        self._action_mask = self.masks.reset(obs, info, where)
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self.layout.vector(self._raw_obs))
 
@@ -211,10 +221,15 @@ class Collector:
         if self._raw_obs is None:
             self.reset()
         obs = self._norm(self._raw_obs)
-        actions, env_actions, log_probs, values = policy_fn(obs)
+        action_mask = self._action_mask
+        if action_mask is None:
+            actions, env_actions, log_probs, values = policy_fn(obs)
+        else:
+            actions, env_actions, log_probs, values = policy_fn(obs, action_mask=action_mask)
         where = self.env_steps + self.num_envs
         raw, rewards, term, trunc, info = self._env_call(where, self.envs.step, env_actions)
         flat = self._flat(raw, where)
+        self._action_mask = self.masks.read(raw, info, _where(where))
         if check:
             self._check(flat, rewards, where)
         done = np.logical_or(term, trunc)
@@ -241,14 +256,15 @@ class Collector:
         self._raw_obs = flat
         if self.reward_norm is not None:
             rewards = self.reward_norm(rewards, done)
-        return (obs, actions, rewards, term, trunc, log_probs, values, self._norm(nxt)), episodes
+        return ((obs, actions, rewards, term, trunc, log_probs, values, self._norm(nxt),
+                 action_mask), episodes)
 
     def collect(self, policy_fn: PolicyFn, num_steps: int) -> tuple[Trajectory, list]:
         """``num_steps`` vector steps -> ``(Trajectory [num_steps, B], episodes)``.
 
         ``episodes`` is a list of ``(env_step, return, length)`` finished during the call.
         """
-        steps: list[tuple] = []  # per vector step, the 8 pieces of _step (columns at the end)
+        steps: list[tuple] = []  # per vector step, the 9 pieces of _step (columns at the end)
         episodes: list = []
         # Without normalisers nothing is computed from an observation or reward before the
         # update but the next action, so their finite checks run once over the whole rollout
@@ -343,7 +359,7 @@ class Collector:
 
     def _trajectory(self, steps: list[tuple], mask) -> Trajectory:
         """The ``[T, B, ...]`` Trajectory of ``T`` :meth:`_step` results."""
-        obs, act, rew, term, trunc, logp, vals, nxt = zip(*steps)
+        obs, act, rew, term, trunc, logp, vals, nxt, legal = zip(*steps)
         # np.array of equal-shape arrays stacks them like np.stack, and casts in the same copy
         # (2-3x faster than stack + astype for vector observations, 5 to 2048 steps; the same
         # for image-sized ones)
@@ -358,6 +374,7 @@ class Collector:
             values=None if vals[0] is None else _frozen(f32(vals)),
             next_observations=_frozen(self.layout.stack(nxt)),
             mask=_frozen(mask),
+            action_mask=None if legal[0] is None else _frozen(np.array(legal, bool)),
         )
 
     def close(self) -> None:

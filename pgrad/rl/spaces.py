@@ -9,6 +9,10 @@ Vector observations (no image anywhere in the space) become one flat float32 vec
 * ``Dict`` / ``Tuple`` -- each sub-space preprocessed as above and concatenated, in the space's
   own key/index order (``Dict`` keys are sorted by Gymnasium).
 
+A top-level ``Dict`` key ``action_mask`` (PettingZoo's convention, :data:`MASK_KEY`) is not part
+of what the network sees: it is the env's action mask (:mod:`pgrad.rl.masks`), read from the raw
+observation by :meth:`ObsLayout.action_mask`. Everything here describes the space without it.
+
 Images are kept in their own dtype until the network scales them (:class:`ObsLayout`): an image
 is a rank-3 ``Box`` of dtype uint8 with bounds 0..255 (Stable-Baselines3's ``is_image_space``) or
 of dtype bool (binary planes, e.g. MinAtar's 10x10xC), channel-last or channel-first. A space
@@ -30,6 +34,16 @@ import gymnasium as gym
 import numpy as np
 
 SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple of these"
+#: The ``Dict`` observation key of an env's action mask (PettingZoo's convention).
+MASK_KEY = "action_mask"
+
+
+def observed_space(space: gym.Space) -> gym.Space:
+    """``space`` without its top-level ``action_mask`` key (:data:`MASK_KEY`): what the policy
+    network reads. Any other space is returned as it is."""
+    if isinstance(space, gym.spaces.Dict) and MASK_KEY in space.spaces:
+        return gym.spaces.Dict({k: s for k, s in space.spaces.items() if k != MASK_KEY})
+    return space
 
 
 def _unsupported(space: gym.Space, where: str) -> ValueError:
@@ -45,6 +59,10 @@ def flat_dim(space: gym.Space) -> int:
     Raises:
       ValueError: for an unsupported space, naming it and what is supported.
     """
+    return _flat_dim(observed_space(space))
+
+
+def _flat_dim(space: gym.Space) -> int:
     if isinstance(space, gym.spaces.Box):
         return int(np.prod(space.shape))
     if isinstance(space, gym.spaces.Discrete):
@@ -54,9 +72,9 @@ def flat_dim(space: gym.Space) -> int:
     if isinstance(space, gym.spaces.MultiBinary):
         return int(np.prod(space.shape))
     if isinstance(space, gym.spaces.Dict):
-        return sum(flat_dim(s) for s in space.spaces.values())
+        return sum(_flat_dim(s) for s in space.spaces.values())
     if isinstance(space, gym.spaces.Tuple):
-        return sum(flat_dim(s) for s in space.spaces)
+        return sum(_flat_dim(s) for s in space.spaces)
     raise _unsupported(space, "")
 
 
@@ -79,8 +97,12 @@ def flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
     Raises:
       ValueError: for an unsupported space (checked here, once, not at every step).
     """
+    return _flat_preprocessor(observed_space(space))
+
+
+def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
     if isinstance(space, gym.spaces.Box):
-        dim = flat_dim(space)
+        dim = _flat_dim(space)
 
         def box(obs):
             return np.asarray(obs, np.float32).reshape(-1, dim)
@@ -108,7 +130,7 @@ def flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
 
         return multi_one_hot
     if isinstance(space, gym.spaces.MultiBinary):
-        dim = flat_dim(space)
+        dim = _flat_dim(space)
 
         def binary(obs):
             return np.asarray(obs, np.float32).reshape(-1, dim)
@@ -143,7 +165,7 @@ def _flat_tuple(space: gym.spaces.Tuple, indices: list) -> Callable[[object], np
 
 def _sub(space: gym.Space, where: str) -> Callable[[object], np.ndarray]:
     try:
-        return flat_preprocessor(space)
+        return _flat_preprocessor(space)
     except ValueError:
         raise _unsupported(space, where) from None
 
@@ -204,6 +226,13 @@ class ObsLayout:
     """
 
     def __init__(self, space: gym.Space):
+        #: The env's action mask arrives as the observation's ``action_mask`` key (see
+        #: :meth:`action_mask`); :attr:`space` is the space without it.
+        self.has_mask_key = observed_space(space) is not space
+        space = observed_space(space)
+        if self.has_mask_key and not space.spaces:
+            raise ValueError("observation space holds an action_mask and nothing else; the "
+                             "policy needs an observation beside it.")
         self.space = space
         if is_image_space(space):
             self.parts = (self._image("image", space),)
@@ -257,6 +286,14 @@ class ObsLayout:
             return np.asarray(obs, dtype).reshape(-1, *shape)
 
         return image
+
+    def action_mask(self, raw_obs) -> np.ndarray | None:
+        """``[N, n]`` bool: the ``action_mask`` key of a batch of raw Dict observations, or None
+        when the space has no such key."""
+        if not self.has_mask_key:
+            return None
+        mask = np.asarray(raw_obs[MASK_KEY])
+        return mask.reshape(mask.shape[0], -1).astype(bool, copy=False)
 
     @property
     def images(self) -> list[Part]:

@@ -177,8 +177,9 @@ def _merge_traj(parts: list[Trajectory]) -> Trajectory:
             continue
         padded = []
         for x in pieces:
-            if x.shape[0] < T:  # padding rows: masked out; terminated so nothing bootstraps
-                fill = 1.0 if name == "terminated" else 0.0
+            if x.shape[0] < T:  # padding rows: masked out; terminated so nothing bootstraps;
+                # every action legal (a row forbidding all would be no distribution)
+                fill = 1.0 if name in ("terminated", "action_mask") else 0.0
                 pad = np.full((T - x.shape[0], *x.shape[1:]), fill, x.dtype)
                 x = np.concatenate([x, pad])
             padded.append(x)
