@@ -55,8 +55,6 @@ from pgrad.rl.networks import ActorCritic
 from pgrad.rl.policy import Policy, dense_layers
 
 META_FILE = "pgrad_policy.json"
-#: The exported functions with an observation input, by name (each also a serving signature).
-FUNCTIONS = ("action", "sample", "sample_with_noise", "distribution_params")
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 #: What an export directory holds, by name (a dict: a folder and what is inside it), for the run
 #: directory's layout; TensorFlow's SavedModel files plus pgrad's metadata.
@@ -113,7 +111,8 @@ class _ExportedPolicy(tf.Module):
         self.params = tf.function(self._params, input_signature=[params_spec])
 
     def signatures(self) -> dict[str, Any]:
-        """The serving signatures: :data:`FUNCTIONS` traced on batched inputs of fixed rank."""
+        """The serving signatures: the functions of an observation traced on batched inputs of
+        fixed rank (what converters read), by name with their inputs."""
         obs = self._context.obs_spec
         noise = tf.TensorSpec([None, self._context.noise_size], tf.float32, name="noise")
         inputs = {"action": [obs], "sample": [obs, SEED_SPEC],

@@ -35,7 +35,7 @@ def test_export_writes_tflite_and_onnx_that_act_as_the_saved_model(run_dir, tmp_
     pytest.importorskip("tf2onnx")
     code, out, err = export_cli(run_dir, "--tflite", tmp_path / "p.tflite", "--onnx",
                                 tmp_path / "p.onnx", capsys=capsys)
-    assert code == 0, err
+    assert code == 0 and err == "", err
     lines = out.splitlines()
     assert lines[0].startswith(f"wrote {tmp_path / 'p.tflite'} (") and "TFLite" in lines[0]
     assert lines[1].startswith(f"wrote {tmp_path / 'p.onnx'} (") and "ONNX, action" in lines[1]
@@ -51,13 +51,21 @@ def test_export_writes_tflite_and_onnx_that_act_as_the_saved_model(run_dir, tmp_
     np.testing.assert_array_equal(session.run(None, {"observation": obs})[0], want)
 
 
-def test_export_picks_signatures(run_dir, tmp_path, capsys):
+def test_export_picks_signatures_and_the_opset(run_dir, tmp_path, capsys):
     litert = pytest.importorskip("ai_edge_litert.interpreter")
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("tf2onnx")
     code, _, err = export_cli(run_dir / "policy", "--tflite", tmp_path / "a.tflite",
                               "--signature", "action", capsys=capsys)
     assert code == 0, err
     assert list(litert.Interpreter(model_path=str(tmp_path / "a.tflite"))
                 .get_signature_list()) == ["action"]
+    code, out, err = export_cli(run_dir, "--onnx", tmp_path / "s.onnx", "--signature",
+                                "sample_with_noise", "--opset", 17, capsys=capsys)
+    assert code == 0 and "ONNX, sample_with_noise" in out, err
+    model = onnx.load(str(tmp_path / "s.onnx"))
+    assert [i.name for i in model.graph.input] == ["noise", "observation"]
+    assert {o.domain: o.version for o in model.opset_import}[""] == 17
 
 
 @pytest.mark.parametrize("argv, fragment", [
