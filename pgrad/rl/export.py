@@ -3,20 +3,36 @@
 The SavedModel holds copies of the actor's weights and the observation normaliser's statistics,
 and plain TensorFlow ops only: ``tf.saved_model.load(path)`` needs neither pgrad nor Keras.
 
-* ``action(observation)`` (also the serving signature): deterministic env actions from raw
-  batched observations ``[N, *shape]`` (Box), ``[N]`` int64 (Discrete), or the flat float32
-  vector of :mod:`pgrad.rl.spaces` ``[N, flat_dim]`` (other spaces). Observations with images
-  are taken as the parts of :class:`pgrad.rl.spaces.ObsLayout`: an image space as its raw
-  ``[N, H, W, C]`` frames in their own dtype (uint8, bool); a Dict with images as one argument
-  per part (each image by its key, then ``vector``: the flat float32 rest);
+Its functions (attributes of the loaded object) take one observation -- unbatched, the env's own
+shape and dtype -- or a batch of them (any number of leading axes), and return as many actions:
+
+* ``action(observation)`` (also the serving signature): deterministic env actions;
+* ``sample(observation, seed)``: sampled env actions, reproducible: ``seed`` is ``[2]`` int64
+  and feeds a stateless random op (the same seed and batch give the same actions);
+* ``sample_with_noise(observation, noise)``: sampled env actions from the caller's uniforms
+  ``noise`` in ``[0, 1)``, ``[..., noise_size]`` (``noise_size`` is in ``pgrad_policy.json``);
+  plain arithmetic only, so it converts to TFLite and ONNX (:mod:`pgrad.rl.deploy`);
+* ``distribution_params(observation)``: ``{"logits"}`` or the pre-squash Gaussian's
+  ``{"mean", "log_std"}`` (:func:`pgrad.rl.export_heads.distribution_params`);
 * ``action_masked(observation, action_mask)`` (also a serving signature), for Discrete and
-  MultiDiscrete actions: the same, with ``action_mask`` ``[N, n]`` bool the legal actions
-  (:mod:`pgrad.rl.masks`; for MultiDiscrete the per-dimension masks concatenated): the argmax
-  over the legal actions. A Dict observation's ``action_mask`` key is not part of the
+  MultiDiscrete actions: deterministic actions with ``action_mask`` ``[..., n]`` bool the legal
+  actions (:mod:`pgrad.rl.masks`; for MultiDiscrete the per-dimension masks concatenated): the
+  argmax over the legal actions. A Dict observation's ``action_mask`` key is not part of the
   ``observation`` argument (:mod:`pgrad.rl.spaces`): pass it as ``action_mask``;
 * ``params(flat_observation)``: the distribution parameters ``[N, param_size]`` from flat raw
   observations (normaliser inside) -- differentiable, so observation attacks and sampled
   evaluation work from an export alone (:class:`ExportedPolicy`).
+
+Observations are raw for Box (``[*shape]`` in its dtype) and Discrete (an int64 scalar), the
+flat float32 vector of :mod:`pgrad.rl.spaces` (``[flat_dim]``) for other spaces without images.
+Observations with images are the parts of :class:`pgrad.rl.spaces.ObsLayout`: an image space
+as its raw ``[H, W, C]`` frames in their own dtype (uint8, bool); a Dict with images as one
+argument per part (each image by its key, then ``vector``: the flat float32 rest).
+
+The SavedModel's signatures (``loaded.signatures[name]``, what TF Serving, TFLite and ONNX
+converters read) are the same four functions with batched inputs of a fixed rank: keyword
+``observation`` (or one keyword per part) ``[N, *shape]``, ``seed`` ``[2]``, ``noise`` ``[N,
+noise_size]``; outputs ``output_0`` (actions ``[N, ...]``) or the parameters by name.
 
 Dense-only policies are exported as plain matmuls of copied weights. Policies with an encoder
 (a CNN, the user's own Keras model) are traced once through the Keras layers with every variable
@@ -39,11 +55,12 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import spaces
+from pgrad.rl import export_heads, spaces
 from pgrad.rl.networks import ActorCritic
 from pgrad.rl.policy import Policy, dense_layers
 
 META_FILE = "pgrad_policy.json"
+SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 #: What an export directory holds, by name (a dict: a folder and what is inside it), for the run
 #: directory's layout; TensorFlow's SavedModel files plus pgrad's metadata.
 FILES: dict = {"saved_model.pb": None, "fingerprint.pb": None, META_FILE: None,
@@ -78,11 +95,44 @@ class _ExportedPolicy(tf.Module):
         # Plain-Python context for tracing only; kept off the module so that nothing but the
         # variables above is saved (no Keras objects in the SavedModel).
         self._context = types.SimpleNamespace(head=net.head, space=obs_space)
-        self.action = tf.function(self._action, input_signature=[_obs_spec(obs_space)])
-        self._masked_function(_obs_spec(obs_space))
         flat = tf.TensorSpec([None, spaces.flat_dim(obs_space)], tf.float32,
                              name="flat_observation")
-        self.params = tf.function(self._params, input_signature=[flat])
+        self._functions(_obs_spec(obs_space), flat)
+
+    def _functions(self, obs_spec, params_spec) -> None:
+        """The exported functions (see the module docstring), from the batched observation
+        spec: as attributes, taking one observation or a batch (inputs of any rank)."""
+        ctx = self._context
+        ctx.obs_spec = obs_spec
+        ctx.noise_size = export_heads.noise_size(ctx.head)
+        obs = tf.nest.map_structure(lambda s: tf.TensorSpec(None, s.dtype, s.name), obs_spec)
+        noise = tf.TensorSpec(None, tf.float32, name="noise")
+        self.action = tf.function(self._action, input_signature=[obs])
+        self.sample = tf.function(self._sample, input_signature=[obs, SEED_SPEC])
+        self.sample_with_noise = tf.function(self._sample_with_noise,
+                                             input_signature=[obs, noise])
+        self.distribution_params = tf.function(self._distribution_params,
+                                               input_signature=[obs])
+        self.params = tf.function(self._params, input_signature=[params_spec])
+        h = ctx.head
+        self.action_masked = None
+        if isinstance(h, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
+            ctx.mask_width = h.param_size  # n, or sum(nvec): one logit per action
+            self.action_masked = tf.function(self._action_masked, input_signature=[
+                obs, tf.TensorSpec(None, tf.bool, name="action_mask")])
+
+    def signatures(self) -> dict[str, Any]:
+        """The serving signatures: the functions of an observation traced on batched inputs of
+        fixed rank (what converters read), by name with their inputs."""
+        obs = self._context.obs_spec
+        noise = tf.TensorSpec([None, self._context.noise_size], tf.float32, name="noise")
+        inputs = {"action": [obs], "sample": [obs, SEED_SPEC],
+                  "sample_with_noise": [obs, noise], "distribution_params": [obs]}
+        if self.action_masked is not None:
+            inputs["action_masked"] = [obs, tf.TensorSpec(
+                [None, self._context.mask_width], tf.bool, name="action_mask")]
+        return {name: tf.function(getattr(self, f"_{name}")).get_concrete_function(*specs)
+                for name, specs in inputs.items()}
 
     def _preprocess(self, obs):
         space = self._context.space
@@ -104,39 +154,67 @@ class _ExportedPolicy(tf.Module):
             return tf.concat([x, latent], axis=1)
         return x
 
-    def _masked_function(self, obs_spec) -> None:
-        """``self.action_masked(observation, action_mask)`` for heads with discrete actions."""
-        h = self._context.head
-        self.action_masked = None
-        if isinstance(h, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
-            width = h.param_size  # n, or sum(nvec): one logit per action
-            spec = tf.TensorSpec([None, width], tf.bool, name="action_mask")
-            self.action_masked = tf.function(self._action_masked,
-                                             input_signature=[obs_spec, spec])
+    def _rows(self, observation):
+        """One observation or a batch -> (the observation as ``[N, ...]`` rows, the leading
+        shape: ``[]`` for one observation, ``[N]`` for a batch, or more axes)."""
+        parts = tf.nest.flatten(observation)
+        specs = tf.nest.flatten(self._context.obs_spec)
+        rows = []
+        for x, spec in zip(parts, specs):
+            shape = spec.shape[1:]  # one observation's
+            k = len(shape)
+            checks = []
+            if x.shape.rank is None:  # the attributes: checked first, with a message
+                what = (f"observation{'' if len(parts) == 1 else ' part ' + repr(spec.name)}: "
+                        f"one {spec.dtype.name} {shape.as_list()} or a batch of them")
+                checks = [tf.debugging.assert_greater_equal(tf.rank(x), k, message=what)]
+                with tf.control_dependencies(checks):
+                    checks.append(tf.debugging.assert_equal(
+                        tf.shape(x)[tf.rank(x) - k:], tf.constant(shape.as_list(), tf.int32),
+                        message=what))
+            with tf.control_dependencies(checks):
+                rows.append(tf.reshape(x, [-1, *shape.as_list()]))
+        first = parts[0]
+        k = len(specs[0].shape) - 1
+        ndim = first.shape.rank
+        lead = tf.shape(first)[: (tf.rank(first) if ndim is None else ndim) - k]
+        return tf.nest.pack_sequence_as(observation, rows), lead
+
+    def _forward(self, observation):
+        """``(params [N, param_size], the leading shape)`` at one observation or a batch."""
+        rows, lead = self._rows(observation)
+        return self._params(self._preprocess(rows)), lead
+
+    def _action(self, observation):
+        x, lead = self._forward(observation)
+        return _unrows(export_heads.mode(self._context.head, x), lead)
 
     def _action_masked(self, observation, action_mask):
-        return self._action(observation, action_mask)
+        x, lead = self._forward(observation)
+        mask = tf.reshape(action_mask, [-1, self._context.mask_width])
+        return _unrows(export_heads.mode(self._context.head, dist_lib.mask_logits(x, mask)), lead)
 
-    def _action(self, observation, action_mask=None):
-        x = self._params(self._preprocess(observation))
-        x = x if action_mask is None else dist_lib.mask_logits(x, action_mask)
-        h = self._context.head
-        if isinstance(h, dist_lib.CategoricalHead):
-            return tf.argmax(x, axis=1) + h.start
-        if isinstance(h, dist_lib.GaussianHead):
-            mean = x[:, : h.size]
-            if h.squash:
-                mean = h.center + h.half_range * tf.tanh(mean)
-            return tf.clip_by_value(tf.reshape(mean, _batch_shape(x, h.space_shape)),
-                                    h.low, h.high)
-        if isinstance(h, dist_lib.MultiCategoricalHead):
-            parts = tf.split(x, [int(n) for n in h.nvec], axis=1)
-            modes = tf.stack([tf.argmax(p, axis=1) for p in parts], axis=1)
-            return modes + tf.constant(np.asarray(h.start, np.int64))
-        if isinstance(h, dist_lib.BernoulliHead):
-            a = tf.cast(x > 0, tf.int8)
-            return tf.reshape(a, _batch_shape(x, h.space_shape))
-        raise ValueError(f"cannot export head {type(h).__name__}")
+    def _sample_with_noise(self, observation, noise):
+        x, lead = self._forward(observation)
+        k = self._context.noise_size
+        checks = [] if noise.shape.rank is not None else [tf.debugging.assert_equal(
+            tf.shape(noise)[-1:], [k], message=f"noise: [..., {k}] uniforms in [0, 1)")]
+        with tf.control_dependencies(checks):
+            u = tf.reshape(noise, [-1, k])
+        return _unrows(export_heads.sample(self._context.head, x, self._log_std(), u), lead)
+
+    def _sample(self, observation, seed):
+        x, lead = self._forward(observation)
+        u = tf.random.stateless_uniform([tf.shape(x)[0], self._context.noise_size], seed)
+        return _unrows(export_heads.sample(self._context.head, x, self._log_std(), u), lead)
+
+    def _distribution_params(self, observation):
+        x, lead = self._forward(observation)
+        out = export_heads.distribution_params(self._context.head, x, self._log_std())
+        return {k: _unrows(v, lead) for k, v in out.items()}
+
+    def _log_std(self):
+        return getattr(self, "log_std", None)
 
 
 class _ExportedEncodedPolicy(_ExportedPolicy):
@@ -165,9 +243,7 @@ class _ExportedEncodedPolicy(_ExportedPolicy):
                                         name="flat_observation")
         else:
             action_spec = params_spec = _parts_spec(layout)
-        self.action = tf.function(self._action, input_signature=[action_spec])
-        self._masked_function(action_spec)
-        self.params = tf.function(self._params, input_signature=[params_spec])
+        self._functions(action_spec, params_spec)
 
     def _preprocess(self, obs):
         if self._context.layout.flat:
@@ -196,8 +272,9 @@ def _parts_spec(layout: spaces.ObsLayout):
     return layout.tensor_specs()
 
 
-def _batch_shape(x: tf.Tensor, shape) -> tf.Tensor:
-    return tf.concat([tf.shape(x)[:1], tf.constant(shape, tf.int32)], 0)
+def _unrows(x: tf.Tensor, lead: tf.Tensor) -> tf.Tensor:
+    """``[N, ...]`` -> ``[*lead, ...]``: one result per observation given."""
+    return tf.reshape(x, tf.concat([lead, tf.shape(x)[1:]], 0))
 
 
 def _obs_spec(space) -> tf.TensorSpec:
@@ -215,17 +292,15 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
 
     Load with ``tf.saved_model.load(path).action(obs)``; pgrad is not needed. The observation
     normaliser (if any) is inside. Actions: argmax (Discrete, MultiDiscrete), the Gaussian mean
-    clipped to the bounds (Box), ``logit > 0`` (MultiBinary). ``metadata`` (JSON values, e.g.
-    the env id) goes into ``pgrad_policy.json`` beside it.
+    squashed if so and clipped to the bounds (Box), ``logit > 0`` (MultiBinary); ``sample``
+    and ``sample_with_noise`` draw from the policy (see the module docstring). ``metadata``
+    (JSON values, e.g. the env id) goes into ``pgrad_policy.json`` beside it.
     """
     encoded = net.encoder is not None
     module = (_ExportedEncodedPolicy if encoded else _ExportedPolicy)(net, obs_norm, obs_space)
-    signatures = {"action": module.action.get_concrete_function()}
-    if module.action_masked is not None:
-        signatures["action_masked"] = module.action_masked.get_concrete_function()
-    tf.saved_model.save(module, str(path), signatures=signatures)
+    tf.saved_model.save(module, str(path), signatures=module.signatures())
     meta = {"format": 1, "observation_space": str(obs_space), "head": head_options(net.head),
-            **(metadata or {})}
+            "noise_size": module._context.noise_size, **(metadata or {})}
     layout = spaces.obs_layout(obs_space)
     if not layout.flat:  # what the inputs are (see the module docstring)
         meta["observation_parts"] = [

@@ -9,7 +9,7 @@ PROGRAMS = {
     "train": "pgrad_app.cli.train", "evaluate": "pgrad_app.cli.evaluate",
     "benchmark": "pgrad_app.cli.benchmark", "sweep": "pgrad_app.cli.sweep",
     "bench": "pgrad_app.cli.bench", "learning_targets": "pgrad_app.cli.targets",
-    "tune": "pgrad_app.cli.tune",
+    "tune": "pgrad_app.cli.tune", "export": "pgrad_app.cli.export",
 }
 
 
@@ -45,3 +45,7 @@ def bench() -> int:
 
 def tune() -> int:
     return run("tune")
+
+
+def export() -> int:
+    return run("export")

@@ -100,7 +100,7 @@ def test_evaluate_bad_requests_are_one_line(custom_run, plugins, tmp_path, monke
         (["--seed", -1], 2, "--seed must be >= 0; got -1"),
         (["--video", blocker / "videos"], 2, "cannot write there (Not a directory)"),
         (["--env", "badenvs:Bad/StepRaises-v0", "--trust-run-code"], 1,
-         "env 'Bad/StepRaises-v0' failed at step 3 of evaluation episode 0 (seed 1000): "
+         "env 'Bad/StepRaises-v0' failed at step 3 of evaluation episode 0 (seed 10000): "
          "RuntimeError: sensor offline"),
     ]
     for argv, want, fragment in cases:
