@@ -147,12 +147,20 @@ class ActorCriticConfig:
         for name, (lo, hi) in ranges.items():
             value = getattr(self, name)
             points = schedules.bounds(value, name)  # ValueError: malformed, non-finite
+            constant = isinstance(schedules.parse(value, name), schedules.Constant)
+            open_lo = positive_start and constant  # a constant learning rate: (0, hi]
+            where = (f"{'(' if open_lo else '['}{lo:g}, {hi:g}]" if hi is not None
+                     else f">= {lo:g}")
+            if constant:
+                if points[0] < lo or (open_lo and points[0] <= lo) or (
+                        hi is not None and points[0] > hi):
+                    raise ValueError(f"{name} must be in {where}; got {value}")
+                continue
             shown = value if schedules.is_data(value) else f"{value!r} -> {points}"
             if positive_start and not points[0] > 0:
                 raise ValueError(f"{name} must be > 0 at the start of the run; got {shown}")
             if any(p < lo or (hi is not None and p > hi) for p in points):
-                where = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-                raise ValueError(f"{name} must stay in {where}; got {shown}")
+                raise ValueError(f"{name} must stay in {where} over the run; got {shown}")
 
     def absolute_decays(self) -> dict[str, int]:
         """``{scheduled field: env steps}`` of the legacy linear decays over absolute env steps."""

@@ -148,7 +148,9 @@ def run_episodes(
                 width = next(m for m in legal if m is not None).shape[1]
                 action_mask = np.concatenate([np.ones((1, width), bool) if m is None else m
                                               for m in legal])
-            actions = policy.act_flat(flat, deterministic, rng, action_mask=action_mask)
+            # The mask only where an env gave one: a Policy of the user's need not take it.
+            masked = {} if action_mask is None else {"action_mask": action_mask}
+            actions = policy.act_flat(flat, deterministic, rng, **masked)
             still = []
             for j, i in enumerate(live):
                 try:

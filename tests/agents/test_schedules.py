@@ -35,7 +35,7 @@ def test_validation_checks_both_ends_of_a_schedule():
                        (dict(learning_rate="lin_1e-3", lr_decay_steps=100), "two decays")):
         with pytest.raises(ValueError, match=match):
             agents.A2C.Config(**bad).validate()
-    with pytest.raises(ValueError, match=r"clip_range must stay in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"clip_range must be in \(0, 1\]"):
         agents.PPO.Config(clip_range=1.5).validate()
 
 
