@@ -68,7 +68,8 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
     if found is not None:
         tuned_values, tuned_path = found
         hyper.update(tuned_values)
-        source.update({k: f"{tuned_path}: {env}: {k}" for k in tuned_values})
+        key = hyperparams.entry_key(str(agent_name), str(env))
+        source.update({k: f"{tuned_path}: {key}: {k}" for k in tuned_values})
     if args.config:
         run_f, hyper_f = config_lib.split_keys(file_values, agent_cls.Config, args.config)
         run_values.update(run_f)

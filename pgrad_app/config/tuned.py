@@ -8,6 +8,10 @@ for that env, plus an optional ``n_timesteps``, the benchmark budget in env step
       learning_rate: 2.0633e-5
       hidden: [256, 256]
 
+An env with no entry of its own falls back to its family's entry, rl-zoo's ``atari`` key: ``atari``
+for the ale-py ids pgrad preprocesses (``ALE/...``, ``...NoFrameskip-v4``) and ``minatar`` for
+``MinAtar/...`` ids (:data:`FAMILIES`); an env's own entry wins.
+
 The YAML files live inside the package (``pgrad_app/config/hyperparams/``, installed with it as
 package data), so an installed wheel finds them exactly as a checkout does; that folder is the one
 source of truth, and ``configs/README.md`` at the top of the repository points to it.
@@ -31,6 +35,27 @@ from pgrad_app.errors import UserError
 CONFIG_DIR = Path(__file__).resolve().parent / "hyperparams"
 #: The one key of an entry that is not a hyperparameter: the benchmark budget in env steps.
 BUDGET_KEY = "n_timesteps"
+#: Family keys, first match wins: (key, id predicate). Strings only, so no env is imported.
+FAMILIES = (
+    ("minatar", lambda env_id: env_id.startswith("MinAtar/")),
+    ("atari", lambda env_id: env_id.startswith("ALE/")
+     or env_id.endswith(("NoFrameskip-v4", "NoFrameskip-v0"))),
+)
+
+
+def family(env_id: str) -> str | None:
+    """The family key of ``env_id`` (``"atari"``, ``"minatar"``) or None."""
+    return next((key for key, member in FAMILIES if member(env_id)), None)
+
+
+def _entry(agent_name: str, env_id: str, directory: Path | None) -> tuple[str, dict] | None:
+    """``(key, raw entry)`` for ``env_id``: its own entry, else its family's; or None."""
+    env_id = env_id.split(":")[-1]
+    table = load_table(agent_name, directory)
+    for key in (env_id, family(env_id)):
+        if key is not None and key in table:
+            return key, table[key]
+    return None
 
 
 def path_for(agent_name: str, directory: Path | None = None) -> Path:
@@ -87,7 +112,8 @@ def tuned(agent_name: str, env_id: str,
 
     Args:
       agent_name: a registered agent (``agents.names()``).
-      env_id: a Gymnasium id; ``module:EnvId`` looks up ``EnvId``.
+      env_id: a Gymnasium id; ``module:EnvId`` looks up ``EnvId``; an id with no entry of its
+        own takes its family's (:func:`family`).
       directory: folder of the tables (default: :data:`CONFIG_DIR`).
 
     Returns:
@@ -97,22 +123,26 @@ def tuned(agent_name: str, env_id: str,
     Raises:
       UserError: an unknown key or a bad value in the entry, naming the file, env and key.
     """
-    env_id = env_id.split(":")[-1]
-    path = path_for(agent_name, directory)
-    entry = load_table(agent_name, directory).get(env_id)
-    if entry is None:
+    found = _entry(agent_name, env_id, directory)
+    if found is None:
         return None
-    hyper, _ = _checked(agent_name, env_id, entry, path)
+    path = path_for(agent_name, directory)
+    hyper, _ = _checked(agent_name, found[0], found[1], path)
     return hyper, path
+
+
+def entry_key(agent_name: str, env_id: str, directory: Path | None = None) -> str | None:
+    """The key of the entry :func:`tuned` uses for ``env_id`` (its id or its family), or None."""
+    found = _entry(agent_name, env_id, directory)
+    return None if found is None else found[0]
 
 
 def budget(agent_name: str, env_id: str, directory: Path | None = None) -> int | None:
     """The entry's ``n_timesteps`` (env steps), or None if there is no entry or no budget."""
-    env_id = env_id.split(":")[-1]
-    entry = load_table(agent_name, directory).get(env_id)
-    if entry is None:
+    found = _entry(agent_name, env_id, directory)
+    if found is None:
         return None
-    return _checked(agent_name, env_id, entry, path_for(agent_name, directory))[1]
+    return _checked(agent_name, found[0], found[1], path_for(agent_name, directory))[1]
 
 
 def shipped() -> dict[str, list[str]]:

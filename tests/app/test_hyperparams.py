@@ -221,3 +221,34 @@ def test_train_says_when_tuned_values_apply_and_records_them(tmp_path, capsys):
 
 def test_help_lists_no_tuned():
     assert "--no-tuned" in train_script.build_parser().format_help()
+
+
+def test_family_entries_cover_atari_and_minatar_ids():
+    """rl-zoo's ``atari`` key: an id without its own entry takes its family's; its own wins."""
+    assert hyperparams.family("MinAtar/Breakout-v1") == "minatar"
+    assert hyperparams.family("ALE/Pong-v5") == hyperparams.family("PongNoFrameskip-v4") == "atari"
+    assert hyperparams.family("CartPole-v1") is None
+    for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
+        hyper, _ = hyperparams.tuned("ppo", f"MinAtar/{game}-v1")
+        assert (hyper["num_envs"], hyper["n_steps"], hyper["epochs"]) == (64, 128, 3)
+        assert hyperparams.budget("ppo", f"MinAtar/{game}-v1") == 5_000_000
+        assert hyperparams.tuned("a2c", f"MinAtar/{game}-v1")[0]["vf_coef"] == 0.25
+    hyper, _ = hyperparams.tuned("ppo", "ALE/Breakout-v5")
+    assert (hyper["learning_rate"], hyper["clip_range"]) == ("lin_2.5e-4", "lin_0.1")
+    assert hyperparams.budget("a2c", "BreakoutNoFrameskip-v4") == 10_000_000
+    assert hyperparams.entry_key("ppo", "ALE/Pong-v5") == "atari"
+    assert hyperparams.entry_key("ppo", "CartPole-v1") == "CartPole-v1"
+    assert hyperparams.tuned("reinforce", "MinAtar/Breakout-v1") is None  # no family entry
+
+
+def test_own_entry_wins_over_family(tmp_path):
+    (tmp_path / "ppo.yaml").write_text(
+        "minatar:\n  num_envs: 4\nMinAtar/Breakout-v1:\n  num_envs: 2\n")
+    assert hyperparams.tuned("ppo", "MinAtar/Breakout-v1", directory=tmp_path)[0] == {"num_envs": 2}
+    assert hyperparams.tuned("ppo", "MinAtar/Seaquest-v1", directory=tmp_path)[0] == {"num_envs": 4}
+
+
+def test_train_names_the_family_entry_as_the_source():
+    _, cfg, _, source, path = resolve("--agent", "ppo", "--env", "MinAtar/Freeway-v1")
+    assert cfg.num_envs == 64 and path.name == "ppo.yaml"
+    assert source["num_envs"].endswith("ppo.yaml: minatar: num_envs")
