@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import functools
 import os
 import socket
@@ -260,6 +261,10 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+#: Seconds after which a running trial that never recorded its owner is taken as abandoned.
+OWNERLESS_GRACE = 60.0
+
+
 def owner() -> dict[str, Any]:
     """Who runs a trial: this machine, process and its start (a reused pid is another)."""
     pid = os.getpid()
@@ -268,21 +273,31 @@ def owner() -> dict[str, Any]:
 
 def recover(study) -> list[int]:
     """Fails the running trials whose process on this machine has ended; returns their
-    numbers. They are marked ``abandoned`` and are not counted (their slot is run again)."""
+    numbers. They are marked ``abandoned`` and are not counted (their slot is run again). A
+    running trial with no owner recorded (its process died in the instant after Optuna created
+    it) is abandoned once it is :data:`OWNERLESS_GRACE` seconds old."""
     optuna = import_optuna()
     storage, host, found = study._storage, socket.gethostname(), []
     study_id = storage.get_study_id_from_name(study.study_name)
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        who = trial.user_attrs.get("owner") or {}
-        if who.get("host") != host:
+        who = trial.user_attrs.get("owner")
+        if who is None:
+            # Killed between Optuna creating the trial and its first line (which names the
+            # owner): no process can still be about to claim it after OWNERLESS_GRACE seconds.
+            begun = trial.datetime_start
+            if begun is None or (datetime.datetime.now() - begun).total_seconds() < OWNERLESS_GRACE:
+                continue
+        elif who.get("host") != host:
             continue
-        started = _process_start(int(who["pid"]))
-        if started is not None and started in ("?", who.get("started")):
-            continue
+        else:
+            started = _process_start(int(who["pid"]))
+            if started is not None and started in ("?", who.get("started")):
+                continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            storage.set_trial_user_attr(trial_id, "abandoned", f"its process {host}:"
-                                        f"{who['pid']} ended before the trial finished")
+            whose = f"its process {host}:{who['pid']}" if who else "its process (unrecorded)"
+            storage.set_trial_user_attr(trial_id, "abandoned",
+                                        f"{whose} ended before the trial finished")
             storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
             found.append(trial.number)
     return found

@@ -207,6 +207,7 @@ def objective(spec: TuneSpec, n_trials: int, results: str | os.PathLike,
 
     def run(trial) -> float:
         study = trial.study
+        trial.set_user_attr("owner", owner())  # first: a kill from here on leaves it recoverable
         if signals is not None and signals.signum is not None:
             trial.set_user_attr("abandoned", "interrupted before it started")
             signals.check()
@@ -215,7 +216,6 @@ def objective(spec: TuneSpec, n_trials: int, results: str | os.PathLike,
             trial.set_user_attr("surplus", True)
             study.stop()
             raise TrialFailed("surplus: the study already holds its trials")
-        trial.set_user_attr("owner", owner())
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"trial-{trial.number:04d}.log", "a") as f:
             def log(line: str) -> None:

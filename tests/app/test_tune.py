@@ -220,6 +220,18 @@ def test_recover_fails_only_the_running_trials_whose_process_ended(tmp_path):
     assert not any(tune_study.counted(t) for t in (trials[0], trials[2]))
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat")
+def test_recover_fails_an_ownerless_running_trial_once_it_is_old(tmp_path, monkeypatch):
+    """A process killed right after Optuna created its trial (before the owner was written)
+    leaves a RUNNING trial nobody claims: it is abandoned after the grace period, not before."""
+    study = tune_study.open_study(spec_for(tmp_path), tune_study.storage_url(tmp_path), "s")
+    study.ask()
+    assert tune_study.recover(study) == []  # young: its process may be about to claim it
+    monkeypatch.setattr(tune_study, "OWNERLESS_GRACE", 0.0)
+    assert tune_study.recover(study) == [0]
+    assert "(unrecorded) ended" in study.get_trials()[0].user_attrs["abandoned"]
+
+
 def sampled(seed: int, n: int, space) -> list[dict]:
     """What the random sampler of pgrad-tune draws for trials 0..n-1 (it depends on the seed
     and the trial number only)."""
@@ -391,7 +403,8 @@ def test_a_killed_study_resumes_keeping_its_finished_trials(tmp_path, capsys):
     while time.monotonic() < deadline and proc.poll() is None:
         seen = trials_in(results)
         states = [t.state.name for t in seen]
-        if "COMPLETE" in states and "RUNNING" in states:
+        if "COMPLETE" in states and any(t.state.name == "RUNNING" and "owner" in t.user_attrs
+                                        for t in seen):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
