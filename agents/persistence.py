@@ -9,7 +9,8 @@ A saved agent is a directory::
 
 A training run directory has the same three entries (plus its logs), so ``agents.load`` takes
 either. Loading reads data only (JSON, TensorFlow checkpoints): code named by the directory --
-a custom transform, an env module -- is never imported; pass the transform again.
+a custom transform, an env module -- is never imported from inside the directory, and only when
+the caller names it (``env_id=``, ``transform=``; :mod:`pgrad.rl.named_code`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import schedules
+from pgrad.rl import named_code
 from pgrad.rl.checkpoint import CheckpointStore
 from pgrad.rl.files import temp_path, write_json_atomic
 
@@ -204,6 +206,7 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
     env = env_id if env_id is not None else record.get("env")
     if env is None:
         raise ValueError(f"{path}: the agent's env was not a registered id; pass env_id.")
+    named_code.check_env(env, path, given=env_id)  # before anything is imported
     if record.get("encoder") and "encoder" not in overrides:
         raise ValueError(f"{path}: the agent was built with its own encoder "
                          f"{record['encoder']!r}; pass it again as encoder= (pgrad never imports "

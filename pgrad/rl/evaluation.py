@@ -55,14 +55,21 @@ def eval_seed(train_seed: int) -> int:
 def as_policy(target: Any, env_id: str | None,
               env_kwargs: dict | None = None) -> tuple[Policy, str]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
-    from pgrad.rl import export
+    from pgrad.rl import export, named_code
     from pgrad.rl.envs import make_env
 
     if isinstance(target, (str, os.PathLike)):
-        meta = export.read_metadata(export.find_export(target) or target)
-        env_id = env_id or meta.get("env_id")
+        found = export.find_export(target)
+        meta = export.read_metadata(found or target)
+        given, env_id = env_id, env_id or meta.get("env_id")
         if not env_id:
             raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
+        if not isinstance(env_id, str):
+            raise ValueError(f"{target}: the export's env id is not a string; pass env_id.")
+        # The one rule for code a directory names, for the folder given and the run around it.
+        around = os.path.dirname(os.path.abspath(found or target))
+        for directory in sorted({around, os.path.abspath(target)}, key=len):  # outermost first
+            named_code.check_env(env_id, directory, given=given)
         probe = make_env(env_id, **(env_kwargs or {}))
         try:
             policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)

@@ -1,0 +1,108 @@
+"""Issue 25 (reliability, round three): each class reproduced as a hostile user would -- files
+damaged, processes killed, a malicious module shipped inside a directory and checked never to
+run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import one_error_line, train
+
+import agents
+import pgrad
+from pgrad.rl.named_code import DirectoryCode
+
+EVIL = """
+open({marker!r}, "w").write("executed")
+import gymnasium as gym
+gym.register({env_id!r}, entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+"""
+
+
+@pytest.fixture(scope="module")
+def saved_agent(tmp_path_factory) -> Path:
+    """A tiny A2C CartPole agent, saved (no training)."""
+    path = tmp_path_factory.mktemp("saved") / "agent"
+    agent = agents.make("a2c", "CartPole-v1", seed=1, num_envs=1, hidden=(8,))
+    try:
+        agent.save(path)
+    finally:
+        agent.close()
+    return path
+
+
+def _ship(directory: Path, module: str, marker: Path, env_id: str) -> None:
+    (directory / f"{module}.py").write_text(EVIL.format(marker=str(marker), env_id=env_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Code run from a directory: never from inside it, only when the user named it.
+# ---------------------------------------------------------------------------------------------
+
+def test_load_never_imports_the_env_module_a_saved_agent_ships(saved_agent, tmp_path,
+                                                               monkeypatch):
+    path = tmp_path / "agent"
+    shutil.copytree(saved_agent, path)
+    marker = tmp_path / "executed"
+    _ship(path, "r3_evil_env", marker, "R3Evil-v0")
+    record = json.loads((path / "agent.json").read_text())
+    record["env"] = "r3_evil_env:R3Evil-v0"
+    (path / "agent.json").write_text(json.dumps(record))
+    monkeypatch.chdir(path)
+    monkeypatch.syspath_prepend(str(path))  # as `python -c` from inside it would have it
+    with pytest.raises(DirectoryCode, match="names code to import: env r3_evil_env:R3Evil-v0"):
+        agents.load(path)
+    with pytest.raises(DirectoryCode, match="refusing to import 'r3_evil_env' from the dir"):
+        agents.load(path, env_id="r3_evil_env:R3Evil-v0")
+    with pytest.raises(DirectoryCode, match="refusing to import"):  # even when named
+        agents.load(".", env_id="r3_evil_env:R3Evil-v0")
+    (path / "policy" / "pgrad_policy.json").write_text(json.dumps(
+        {**json.loads((path / "policy" / "pgrad_policy.json").read_text()),
+         "env_id": "r3_evil_env:R3Evil-v0"}))
+    with pytest.raises(DirectoryCode, match="names code to import"):
+        pgrad.evaluate(path, episodes=1)
+    for target in (path, path / "policy"):
+        with pytest.raises(DirectoryCode, match="refusing to import"):
+            pgrad.evaluate(target, env_id="r3_evil_env:R3Evil-v0", episodes=1)
+    assert not marker.exists() and "r3_evil_env" not in sys.modules
+
+
+def test_load_imports_a_recorded_env_module_only_when_named(saved_agent, tmp_path,
+                                                            monkeypatch):
+    path, elsewhere = tmp_path / "agent", tmp_path / "project"
+    shutil.copytree(saved_agent, path)
+    elsewhere.mkdir()
+    marker = tmp_path / "executed"
+    _ship(elsewhere, "r3_named_env", marker, "R3Named-v0")
+    record = json.loads((path / "agent.json").read_text())
+    record["env"] = "r3_named_env:R3Named-v0"
+    (path / "agent.json").write_text(json.dumps(record))
+    monkeypatch.syspath_prepend(str(elsewhere))
+    with pytest.raises(DirectoryCode, match="names code to import: env r3_named_env:R3Named-v0"):
+        agents.load(path)
+    assert not marker.exists()
+    agent = agents.load(path, env_id="r3_named_env:R3Named-v0", acting_only=True)
+    agent.close()
+    assert marker.exists()  # named: imported (from outside the directory)
+
+
+def test_resume_never_imports_a_transform_file_inside_the_run(plugins, tmp_path, monkeypatch,
+                                                              capsys):
+    out = tmp_path / "run"
+    shutil.copy(plugins / "user_tf.py", tmp_path / "user_tf.py")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = train("--total-steps", 160, "--quiet", "--transform", "user_tf.py:good",
+                         "--out", out, capsys=capsys)
+    assert code == 0, err
+    marker = tmp_path / "executed"
+    (out / "user_tf.py").write_text(f"open({str(marker)!r}, 'w').write('x')\ngood = None\n")
+    monkeypatch.chdir(out)
+    for flags in (["--transform", "user_tf.py:good"], ["--trust-run-code"]):
+        code, _, err = train("--resume", ".", "--total-steps", 320, *flags, capsys=capsys)
+        assert code == 2 and "refusing to import 'user_tf.py' from the run directory" in \
+            one_error_line(err)
+    assert not marker.exists()
