@@ -106,3 +106,61 @@ def test_resume_never_imports_a_transform_file_inside_the_run(plugins, tmp_path,
         assert code == 2 and "refusing to import 'user_tf.py' from the run directory" in \
             one_error_line(err)
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Data loss: one lock and one "whose directory is this" check for every writer.
+# ---------------------------------------------------------------------------------------------
+
+def test_agent_save_refuses_a_run_directory_and_one_in_use(saved_agent, tmp_path):
+    from pgrad.rl import dirlock
+    from pgrad_app.run import directory as rundir
+    from pgrad_app.run.layout import RunLayout
+
+    assert (dirlock.LOCK, dirlock.RUN_MARKER) == (RunLayout.LOCK, RunLayout.MARKER)
+    run_copy = tmp_path / "run"
+    shutil.copytree(saved_agent, run_copy)
+    rundir.write_marker(run_copy)  # what pgrad-train's run directory holds beside the same files
+    agent = agents.load(saved_agent)
+    try:
+        before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
+        with pytest.raises(ValueError, match="pgrad-train run directory"):
+            agent.save(run_copy)
+        assert {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()} == before
+        foreign = tmp_path / "foreign"
+        (foreign / "checkpoints").mkdir(parents=True)
+        with pytest.raises(ValueError, match="not a saved agent"):
+            agent.save(foreign)
+        busy = tmp_path / "busy"
+        agent.save(busy)
+        with dirlock.DirectoryLock(busy):  # as a training (or another save) holds it
+            with pytest.raises(ValueError, match="in use by another writer"):
+                agent.save(busy)
+    finally:
+        agent.close()
+
+
+def test_two_saves_into_one_path_leave_the_second_agent_whole(saved_agent, tmp_path):
+    path = tmp_path / "agent"
+    first = agents.make("a2c", "CartPole-v1", seed=1, num_envs=1, hidden=(8,))
+    second = agents.make("a2c", "CartPole-v1", seed=2, num_envs=1, hidden=(8,))
+    try:
+        first.learn(16, progress=False)  # a later step than the second agent's (0)
+        first.save(path)
+        (path / "notes.txt").write_text("mine")
+        second.save(path)
+        loaded = agents.load(path)
+        try:
+            assert loaded.seed_var.numpy() == 2 and loaded.env_steps == second.env_steps
+            for (name, a), b in zip(loaded.net.modules().items(),
+                                    second.net.modules().values()):
+                for x, y in zip(a.weights, b.weights):
+                    assert (x.numpy() == y.numpy()).all(), name
+        finally:
+            loaded.close()
+        assert (path / "notes.txt").read_text() == "mine"
+        assert [p.name for p in (path / "checkpoints").iterdir()
+                if p.name.startswith("step-")] == ["step-000000000000"]
+    finally:
+        first.close()
+        second.close()
