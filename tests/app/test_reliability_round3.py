@@ -164,3 +164,54 @@ def test_two_saves_into_one_path_leave_the_second_agent_whole(saved_agent, tmp_p
     finally:
         first.close()
         second.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Silent wrong results.
+# ---------------------------------------------------------------------------------------------
+
+def test_a_callback_returning_numpy_false_stops_learn():
+    import numpy as np
+
+    from agents.learning import says_stop
+
+    assert says_stop(False) and says_stop(np.False_) and says_stop(np.array(False))
+    assert not any(says_stop(v) for v in (None, True, np.True_, 0, [], np.array([False])))
+    agent = agents.make("a2c", "CartPole-v1", seed=0, num_envs=1, hidden=(8,), n_steps=8)
+    try:
+        agent.learn(800, callbacks=[lambda loop: np.False_], progress=False)
+        assert agent.env_steps == 8  # one update, then stopped
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--adversarial-epsilon", "1e39"], "adversarial_epsilon must be in [0, 1e+06]; got 1e+39"),
+    (["--set", "hidden=[16384,16384,16384]"], "needs 536,870,912 weights between its layers"),
+])
+def test_numeric_bounds_are_checked_before_anything_is_written(flags, message, tmp_path,
+                                                               capsys):
+    out = tmp_path / "run"
+    code, _, err = train("--total-steps", 64, "--out", out, *flags, capsys=capsys)
+    assert code == 2 and message in one_error_line(err)
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Hangs: YAML bounded in alias expansion and depth.
+# ---------------------------------------------------------------------------------------------
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+
+
+@pytest.mark.parametrize("text, message", [
+    (BOMB, "aliases expand to more than 100,000 values"),
+    ("seed: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper than 64 levels"),
+])
+def test_hostile_yaml_configs_get_one_line_quickly(text, message, tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    code, _, err = train("--config", config, "--out", tmp_path / "run", capsys=capsys)
+    assert code == 2 and message in one_error_line(err)
+    assert not (tmp_path / "run").exists()
