@@ -47,6 +47,21 @@ ATTACKS = ("fgsm", "pgd")
 EVAL_SEED_OFFSET = 10_000
 
 
+#: Episodes run side by side hold one env each: more than this is a typo, not an evaluation.
+MAX_EPISODES = 10_000
+#: The step cap of an evaluation episode whose env's spec sets none (an env whose episodes never
+#: end must not hang an evaluation); with a spec, its ``max_episode_steps``.
+DEFAULT_MAX_EPISODE_STEPS = 100_000
+
+
+def episode_cap(env) -> int:
+    """The step cap of an evaluation episode in ``env``: its spec's ``max_episode_steps``, else
+    :data:`DEFAULT_MAX_EPISODE_STEPS`."""
+    spec = getattr(env, "spec", None)
+    cap = getattr(spec, "max_episode_steps", None)
+    return int(cap) if isinstance(cap, int) and cap > 0 else DEFAULT_MAX_EPISODE_STEPS
+
+
 def eval_seed(train_seed: int) -> int:
     """The seed of the first evaluation episode of a run trained with ``train_seed``."""
     return int(train_seed) + EVAL_SEED_OFFSET
@@ -98,7 +113,8 @@ def run_episodes(
     """Runs ``episodes`` episodes side by side; returns (returns, lengths) in episode order.
 
     ``make_env(i)`` builds env ``i`` (reset with ``seed + i``; an env reporting whole games plays
-    a whole game, see the module docstring); ``perturb(flat [B, d])`` changes
+    a whole game, see the module docstring); an episode is cut at :func:`episode_cap` steps, with
+    one warning; ``perturb(flat [B, d])`` changes
     the flat raw observations before the policy sees them (an attack); ``name`` names the env in
     errors.
 
@@ -134,6 +150,8 @@ def run_episodes(
         layout = getattr(policy, "layout", None) or obs_layout(policy.observation_space)
         returns, lengths = [0.0] * episodes, [0] * episodes
         games = [bool(env.metadata.get(GAME_INFO)) for env in envs]
+        caps = [episode_cap(env) for env in envs]
+        capped = []
         live = list(range(episodes))
         while live:
             rows, legal = [], []
@@ -180,9 +198,16 @@ def run_episodes(
                     done = game is not None
                     if done:
                         returns[i], lengths[i] = float(game["r"]), int(game["l"])
+                if not done and lengths[i] >= caps[i]:  # an episode that never ends: cut
+                    done = True
+                    capped.append(i)
                 if not done:
                     still.append(i)
             live = still
+        if capped:
+            warnings.warn(f"env {name!r}: {len(capped)} evaluation episode(s) did not end "
+                          f"within {caps[capped[0]]:,} steps and were cut there (their return "
+                          "is of those steps; set the env's max_episode_steps).", stacklevel=2)
     finally:
         for env in envs:
             env.close()
@@ -266,8 +291,8 @@ def evaluate(
     from pgrad.rl.envs import is_atari_id
     from pgrad.rl.envs import make_env as build_env
 
-    if int(episodes) < 1:
-        raise ValueError(f"episodes must be >= 1; got {episodes}.")
+    if not 1 <= int(episodes) <= MAX_EPISODES:
+        raise ValueError(f"episodes must be in [1, {MAX_EPISODES:,}]; got {episodes}.")
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0; got {seed}.")
     if attack is not None and video_dir is not None:

@@ -215,3 +215,43 @@ def test_hostile_yaml_configs_get_one_line_quickly(text, message, tmp_path, caps
     code, _, err = train("--config", config, "--out", tmp_path / "run", capsys=capsys)
     assert code == 2 and message in one_error_line(err)
     assert not (tmp_path / "run").exists()
+
+
+NEVER_ENDS = '''
+import gymnasium as gym
+import numpy as np
+
+
+class NeverEnds(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(4, np.float32), 1.0, False, False, {}
+
+
+gym.register("R3/NeverEnds-v0", entry_point=NeverEnds)  # no max_episode_steps
+'''
+
+
+def test_evaluation_episodes_are_capped_with_one_warning(saved_agent, tmp_path, monkeypatch):
+    from pgrad.rl import evaluation
+
+    (tmp_path / "r3_never_ends.py").write_text(NEVER_ENDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import r3_never_ends  # noqa: F401  (registers R3/NeverEnds-v0)
+
+    monkeypatch.setattr(evaluation, "DEFAULT_MAX_EPISODE_STEPS", 300)
+    agent = agents.load(saved_agent, acting_only=True)
+    try:
+        with pytest.warns(UserWarning, match="did not end within 300 steps and were cut"):
+            result = pgrad.evaluate(agent, env_id="R3/NeverEnds-v0", episodes=2)
+        assert result["lengths"] == [300, 300] and result["returns"] == [300.0, 300.0]
+        with pytest.raises(ValueError, match=r"episodes must be in \[1, 10,000\]"):
+            pgrad.evaluate(agent, episodes=100_000_000)
+    finally:
+        agent.close()
