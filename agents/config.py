@@ -24,6 +24,12 @@ MAX_WIDTH = 16384
 MAX_BATCH_STEPS = 1 << 24
 #: Flat observation width the MLP policies accept (the first layer is width x hidden[0]).
 MAX_OBS_DIM = 1 << 20
+#: Weights between hidden layers (sum of hidden[i] x hidden[i+1]): each network holds them, its
+#: optimizer two more copies, its gradients one (67M float32 weights: ~1 GiB per network).
+MAX_HIDDEN_PARAMS = 1 << 26
+#: Largest adversarial_epsilon (raw observation units): past it the perturbed observation leaves
+#: float32's range long before it means anything.
+MAX_EPSILON = 1e6
 
 
 def doc(text: str) -> dict:
@@ -196,6 +202,10 @@ class ActorCriticConfig:
         need(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1]; got {self.gae_lambda}")
         need(len(self.hidden) <= 16 and all(0 < int(h) <= MAX_WIDTH for h in self.hidden),
              f"hidden widths must be in [1, {MAX_WIDTH}] (at most 16 layers); got {self.hidden}")
+        weights = sum(int(a) * int(b) for a, b in zip(self.hidden, self.hidden[1:]))
+        need(weights <= MAX_HIDDEN_PARAMS,
+             f"hidden {list(self.hidden)} needs {weights:,} weights between its layers; at most "
+             f"{MAX_HIDDEN_PARAMS:,} fit in memory with their optimizer state (narrow the layers)")
         need(self.activation in ("tanh", "relu"),
              f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
         encoders.check_name(self.encoder)
@@ -244,8 +254,8 @@ class ActorCriticConfig:
         need(self.clip_obs > 0 and self.clip_reward > 0, "clip_obs and clip_reward must be > 0")
         need(self.engine_path in PATHS,
              f"engine_path must be one of {PATHS}; got {self.engine_path!r}")
-        need(self.adversarial_epsilon >= 0,
-             f"adversarial_epsilon must be >= 0; got {self.adversarial_epsilon}")
+        need(0 <= self.adversarial_epsilon <= MAX_EPSILON,  # (NaN fails both)
+             f"adversarial_epsilon must be in [0, {MAX_EPSILON:g}]; got {self.adversarial_epsilon}")
         need(self.diagnostics_max_norm >= 0,
              f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")
 

@@ -173,6 +173,16 @@ class ProgressBar(Callback):
             self.bar = None
 
 
+
+def says_stop(result) -> bool:
+    """Whether a callback's result asks to stop: ``False`` (Python's, NumPy's or a 0-d boolean
+    array's; ``None`` and anything else carry on)."""
+    import numpy as np
+
+    return isinstance(result, (bool, np.bool_)) and not result or (
+        isinstance(result, np.ndarray) and result.shape == () and result.dtype == bool
+        and not result)
+
 class Loop:
     """One training run of ``agent`` up to ``until`` env steps; what callbacks see.
 
@@ -243,7 +253,7 @@ class Loop:
                 self.in_step = False
                 self._record(info)
                 for cb in self.callbacks:
-                    if cb.on_update(self) is False:
+                    if says_stop(cb.on_update(self)):
                         self.stop(getattr(cb, "name", type(cb).__name__))
             self.stats.wall_s = self.wall_s()
             for cb in self.callbacks:

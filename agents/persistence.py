@@ -9,7 +9,8 @@ A saved agent is a directory::
 
 A training run directory has the same three entries (plus its logs), so ``agents.load`` takes
 either. Loading reads data only (JSON, TensorFlow checkpoints): code named by the directory --
-a custom transform, an env module -- is never imported; pass the transform again.
+a custom transform, an env module -- is never imported from inside the directory, and only when
+the caller names it (``env_id=``, ``transform=``; :mod:`pgrad.rl.named_code`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from agents import schedules
+from pgrad.rl import named_code
 from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.dirlock import RUN_MARKER, DirectoryInUse, DirectoryLock
 from pgrad.rl.files import temp_path, write_json_atomic
 
 AGENT_FILE = "agent.json"
@@ -114,18 +117,80 @@ def export(agent, path: str | Path) -> Path:
 def save(agent, path: str | Path) -> Path:
     """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
 
+    Only a new or empty directory, or one an earlier ``agent.save`` wrote, is saved into, under
+    the lock a training holds on its run directory (:mod:`pgrad.rl.dirlock`).
+
     Raises:
+      ValueError: ``path`` is a run directory, another writer's, or not a saved agent's.
       pgrad.rl.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf (nothing saved).
       pgrad.rl.checkpoint.CheckpointWriteError: the checkpoint could not be written.
     """
-    path = Path(path)
+    given, path = path, Path(path).absolute()
+    check_save_target(path)
+    if path.exists() and path.resolve() == Path.cwd().resolve():
+        raise ValueError(f"agent.save({str(given)!r}): that is the working directory, which a "
+                         "save replaces as a whole; name the directory from outside it.")
     path.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path / AGENT_FILE, describe(agent))
-    from agents.learning import progress_meta
+    try:
+        lock = DirectoryLock(path)  # the lock a training holds on its run directory
+    except DirectoryInUse as err:
+        raise ValueError(f"agent.save({str(path)!r}): {err}; nothing saved.") from None
+    with lock:
+        check_save_target(path)  # again under the lock: it may have become a run meanwhile
+        from agents.learning import progress_meta
 
-    save_checkpoint(agent, path / CHECKPOINTS, progress_meta(agent), keep=1)
-    export(agent, path / POLICY)
-    return path
+        # The whole save is written aside and swapped in: agent.json, checkpoint and export are
+        # always of one agent (never a description beside another save's weights, never a
+        # checkpoint pruned by step name), and the user's own files (and the held lock) move
+        # over.
+        stage = temp_path(path)
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
+        try:
+            save_checkpoint(agent, stage / CHECKPOINTS, progress_meta(agent), keep=1)
+            write_json_atomic(stage / AGENT_FILE, describe(agent))
+            agent.export_policy(str(stage / POLICY))
+            for entry in path.iterdir():
+                if entry.name not in (AGENT_FILE, CHECKPOINTS, POLICY):
+                    os.rename(entry, stage / entry.name)
+        except BaseException:
+            for entry in stage.iterdir():  # the user's files back where they were
+                if entry.name not in (AGENT_FILE, CHECKPOINTS, POLICY):
+                    os.rename(entry, path / entry.name)
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        old = temp_path(path, "old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(path, old)
+        os.rename(stage, path)
+        shutil.rmtree(old, ignore_errors=True)
+    return Path(given)
+
+
+def check_save_target(path: Path) -> None:
+    """Refuses to save into a directory that is not a saved agent's (or new / empty): a
+    ``pgrad-train`` run directory, or a folder holding ``checkpoints/`` or ``policy/`` of
+    something else.
+
+    Raises:
+      ValueError: saying which; nothing written.
+    """
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ValueError(f"agent.save({str(path)!r}): not a directory; nothing saved.")
+    if (path / RUN_MARKER).exists():
+        raise ValueError(f"agent.save({str(path)!r}): that is a pgrad-train run directory; "
+                         "saving would replace its record and checkpoints (continue it with "
+                         "--resume, or save elsewhere); nothing saved.")
+    if (path / AGENT_FILE).exists():
+        read_description(path)  # ours (a saved agent): saved over; else ValueError
+        return
+    found = [n for n in (CHECKPOINTS, POLICY) if (path / n).exists()]
+    if found:
+        raise ValueError(f"agent.save({str(path)!r}): it holds {', '.join(found)} but no "
+                         f"{AGENT_FILE}, so it is not a saved agent; pgrad will not write over "
+                         "it; nothing saved.")
 
 
 def read_description(path: str | Path) -> dict[str, Any]:
@@ -204,6 +269,7 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
     env = env_id if env_id is not None else record.get("env")
     if env is None:
         raise ValueError(f"{path}: the agent's env was not a registered id; pass env_id.")
+    named_code.check_env(env, path, given=env_id)  # before anything is imported
     if record.get("encoder") and "encoder" not in overrides:
         raise ValueError(f"{path}: the agent was built with its own encoder "
                          f"{record['encoder']!r}; pass it again as encoder= (pgrad never imports "

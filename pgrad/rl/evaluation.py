@@ -47,6 +47,21 @@ ATTACKS = ("fgsm", "pgd")
 EVAL_SEED_OFFSET = 10_000
 
 
+#: Episodes run side by side hold one env each: more than this is a typo, not an evaluation.
+MAX_EPISODES = 10_000
+#: The step cap of an evaluation episode whose env's spec sets none (an env whose episodes never
+#: end must not hang an evaluation); with a spec, its ``max_episode_steps``.
+DEFAULT_MAX_EPISODE_STEPS = 100_000
+
+
+def episode_cap(env) -> int:
+    """The step cap of an evaluation episode in ``env``: its spec's ``max_episode_steps``, else
+    :data:`DEFAULT_MAX_EPISODE_STEPS`."""
+    spec = getattr(env, "spec", None)
+    cap = getattr(spec, "max_episode_steps", None)
+    return int(cap) if isinstance(cap, int) and cap > 0 else DEFAULT_MAX_EPISODE_STEPS
+
+
 def eval_seed(train_seed: int) -> int:
     """The seed of the first evaluation episode of a run trained with ``train_seed``."""
     return int(train_seed) + EVAL_SEED_OFFSET
@@ -55,14 +70,21 @@ def eval_seed(train_seed: int) -> int:
 def as_policy(target: Any, env_id: str | None,
               env_kwargs: dict | None = None) -> tuple[Policy, str]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
-    from pgrad.rl import export
+    from pgrad.rl import export, named_code
     from pgrad.rl.envs import make_env
 
     if isinstance(target, (str, os.PathLike)):
-        meta = export.read_metadata(export.find_export(target) or target)
-        env_id = env_id or meta.get("env_id")
+        found = export.find_export(target)
+        meta = export.read_metadata(found or target)
+        given, env_id = env_id, env_id or meta.get("env_id")
         if not env_id:
             raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
+        if not isinstance(env_id, str):
+            raise ValueError(f"{target}: the export's env id is not a string; pass env_id.")
+        # The one rule for code a directory names, for the folder given and the run around it.
+        around = os.path.dirname(os.path.abspath(found or target))
+        for directory in sorted({around, os.path.abspath(target)}, key=len):  # outermost first
+            named_code.check_env(env_id, directory, given=given)
         probe = make_env(env_id, **(env_kwargs or {}))
         try:
             policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)
@@ -91,7 +113,8 @@ def run_episodes(
     """Runs ``episodes`` episodes side by side; returns (returns, lengths) in episode order.
 
     ``make_env(i)`` builds env ``i`` (reset with ``seed + i``; an env reporting whole games plays
-    a whole game, see the module docstring); ``perturb(flat [B, d])`` changes
+    a whole game, see the module docstring); an episode is cut at :func:`episode_cap` steps, with
+    one warning; ``perturb(flat [B, d])`` changes
     the flat raw observations before the policy sees them (an attack); ``name`` names the env in
     errors.
 
@@ -127,6 +150,8 @@ def run_episodes(
         layout = getattr(policy, "layout", None) or obs_layout(policy.observation_space)
         returns, lengths = [0.0] * episodes, [0] * episodes
         games = [bool(env.metadata.get(GAME_INFO)) for env in envs]
+        caps = [episode_cap(env) for env in envs]
+        capped = []
         live = list(range(episodes))
         while live:
             rows, legal = [], []
@@ -173,9 +198,16 @@ def run_episodes(
                     done = game is not None
                     if done:
                         returns[i], lengths[i] = float(game["r"]), int(game["l"])
+                if not done and lengths[i] >= caps[i]:  # an episode that never ends: cut
+                    done = True
+                    capped.append(i)
                 if not done:
                     still.append(i)
             live = still
+        if capped:
+            warnings.warn(f"env {name!r}: {len(capped)} evaluation episode(s) did not end "
+                          f"within {caps[capped[0]]:,} steps and were cut there (their return "
+                          "is of those steps; set the env's max_episode_steps).", stacklevel=2)
     finally:
         for env in envs:
             env.close()
@@ -259,8 +291,8 @@ def evaluate(
     from pgrad.rl.envs import is_atari_id
     from pgrad.rl.envs import make_env as build_env
 
-    if int(episodes) < 1:
-        raise ValueError(f"episodes must be >= 1; got {episodes}.")
+    if not 1 <= int(episodes) <= MAX_EPISODES:
+        raise ValueError(f"episodes must be in [1, {MAX_EPISODES:,}]; got {episodes}.")
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0; got {seed}.")
     if attack is not None and video_dir is not None:

@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         env_spec = (args.env or settings.env) if resume else settings.env
         transform_spec = (args.transform or settings.transform) if resume else settings.transform
         env_id = plugins.resolve_env(env_spec, forbid_dir=out if resume else None)
-        transform = (plugins.load_transform(transform_spec, settings.transform_args)
+        transform = (plugins.load_transform(transform_spec, settings.transform_args,
+                                            forbid_dir=out if resume else None)
                      if transform_spec else None)
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
         if settings.workers:  # the envs on Ray actors; closed after agent.close()

@@ -8,29 +8,12 @@ from a file inside the run directory itself.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
+from pgrad.rl import named_code
 from pgrad_app.errors import UserError, suggest
 
-
-@contextlib.contextmanager
-def _cwd_on_path():
-    """Puts the working directory on ``sys.path`` for one import only, so that
-    ``--transform my_module:fn`` works from a project directory without leaving the working
-    directory (which may be a run directory) importable afterwards."""
-    import os
-    import sys
-
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.append(cwd)
-    try:
-        yield
-    finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
+_cwd_on_path = named_code.cwd_on_path  # ``--transform my_module:fn`` from a project directory
 
 
 def _import_module(name: str, what: str):
@@ -70,52 +53,14 @@ def _import_module(name: str, what: str):
 
 
 def _refuse_inside(module: str, directory: Path, what: str) -> None:
-    """Refuses to import ``module`` if its code would come from ``directory`` (a run directory
-    names the module in its config.yaml; loading a run must never execute code shipped in it)."""
-    import importlib.util
-    import os
-    import sys
-
-    if module.endswith(".py") or "/" in module or os.sep in module:
-        origin = Path(module)
-    else:
-        # Only the top-level name: find_spec of "a.b" would import (run) package "a".
-        top = module.split(".")[0]
-        if top in sys.modules:
-            return  # already imported, from wherever it came: nothing new runs
-        with _cwd_on_path():
-            spec = importlib.util.find_spec(top)
-        if spec is None or spec.origin is None:
-            return  # not importable at all: _import_module reports it
-        origin = Path(spec.origin)
-    if origin.resolve().is_relative_to(directory.resolve()):
+    """Refuses to import ``module`` if its code would come from ``directory`` (the one rule:
+    :mod:`pgrad.rl.named_code`)."""
+    if named_code.inside(module, directory):
         raise UserError(f"{what}: refusing to import {module!r} from the run directory "
                         f"{directory} (a run is data; install or move the module).")
 
 
-def _normal_spec(spec: str, split_last: bool) -> tuple[str, str]:
-    """``(module, rest)``; a path-like module reduced to its file name (see :func:`same_spec`)."""
-    import os
-
-    module, sep, rest = spec.rpartition(":") if split_last else spec.partition(":")
-    if not sep:
-        return "", spec
-    if module.endswith(".py") or "/" in module or os.sep in module:
-        module = "file:" + os.path.basename(module)
-    return module, rest
-
-
-def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
-    """Whether two ``module:name`` specs name the same plug-in.
-
-    A ``.py`` path is compared by file name: a run records the path as it was typed, relative to
-    where it was trained, and a resume from elsewhere names the same file by another path.
-    ``split_last``: split at the last colon (transforms ``module:attr``) instead of the first
-    (envs ``module:EnvId``).
-    """
-    if a is None or b is None:
-        return a is b
-    return a == b or _normal_spec(a, split_last) == _normal_spec(b, split_last)
+same_spec = named_code.same_spec
 
 
 def names_code(env_spec: str | None) -> bool:
@@ -138,12 +83,12 @@ def check_run_code(what: str, spec: str, given: str | None, trust: bool, run_dir
     Raises:
       UserError: saying how to allow it.
     """
-    if trust or same_spec(given, spec, split_last=what == "transform"):
-        return
-    raise UserError(
-        f"{run_dir} names code to import: {what} {spec}. pgrad imports code named by a run "
-        f"directory only when you name it again: pass {flag} {spec} (after checking it), or "
-        "--trust-run-code.")
+    try:
+        named_code.check(what, spec, run_dir, given, trust,
+                         how=f"pass {flag} {spec} (after checking it), or --trust-run-code",
+                         kind="run directory")
+    except named_code.DirectoryCode as err:
+        raise UserError(str(err)) from None
 
 
 def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
@@ -218,7 +163,8 @@ def _typed_kwargs(factory, kwargs: dict, what: str) -> dict:
     return typed
 
 
-def load_transform(spec: str, kwargs: dict | None = None):
+def load_transform(spec: str, kwargs: dict | None = None,
+                   forbid_dir: str | Path | None = None):
     """``module:attr`` -> a ``GradientTransform`` (the module may be a ``.py`` file path).
 
     ``attr`` may be a ``GradientTransform``; a factory of one, called with ``kwargs`` (typed from
@@ -229,7 +175,8 @@ def load_transform(spec: str, kwargs: dict | None = None):
 
     Raises:
       UserError: the spec is malformed, the module cannot be imported, the attribute is missing
-        or is none of the above, ``kwargs`` do not fit the factory.
+        or is none of the above, ``kwargs`` do not fit the factory; with ``forbid_dir`` (a run
+        directory whose config named the transform), a module found inside that directory.
     """
     import inspect
 
@@ -241,6 +188,8 @@ def load_transform(spec: str, kwargs: dict | None = None):
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"{what}: expected module:attr or path/to/file.py:attr.")
+    if forbid_dir is not None:
+        _refuse_inside(module_name, Path(forbid_dir), what)
     module = _import_module(module_name, what)
     if not hasattr(module, attr):
         public = [n for n in dir(module) if not n.startswith("_")]

@@ -1,5 +1,5 @@
 """Config files: YAML read with the safe loader only (no tags, no objects, nothing executed),
-bounded in size, with errors that name the file and line."""
+bounded in size, depth and alias expansion, with errors that name the file and line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,43 @@ from pgrad_app.errors import UserError
 
 #: A config file larger than this is not a config (e.g. ``--config /dev/zero``).
 MAX_CONFIG_BYTES = 1 << 20
+#: Nesting deeper than this is not a config (and would exhaust the parser's recursion).
+MAX_DEPTH = 64
+#: Values (scalars, lists, mappings) a config may hold once its aliases are expanded: a few
+#: aliases can name each other into billions ("billion laughs").
+MAX_VALUES = 100_000
+
+
+def _check_shape(text: str, where: str) -> None:
+    """Refuses YAML nested deeper than :data:`MAX_DEPTH` or expanding (through aliases) to more
+    than :data:`MAX_VALUES` values, before anything is built from it."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # events: no recursion, no objects
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UserError(f"{where}: nested deeper than {MAX_DEPTH} levels; it is not a "
+                                "pgrad config.")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:  # expanded size; each shared (aliased) node counted once per use
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(size(v) for v in node.value)
+        else:
+            n = 1
+        sizes[id(node)] = n
+        return n
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None and size(root) > MAX_VALUES:
+        raise UserError(f"{where}: its aliases expand to more than {MAX_VALUES:,} values; it is "
+                        "not a pgrad config.")
 
 
 
@@ -41,6 +78,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if "\0" in text:
         raise UserError(f"config file {str(path)!r} holds NUL bytes; it is not a YAML file.")
     try:
+        _check_shape(text, str(path))
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

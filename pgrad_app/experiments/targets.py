@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.learning import says_stop
 from pgrad_app.config import tuned as hyperparams
 
 #: name -> (agent, env, max env steps, target last-20 training mean, eval episodes)
@@ -56,7 +57,7 @@ class _Solved:
         self.start = time.perf_counter()
 
     def __call__(self, loop) -> bool | None:
-        if self.at is None and self.rule.on_update(loop) is False:
+        if self.at is None and says_stop(self.rule.on_update(loop)):
             self.at, self.wall = loop.env_steps, time.perf_counter() - self.start
         return False if (self.stop and self.at is not None) else None
 

@@ -15,12 +15,12 @@
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import json
 import os
 from pathlib import Path
 
+from pgrad.rl.dirlock import DirectoryInUse, DirectoryLock
 from pgrad.rl.files import write_atomic
 from pgrad_app.errors import UserError
 from pgrad_app.run.layout import RunLayout
@@ -112,7 +112,8 @@ def check_new(out: Path, overwrite: bool) -> None:
 
 
 class RunLock:
-    """An exclusive lock on a run directory for one writer (see the module docstring).
+    """An exclusive lock on a run directory for one writer (see the module docstring): the one
+    lock of every pgrad writer (:class:`pgrad.rl.dirlock.DirectoryLock`; ``agent.save`` too).
 
     Args:
       out: the run directory (must exist).
@@ -122,32 +123,18 @@ class RunLock:
     """
 
     def __init__(self, out: Path):
-        import fcntl
-
-        self.path = Path(out) / LOCK
         try:
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock = DirectoryLock(out)
+        except DirectoryInUse as err:
+            raise UserError(f"{str(err).replace('another writer', 'another training')}; wait "
+                            "for it to end or choose another --out.") from None
         except OSError as err:
             raise UserError(f"cannot lock {out}: {err.strerror or err}.") from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
-            os.close(self._fd)
-            self._fd = None
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UserError(f"cannot lock {out}: {err.strerror or err}.") from None
-            who = f" (pid {holder})" if holder.isdigit() else ""
-            raise UserError(f"{out} is in use by another training{who}; wait for it to end or "
-                            "choose another --out.") from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        self.path = self._lock.path
 
     def release(self) -> None:
         """Releases the lock (the process ending releases it too)."""
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor drops the flock
-            self._fd = None
+        self._lock.release()
 
     def __enter__(self) -> RunLock:
         return self

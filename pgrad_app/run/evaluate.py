@@ -142,7 +142,7 @@ def evaluate_run(
       RunError: the env failed during the episodes.
     """
     import pgrad
-    from pgrad.rl.evaluation import ATTACKS, eval_seed
+    from pgrad.rl.evaluation import ATTACKS, MAX_EPISODES, eval_seed
     from pgrad.rl.export import find_export
     from pgrad.rl.rollout import EnvError
     from pgrad_app.config.plugins import check_run_code, names_code, resolve_env, same_spec
@@ -152,8 +152,8 @@ def evaluate_run(
     values = run_settings(run_dir)
     if source not in SOURCES:
         raise UserError(f"source must be one of {', '.join(SOURCES)}; got {source!r}.")
-    if int(episodes) < 1:
-        raise UserError(f"--episodes must be >= 1; got {episodes}.")
+    if not 1 <= int(episodes) <= MAX_EPISODES:
+        raise UserError(f"--episodes must be in [1, {MAX_EPISODES:,}]; got {episodes}.")
     if seed is not None and int(seed) < 0:
         raise UserError(f"--seed must be >= 0; got {seed}.")
     if attack is not None:

@@ -476,8 +476,8 @@ def test_loading_a_run_never_executes_code_from_it(small_run, tmp_path, monkeypa
     code, _, err = train("--resume", ".", "--total-steps", 600, capsys=capsys)
     assert code == 2 and "names code to import" in one_error_line(err)
     code, _, err = train("--resume", ".", "--total-steps", 600, "--trust-run-code",
-                         capsys=capsys)  # trusted, but it is not what the run recorded
-    assert code == 2 and "config.yaml was edited" in one_error_line(err)
+                         capsys=capsys)  # trusted, but the module sits in the run directory
+    assert code == 2 and "refusing to import 'evilenv'" in one_error_line(err)
     assert not marker.exists() and "evilenv" not in sys.modules
 
 

@@ -1,0 +1,257 @@
+"""Issue 25 (reliability, round three): each class reproduced as a hostile user would -- files
+damaged, processes killed, a malicious module shipped inside a directory and checked never to
+run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import one_error_line, train
+
+import agents
+import pgrad
+from pgrad.rl.named_code import DirectoryCode
+
+EVIL = """
+open({marker!r}, "w").write("executed")
+import gymnasium as gym
+gym.register({env_id!r}, entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+"""
+
+
+@pytest.fixture(scope="module")
+def saved_agent(tmp_path_factory) -> Path:
+    """A tiny A2C CartPole agent, saved (no training)."""
+    path = tmp_path_factory.mktemp("saved") / "agent"
+    agent = agents.make("a2c", "CartPole-v1", seed=1, num_envs=1, hidden=(8,))
+    try:
+        agent.save(path)
+    finally:
+        agent.close()
+    return path
+
+
+def _ship(directory: Path, module: str, marker: Path, env_id: str) -> None:
+    (directory / f"{module}.py").write_text(EVIL.format(marker=str(marker), env_id=env_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Code run from a directory: never from inside it, only when the user named it.
+# ---------------------------------------------------------------------------------------------
+
+def test_load_never_imports_the_env_module_a_saved_agent_ships(saved_agent, tmp_path,
+                                                               monkeypatch):
+    path = tmp_path / "agent"
+    shutil.copytree(saved_agent, path)
+    marker = tmp_path / "executed"
+    _ship(path, "r3_evil_env", marker, "R3Evil-v0")
+    record = json.loads((path / "agent.json").read_text())
+    record["env"] = "r3_evil_env:R3Evil-v0"
+    (path / "agent.json").write_text(json.dumps(record))
+    monkeypatch.chdir(path)
+    monkeypatch.syspath_prepend(str(path))  # as `python -c` from inside it would have it
+    with pytest.raises(DirectoryCode, match="names code to import: env r3_evil_env:R3Evil-v0"):
+        agents.load(path)
+    with pytest.raises(DirectoryCode, match="refusing to import 'r3_evil_env' from the dir"):
+        agents.load(path, env_id="r3_evil_env:R3Evil-v0")
+    with pytest.raises(DirectoryCode, match="refusing to import"):  # even when named
+        agents.load(".", env_id="r3_evil_env:R3Evil-v0")
+    (path / "policy" / "pgrad_policy.json").write_text(json.dumps(
+        {**json.loads((path / "policy" / "pgrad_policy.json").read_text()),
+         "env_id": "r3_evil_env:R3Evil-v0"}))
+    with pytest.raises(DirectoryCode, match="names code to import"):
+        pgrad.evaluate(path, episodes=1)
+    for target in (path, path / "policy"):
+        with pytest.raises(DirectoryCode, match="refusing to import"):
+            pgrad.evaluate(target, env_id="r3_evil_env:R3Evil-v0", episodes=1)
+    assert not marker.exists() and "r3_evil_env" not in sys.modules
+
+
+def test_load_imports_a_recorded_env_module_only_when_named(saved_agent, tmp_path,
+                                                            monkeypatch):
+    path, elsewhere = tmp_path / "agent", tmp_path / "project"
+    shutil.copytree(saved_agent, path)
+    elsewhere.mkdir()
+    marker = tmp_path / "executed"
+    _ship(elsewhere, "r3_named_env", marker, "R3Named-v0")
+    record = json.loads((path / "agent.json").read_text())
+    record["env"] = "r3_named_env:R3Named-v0"
+    (path / "agent.json").write_text(json.dumps(record))
+    monkeypatch.syspath_prepend(str(elsewhere))
+    with pytest.raises(DirectoryCode, match="names code to import: env r3_named_env:R3Named-v0"):
+        agents.load(path)
+    assert not marker.exists()
+    agent = agents.load(path, env_id="r3_named_env:R3Named-v0", acting_only=True)
+    agent.close()
+    assert marker.exists()  # named: imported (from outside the directory)
+
+
+def test_resume_never_imports_a_transform_file_inside_the_run(plugins, tmp_path, monkeypatch,
+                                                              capsys):
+    out = tmp_path / "run"
+    shutil.copy(plugins / "user_tf.py", tmp_path / "user_tf.py")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = train("--total-steps", 160, "--quiet", "--transform", "user_tf.py:good",
+                         "--out", out, capsys=capsys)
+    assert code == 0, err
+    marker = tmp_path / "executed"
+    (out / "user_tf.py").write_text(f"open({str(marker)!r}, 'w').write('x')\ngood = None\n")
+    monkeypatch.chdir(out)
+    for flags in (["--transform", "user_tf.py:good"], ["--trust-run-code"]):
+        code, _, err = train("--resume", ".", "--total-steps", 320, *flags, capsys=capsys)
+        assert code == 2 and "refusing to import 'user_tf.py' from the run directory" in \
+            one_error_line(err)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Data loss: one lock and one "whose directory is this" check for every writer.
+# ---------------------------------------------------------------------------------------------
+
+def test_agent_save_refuses_a_run_directory_and_one_in_use(saved_agent, tmp_path):
+    from pgrad.rl import dirlock
+    from pgrad_app.run import directory as rundir
+    from pgrad_app.run.layout import RunLayout
+
+    assert (dirlock.LOCK, dirlock.RUN_MARKER) == (RunLayout.LOCK, RunLayout.MARKER)
+    run_copy = tmp_path / "run"
+    shutil.copytree(saved_agent, run_copy)
+    rundir.write_marker(run_copy)  # what pgrad-train's run directory holds beside the same files
+    agent = agents.load(saved_agent)
+    try:
+        before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
+        with pytest.raises(ValueError, match="pgrad-train run directory"):
+            agent.save(run_copy)
+        assert {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()} == before
+        foreign = tmp_path / "foreign"
+        (foreign / "checkpoints").mkdir(parents=True)
+        with pytest.raises(ValueError, match="not a saved agent"):
+            agent.save(foreign)
+        busy = tmp_path / "busy"
+        agent.save(busy)
+        with dirlock.DirectoryLock(busy):  # as a training (or another save) holds it
+            with pytest.raises(ValueError, match="in use by another writer"):
+                agent.save(busy)
+    finally:
+        agent.close()
+
+
+def test_two_saves_into_one_path_leave_the_second_agent_whole(saved_agent, tmp_path):
+    path = tmp_path / "agent"
+    first = agents.make("a2c", "CartPole-v1", seed=1, num_envs=1, hidden=(8,))
+    second = agents.make("a2c", "CartPole-v1", seed=2, num_envs=1, hidden=(8,))
+    try:
+        first.learn(16, progress=False)  # a later step than the second agent's (0)
+        first.save(path)
+        (path / "notes.txt").write_text("mine")
+        second.save(path)
+        loaded = agents.load(path)
+        try:
+            assert loaded.seed_var.numpy() == 2 and loaded.env_steps == second.env_steps
+            for (name, a), b in zip(loaded.net.modules().items(),
+                                    second.net.modules().values()):
+                for x, y in zip(a.weights, b.weights):
+                    assert (x.numpy() == y.numpy()).all(), name
+        finally:
+            loaded.close()
+        assert (path / "notes.txt").read_text() == "mine"
+        assert [p.name for p in (path / "checkpoints").iterdir()
+                if p.name.startswith("step-")] == ["step-000000000000"]
+    finally:
+        first.close()
+        second.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Silent wrong results.
+# ---------------------------------------------------------------------------------------------
+
+def test_a_callback_returning_numpy_false_stops_learn():
+    import numpy as np
+
+    from agents.learning import says_stop
+
+    assert says_stop(False) and says_stop(np.False_) and says_stop(np.array(False))
+    assert not any(says_stop(v) for v in (None, True, np.True_, 0, [], np.array([False])))
+    agent = agents.make("a2c", "CartPole-v1", seed=0, num_envs=1, hidden=(8,), n_steps=8)
+    try:
+        agent.learn(800, callbacks=[lambda loop: np.False_], progress=False)
+        assert agent.env_steps == 8  # one update, then stopped
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--adversarial-epsilon", "1e39"], "adversarial_epsilon must be in [0, 1e+06]; got 1e+39"),
+    (["--set", "hidden=[16384,16384,16384]"], "needs 536,870,912 weights between its layers"),
+])
+def test_numeric_bounds_are_checked_before_anything_is_written(flags, message, tmp_path,
+                                                               capsys):
+    out = tmp_path / "run"
+    code, _, err = train("--total-steps", 64, "--out", out, *flags, capsys=capsys)
+    assert code == 2 and message in one_error_line(err)
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Hangs: YAML bounded in alias expansion and depth.
+# ---------------------------------------------------------------------------------------------
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+
+
+@pytest.mark.parametrize("text, message", [
+    (BOMB, "aliases expand to more than 100,000 values"),
+    ("seed: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper than 64 levels"),
+])
+def test_hostile_yaml_configs_get_one_line_quickly(text, message, tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    code, _, err = train("--config", config, "--out", tmp_path / "run", capsys=capsys)
+    assert code == 2 and message in one_error_line(err)
+    assert not (tmp_path / "run").exists()
+
+
+NEVER_ENDS = '''
+import gymnasium as gym
+import numpy as np
+
+
+class NeverEnds(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(4, np.float32), 1.0, False, False, {}
+
+
+gym.register("R3/NeverEnds-v0", entry_point=NeverEnds)  # no max_episode_steps
+'''
+
+
+def test_evaluation_episodes_are_capped_with_one_warning(saved_agent, tmp_path, monkeypatch):
+    from pgrad.rl import evaluation
+
+    (tmp_path / "r3_never_ends.py").write_text(NEVER_ENDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import r3_never_ends  # noqa: F401  (registers R3/NeverEnds-v0)
+
+    monkeypatch.setattr(evaluation, "DEFAULT_MAX_EPISODE_STEPS", 300)
+    agent = agents.load(saved_agent, acting_only=True)
+    try:
+        with pytest.warns(UserWarning, match="did not end within 300 steps and were cut"):
+            result = pgrad.evaluate(agent, env_id="R3/NeverEnds-v0", episodes=2)
+        assert result["lengths"] == [300, 300] and result["returns"] == [300.0, 300.0]
+        with pytest.raises(ValueError, match=r"episodes must be in \[1, 10,000\]"):
+            pgrad.evaluate(agent, episodes=100_000_000)
+    finally:
+        agent.close()
