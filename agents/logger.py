@@ -82,7 +82,8 @@ class Interval:
             self.sums[k] = self.sums.get(k, 0.0) + x
             if k in MAX_KEYS:
                 old = self.maxima.get(k)  # NaN wins: a max must not hide a non-finite value
-                self.maxima[k] = x if old is None or not x <= old else old
+                if old is None or math.isnan(x) or (not math.isnan(old) and x > old):
+                    self.maxima[k] = x
 
     def row(self) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """``(scalars, arrays)``: each metric's mean over the interval (``KEY_max`` beside the
