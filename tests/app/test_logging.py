@@ -55,13 +55,15 @@ def test_cadence_defaults_per_agent_and_refuses_nonsense():
 
 
 def test_tensorboard_log_from_python_is_read_by_scalars(tmp_path):
-    agent = agents.make("ppo", "Pendulum-v1", seed=1, n_steps=64, minibatch_size=32, epochs=2)
+    agent = agents.make("ppo", "Pendulum-v1", seed=1, n_steps=64, minibatch_size=32, epochs=2,
+                        tensorboard_log=tmp_path)
     try:
-        agent.learn(192, callbacks=logger.TensorBoardLog(tmp_path), progress=False)
-        agent.learn(64, callbacks=logger.TensorBoardLog(tmp_path), progress=False)
+        agent.learn(192, progress=False)
+        agent.learn(64, callbacks=logger.TensorBoardLog(tmp_path / "more"), progress=False)
     finally:
         agent.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["PPO_1", "PPO_2"]  # as SB3 names them
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["PPO_1", "PPO_2", "more"]  # as SB3's
+    assert [p.name for p in (tmp_path / "more").iterdir()] == ["PPO_1"]
     acc = scalars(tmp_path / "PPO_1")
     for tag in ("train/policy_loss", "train/value_loss", "train/entropy_loss", "train/approx_kl",
                 "train/clip_range", "train/clip_fraction", "train/learning_rate",
