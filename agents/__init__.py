@@ -80,9 +80,17 @@ def get(name: str) -> type[ActorCriticAgent]:
 
 def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None,
          **hyperparameters) -> ActorCriticAgent:
-    """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError)."""
+    """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError).
+
+    ``tensorboard_log="runs/"``: every ``learn`` also writes TensorBoard scalars under
+    Stable-Baselines3's names to ``runs/A2C_1``, ``runs/A2C_2``, ... (:mod:`agents.logger`).
+    """
+    tensorboard_log = hyperparameters.pop("tensorboard_log", None)
     cls = get(name)
-    return cls(cls.Config(**hyperparameters), env_id=env_id, seed=seed, transform=transform)
+    agent = cls(cls.Config(**hyperparameters), env_id=env_id, seed=seed, transform=transform)
+    if tensorboard_log is not None:
+        agent.tensorboard_log = str(tensorboard_log)
+    return agent
 
 
 __all__ = [

@@ -64,6 +64,9 @@ class ActorCriticAgent:
 
     Config: type = ActorCriticConfig
     name = "actor_critic"
+    #: A folder: every ``learn`` also logs to TensorBoard in ``tensorboard_log/CLASS_k``
+    #: (:class:`agents.logger.TensorBoardLog`; as Stable-Baselines3's ``tensorboard_log``).
+    tensorboard_log: str | None = None
 
     def __init__(self, cfg: ActorCriticConfig, env_id: Any = "CartPole-v1", seed: int = 0,
                  transform: pgrad.GradientTransform | None = None):
@@ -378,6 +381,10 @@ class ActorCriticAgent:
 
         if int(total_steps) < 0:
             raise ValueError(f"total_steps must be >= 0; got {total_steps}.")
+        if self.tensorboard_log is not None:  # after the user's (an EvalCallback's rows)
+            from agents.logger import TensorBoardLog
+
+            callbacks = [callbacks, TensorBoardLog(self.tensorboard_log)]
         Loop(self, self.env_steps + int(total_steps), callbacks, progress).run()
         return self
 

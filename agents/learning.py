@@ -37,6 +37,7 @@ class LearnStats:
     episodes: int = 0  # finished training episodes, over every learn()
     wall_s: float = 0.0  # training wall time, over every learn()
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    recent_lengths: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def rolling_return(self, window: int = ROLLING) -> float | None:
         """Mean return of the last ``window`` episodes (``None`` before the first one)."""
@@ -47,7 +48,8 @@ class LearnStats:
     def meta(self) -> dict[str, Any]:
         """JSON values for a checkpoint's meta.json."""
         return {"episodes": self.episodes, "wall_s": self.wall_s,
-                "recent_returns": [float(r) for r in self.recent_returns]}
+                "recent_returns": [float(r) for r in self.recent_returns],
+                "recent_lengths": [int(n) for n in self.recent_lengths]}
 
     def load_meta(self, meta: dict[str, Any]) -> None:
         """Restores what :meth:`meta` wrote (missing keys keep their values)."""
@@ -56,6 +58,9 @@ class LearnStats:
         if "recent_returns" in meta:
             self.recent_returns.clear()
             self.recent_returns.extend(float(r) for r in meta["recent_returns"])
+        if "recent_lengths" in meta:
+            self.recent_lengths.clear()
+            self.recent_lengths.extend(int(n) for n in meta["recent_lengths"])
 
 
 def progress_meta(agent) -> dict[str, Any]:
@@ -287,6 +292,7 @@ class Loop:
         self.new_episodes = [(int(s), float(r), int(n)) for s, r, n in info.get("episodes", ())]
         self.evaluation = None
         self.stats.wall_s = self.wall_s()  # current in every checkpoint's meta
-        for _, ret, _ in self.new_episodes:
+        for _, ret, length in self.new_episodes:
             self.stats.episodes += 1
             self.stats.recent_returns.append(ret)
+            self.stats.recent_lengths.append(length)

@@ -31,6 +31,15 @@ _map = tf.nest.map_structure
 REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 
 
+def explained_variance(predicted: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+    """``1 - Var[target - predicted] / Var[target]`` (SB3's ``explained_variance``; NaN when
+    the targets do not vary): 1 is a perfect critic, 0 no better than a constant."""
+    target = tf.cast(target, tf.float32)
+    var = tf.math.reduce_variance(target)
+    residual = tf.math.reduce_variance(target - tf.cast(predicted, tf.float32))
+    return tf.where(var > 0, 1.0 - residual / tf.maximum(var, 1e-30), float("nan"))
+
+
 def _metric_name(key: str) -> str:
     """``'clip_per_step(1.0)/clip_fraction' -> 'clip_fraction'`` for the usual report keys."""
     last = key.rsplit("/", 1)[-1]
@@ -322,6 +331,8 @@ class CompiledUpdate:
             minibatch_updates=count,
             **diag,
         )
+        if net.critic is not None:  # of the critic before this update, as SB3's
+            metrics["explained_variance"] = explained_variance(data["values"], data["returns"])
         self.updates_var.assign_add(1)
         self.metric_keys = list(metrics)  # trace-time: the order of the stacked values
         values_out = tf.stack([tf.cast(tf.reshape(v, []), tf.float32) for v in metrics.values()])

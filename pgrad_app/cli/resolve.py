@@ -39,7 +39,7 @@ FLAG_KEYS = {  # argparse dest -> run setting
     "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
     "transform": "transform", "stop_at_return": "stop_at_return",
     "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
-    "workers": "workers",
+    "log_every": "log_every", "workers": "workers",
     "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
 }
 

@@ -97,6 +97,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "WANDB_MODE=offline works; the run directory stays the record; default: off)")
     add("--checkpoint-every", type=int, metavar="N",
         help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
+    add("--log-every", type=int, metavar="N", help="updates between rows of updates.csv and "
+        "TensorBoard, each the mean over them (KEY_max beside the gradient norms and NaN/Inf "
+        "skips); rows also at every checkpoint and the end (default: the agent's, as "
+        "Stable-Baselines3: a2c 100, ppo and npg 1 = once per rollout, reinforce 10)")
     add("--max-nonfinite-skips", type=int, metavar="N", help="stop after N consecutive updates "
         f"skipped for NaN/Inf gradients (default: {d['max_nonfinite_skips']})")
     add("--workers", type=int, metavar="N", help="collect rollouts on N Ray actors, the envs "

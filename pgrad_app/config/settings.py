@@ -59,6 +59,12 @@ class RunSettings:
         default=10_000,
         metadata={"help": "env steps between checkpoints (one is also saved at the end)"},
     )
+    log_every: int = field(
+        default=0,
+        metadata={"help": "updates between rows of updates.csv / TensorBoard (each the interval's "
+                  "mean, KEY_max beside the norms); 0: the agent's (a2c 100, reinforce 10, "
+                  "ppo and npg 1)"},
+    )
     workers: int = field(
         default=0,
         metadata={"help": "rollout workers on Ray, the envs split among them (0: in-process)"},
@@ -90,6 +96,9 @@ class RunSettings:
             if getattr(self, name) > MAX_TOTAL_STEPS:
                 raise ValueError(f"{name} must be <= {MAX_TOTAL_STEPS:,}; "
                                  f"got {getattr(self, name):,}.")
+        if not 0 <= self.log_every <= MAX_TOTAL_STEPS:
+            raise ValueError(f"log_every must be >= 0 (0: the agent's default); "
+                             f"got {self.log_every}.")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0; got {self.workers}.")
         if self.seed < 0:

@@ -1,11 +1,16 @@
 """What a training run writes as it goes: CSV logs, TensorBoard events, the learning curve.
 
 * ``episodes.csv`` -- ``step,wall_s,return,length``, one row per finished training episode,
-  flushed as each finishes (a crash loses nothing that was reported);
-* ``updates.csv`` -- one row per update: ``step`` then the agent's metrics (columns fixed by the
-  first update; later new metrics go to TensorBoard only);
-* ``tb/`` -- TensorBoard scalars for both, histograms for array-valued metrics (e.g. per-step
-  gradient norms);
+  buffered and flushed every :data:`FLUSH_SECONDS`, before every checkpoint and at the end
+  (a run killed at any moment has every row up to its last checkpoint on disk: what resuming
+  keeps);
+* ``updates.csv`` -- one row per logged interval (:mod:`agents.logger`: every ``log_every``
+  updates, at checkpoints and the end): ``step`` then the interval's mean of each metric and
+  ``KEY_max`` beside the gradient norms and NaN/Inf skips (columns fixed by the first row;
+  later new metrics go to TensorBoard only);
+* ``tb/`` -- TensorBoard ``simple_value`` scalars under Stable-Baselines3's names
+  (``rollout/ep_rew_mean``, ``train/value_loss``, ``time/fps``, ``eval/mean_reward``, ...;
+  :func:`agents.logger.tags`), histograms for array-valued metrics;
 * ``learning_curve.png`` -- episode return against env steps with a rolling mean.
 
 On resume both CSV files are repaired before anything is appended (:func:`repair_csv`): a lost or
@@ -18,21 +23,26 @@ from __future__ import annotations
 import csv
 import io
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.logger import TensorBoardWriter
 from pgrad.rl.files import write_atomic
 from pgrad_app.run.layout import RunLayout
 
 EPISODE_COLUMNS = ("step", "wall_s", "return", "length")
 ROLLING = 20  # episodes in the rolling mean (the CartPole "solved" criterion uses 20)
+FLUSH_SECONDS = 5.0  # buffered episode rows reach the file at least this often
 
 
 def _fmt(x: Any) -> str:
-    """Floats in a compact, exact-enough form (repr of float32 values is stable)."""
+    """Floats in a compact, exact-enough form (repr of float32 values is stable); None: ""."""
+    if x is None:
+        return ""
     if isinstance(x, (bool, np.bool_)):
         return str(int(x))
     if isinstance(x, (int, np.integer)):
@@ -135,49 +145,60 @@ class RunLog:
             self._update_columns = header[1:] if header else None
         self._updates = open(self.updates_path, "a", newline="")
         self._updates_csv = csv.writer(self._updates)
-        self._tb = None
+        self._flushed = time.monotonic()
+        self._tb: TensorBoardWriter | None = None
         if tensorboard:
-            import tensorflow as tf
-
-            self._tb = tf.summary.create_file_writer(str(RunLayout(self.out).tensorboard))
+            self._tb = TensorBoardWriter(RunLayout(self.out).tensorboard)
 
     def episode(self, step: int, wall_s: float, ret: float, length: int) -> None:
-        """Logs one finished training episode (flushed immediately)."""
+        """Logs one finished training episode (buffered: :meth:`flush`, at least every
+        :data:`FLUSH_SECONDS`)."""
         self._episodes_csv.writerow([int(step), f"{wall_s:.3f}", _fmt(ret), int(length)])
-        self._episodes.flush()
-        if self._tb is not None:
-            import tensorflow as tf
+        now = time.monotonic()
+        if now - self._flushed >= FLUSH_SECONDS:
+            self._episodes.flush()
+            self._flushed = now
 
-            with self._tb.as_default(step=int(step)):
-                tf.summary.scalar("episode/return", float(ret))
-                tf.summary.scalar("episode/length", float(length))
+    def row(self, step: int, columns: Mapping[str, Any], scalars: Mapping[str, float] = (),
+            arrays: Mapping[str, Any] = ()) -> None:
+        """One logged row: ``columns`` (pgrad's metric names) to ``updates.csv``, ``scalars``
+        (their TensorBoard names) as TensorBoard scalars, ``arrays`` as histograms."""
+        if self._update_columns is None:
+            self._update_columns = list(columns)
+            self._head_updates(["step", *self._update_columns])
+        self._updates_csv.writerow([int(step)] + [_fmt(columns.get(c))
+                                                  for c in self._update_columns])
+        self._updates.flush()  # a row per interval: cheap
+        if self._tb is not None:
+            if scalars:
+                self._tb.scalars(step, scalars)
+            self._tb.histograms(step, dict(arrays))
+
+    def scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """TensorBoard scalars only (an evaluation's ``eval/*``)."""
+        if self._tb is not None:
+            self._tb.scalars(step, scalars)
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Logs one update's metrics: scalars to ``updates.csv`` and TensorBoard, arrays
-        (e.g. per-step gradient norms ``[T]``) as TensorBoard histograms."""
+        """Logs one set of metrics as it is: scalars to ``updates.csv`` and as TensorBoard
+        ``train/KEY``, arrays (e.g. per-step gradient norms ``[T]``) as histograms."""
         scalars, arrays = {}, {}
         for k, v in metrics.items():
             a = np.asarray(v)
             if a.ndim == 0:
                 scalars[k] = a.item()
             elif a.size:
-                arrays[k] = a
-        if self._update_columns is None:
-            self._update_columns = list(scalars)
-            self._head_updates(["step", *self._update_columns])
-        row = [int(step)] + [
-            _fmt(scalars[c]) if c in scalars else "" for c in self._update_columns
-        ]
-        self._updates_csv.writerow(row)
-        self._updates.flush()
-        if self._tb is not None:
-            import tensorflow as tf
+                arrays[f"train/{k}"] = a
+        self.row(step, scalars, {f"train/{k}": float(v) for k, v in scalars.items()}, arrays)
 
-            with self._tb.as_default(step=int(step)):
-                for k, v in scalars.items():
-                    tf.summary.scalar(f"update/{k}", float(v))
-                for k, a in arrays.items():
-                    tf.summary.histogram(f"update/{k}", a.astype(np.float32))
+    def flush(self) -> None:
+        """Everything logged so far to the files (before a checkpoint, at the end)."""
+        for f in (self._episodes, self._updates):
+            if not f.closed:
+                f.flush()
+        self._flushed = time.monotonic()
+        if self._tb is not None:
+            self._tb.flush()
 
     @property
     def update_columns(self) -> list[str] | None:
@@ -201,7 +222,6 @@ class RunLog:
             if not f.closed:
                 f.close()
         if self._tb is not None:
-            self._tb.flush()
             self._tb.close()
             self._tb = None
 

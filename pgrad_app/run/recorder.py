@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agents import persistence
+from agents import logger, persistence
 from agents.callbacks import Checkpoint
 from agents.learning import Loop
 from pgrad.rl.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
@@ -43,8 +43,9 @@ def _skipped(metrics: dict[str, Any]) -> bool:
 class RunRecorder(Checkpoint):
     """The run-directory callback: writes what a training run leaves in ``out``.
 
-    ``agent.json`` at the start; every finished episode to ``episodes.csv`` and every update to
-    ``updates.csv`` + TensorBoard; a checkpoint every ``checkpoint_every`` env steps and at the
+    ``agent.json`` at the start; every finished episode to ``episodes.csv`` (buffered, flushed
+    before every checkpoint) and a row every ``log_every`` updates to ``updates.csv`` +
+    TensorBoard (:mod:`agents.logger`); a checkpoint every ``checkpoint_every`` env steps and at the
     end (one that cannot be written, or a non-finite state, stops the run naming the last good
     checkpoint); the exported ``policy/`` and ``learning_curve.png`` when the run finished.
     Updates the agent skipped for NaN/Inf gradients are counted and warned about once; after
@@ -62,6 +63,10 @@ class RunRecorder(Checkpoint):
         self.resumed_from: int | None = None
         self.policy: Path | None = None
         self.log: RunLog | None = None
+        self.cadence = logger.Cadence(settings.log_every or None)
+        self.interval = logger.Interval()
+        self.last_row: dict[str, float] | None = None  # the last row's TensorBoard values
+        self._loop: Loop | None = None
         self._say = lambda text: print(text, file=sys.stderr, flush=True)
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -74,8 +79,12 @@ class RunRecorder(Checkpoint):
                 "update_columns": self.log.update_columns if self.log is not None else None}
 
     def save(self, loop: Loop) -> Path:
-        """Writes a checkpoint now (atomically); raises :class:`RunError` naming the last good
-        one if it could not be written (disk full) or the state is non-finite."""
+        """Writes a checkpoint now (atomically), after the logs up to it reached their files;
+        raises :class:`RunError` naming the last good one if it could not be written (disk
+        full) or the state is non-finite."""
+        if self.log is not None:
+            self.write_row(loop)
+            self.log.flush()
         try:
             return super().save(loop)
         except (NonFiniteCheckpoint, CheckpointWriteError) as err:
@@ -119,6 +128,8 @@ class RunRecorder(Checkpoint):
     def on_start(self, loop: Loop) -> None:
         super().on_start(loop)
         self._say = loop.say
+        self._loop = loop
+        self.cadence.start(loop)
         try:
             write_json_atomic(RunLayout(self.out).agent,
                                           persistence.describe(loop.agent))
@@ -132,12 +143,13 @@ class RunRecorder(Checkpoint):
     def on_update(self, loop: Loop) -> None:
         for env_step, ret, length in loop.new_episodes:
             if not math.isfinite(ret):
+                self.write_row(loop)
                 raise RunError(
                     f"env {self.settings.env!r} produced a non-finite reward: an episode ending "
                     f"at env step {env_step} has return {ret} ({self.where()})."
                 )
             self.log.episode(env_step, loop.wall_s(), ret, length)
-        metrics = dict(loop.metrics)
+        metrics = loop.metrics
         if _skipped(metrics):
             self.nonfinite_total += 1
             self.consecutive_skips += 1
@@ -145,22 +157,41 @@ class RunRecorder(Checkpoint):
                 self._warned_nonfinite = True
                 self.warn(f"update {loop.updates} at env step {loop.env_steps} had NaN/Inf "
                           "gradients and was skipped (no variable changed). Skips are counted in "
-                          "updates.csv (nonfinite_skipped); this warning is shown once.")
+                          "updates.csv (nonfinite_skipped, the fraction of a row's updates; "
+                          "nonfinite_total); this warning is shown once.")
         else:
             self.consecutive_skips = 0
-        metrics["nonfinite_total"] = float(self.nonfinite_total)
-        self.log.update(loop.env_steps, metrics)
+        self.interval.add(metrics)
+        if loop.evaluation is not None:
+            self.log.scalars(loop.env_steps, logger.eval_tags(loop.evaluation))
         limit = self.settings.max_nonfinite_skips
         if self.consecutive_skips >= limit:
+            self.write_row(loop)
             raise RunError(
                 f"{self.consecutive_skips} consecutive updates had NaN/Inf gradients (limit "
                 f"max_nonfinite_skips={limit}); stopped at env step {loop.env_steps}. Lower the "
                 f"learning rate or check your transform and env ({self.where()})."
             )
+        if self.cadence.due(loop):
+            self.write_row(loop)
         super().on_update(loop)
 
+    def write_row(self, loop: Loop) -> None:
+        """The row of the updates since the last one (if any): ``updates.csv``, TensorBoard,
+        and :attr:`last_row` for a tracker after this callback."""
+        if not self.interval.count:
+            return
+        scalars, arrays = self.interval.row()
+        scalars["nonfinite_total"] = float(self.nonfinite_total)
+        rew, length = logger.episode_means(loop)
+        columns = {**scalars, "ep_rew_mean": rew, "ep_len_mean": length}
+        self.last_row = logger.tags(scalars, loop, self.cadence.fps(loop))
+        self.log.row(loop.env_steps, columns, self.last_row,
+                     {f"train/{k}": a for k, a in arrays.items()})
+        self.cadence.written()
+
     def on_end(self, loop: Loop) -> None:
-        self.save(loop)
+        self.save(loop)  # the last row and the buffered episodes first
         self.log.close()
         if loop.reason != "interrupted":
             try:
@@ -179,7 +210,9 @@ class RunRecorder(Checkpoint):
 
     def close(self) -> None:
         if self.log is not None:
-            try:
+            try:  # a run that stopped on an error: its last row and episodes too
+                if self._loop is not None:
+                    self.write_row(self._loop)
                 self.log.close()
             except OSError:
                 pass
@@ -194,7 +227,8 @@ class RunDirectory(RunRecorder):
 
     Creates and locks ``out`` when the run starts (refusing one that holds a run, unless
     ``overwrite``), writes its ``config.yaml`` from the agent (agent, env, seed, the env-step
-    count trained to, every hyperparameter), then records the run as :class:`RunRecorder`.
+    count trained to, every hyperparameter), then records the run as :class:`RunRecorder`: a row
+    every ``log_every`` updates (0: the agent's, :func:`agents.logger.default_log_every`).
 
     Raises (when the run starts):
       UserError: ``out`` holds a run or foreign files, or cannot be written; the agent's env is
@@ -202,9 +236,9 @@ class RunDirectory(RunRecorder):
     """
 
     def __init__(self, out: str | Path, overwrite: bool = False, checkpoint_every: int = 10_000,
-                 max_nonfinite_skips: int = 10):
+                 max_nonfinite_skips: int = 10, log_every: int = 0):
         settings = RunSettings(checkpoint_every=checkpoint_every,
-                               max_nonfinite_skips=max_nonfinite_skips)
+                               max_nonfinite_skips=max_nonfinite_skips, log_every=log_every)
         settings.validate()
         super().__init__(out, settings)
         self.overwrite = overwrite

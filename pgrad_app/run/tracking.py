@@ -5,9 +5,10 @@ tracker sends a copy of the same things to a tracking service, here Weights & Bi
 optional ``wandb`` extra; ``WANDB_MODE=offline`` keeps everything local, under ``DIR/wandb``):
 
 * the config: run settings and every hyperparameter, as in ``config.yaml``;
-* per update: every scalar metric (``update/...``), the episodes that finished in it
-  (``episode/return_mean``, ``episode/length_mean``, ``episode/count``) and the rolling return;
-* every evaluation during training (``eval/return_mean``, ``eval/return_std``, ...);
+* every row the run directory writes (:mod:`agents.logger`: every ``log_every`` updates), with
+  the names TensorBoard gets (``rollout/ep_rew_mean``, ``train/value_loss``, ``time/fps``, ...);
+* every evaluation during training (``eval/mean_reward``, ``eval/std_reward``,
+  ``eval/mean_ep_length``);
 * at the end: the learning curve image and the episodes as a table;
 * ``pgrad-evaluate`` of a tracked run adds its result (``final_eval/...``) and, with
   ``--video``, the recorded videos to the same tracked run (:func:`log_evaluation`).
@@ -18,15 +19,13 @@ A resumed run continues the same tracked run (its id is kept in ``DIR/wandb-run-
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import secrets
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from agents.learning import Callback, Loop
+from agents.logger import eval_tags, finite
 from pgrad_app.errors import UserError
 from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import read_episodes
@@ -43,10 +42,11 @@ def require(name: str) -> None:
                         "wandb).")
 
 
-def tracker(name: str, out: Path, settings: Any) -> Callback:
-    """The tracking callback ``name`` names (``"wandb"``)."""
+def tracker(name: str, out: Path, settings: Any, recorder: Any = None) -> Callback:
+    """The tracking callback ``name`` names (``"wandb"``), sending ``recorder``'s rows (a
+    :class:`pgrad_app.run.recorder.RunRecorder` before it in the loop)."""
     if name == "wandb":
-        return WandbTracker(out, settings)
+        return WandbTracker(out, settings, recorder=recorder)
     raise UserError(f"--track: unknown tracker {name!r}; known: wandb.")
 
 
@@ -58,9 +58,12 @@ class WandbTracker(Callback):
       settings: the run settings (``RunSettings``); the agent's hyperparameters come from the
         agent when the run starts.
       project: the wandb project (default: ``$WANDB_PROJECT`` or ``"pgrad"``).
+      recorder: the run's :class:`~pgrad_app.run.recorder.RunRecorder` (before this callback):
+        its rows are sent as they are written.
     """
 
-    def __init__(self, out: str | Path, settings: Any, project: str | None = None):
+    def __init__(self, out: str | Path, settings: Any, project: str | None = None,
+                 recorder: Any = None):
         require("wandb")
         import wandb
 
@@ -70,6 +73,8 @@ class WandbTracker(Callback):
         self.out, self.settings = Path(out), settings
         self.project = project or os.environ.get("WANDB_PROJECT", "pgrad")
         self.run = None
+        self.recorder = recorder
+        self._sent: dict | None = None
 
     def _run_id(self) -> str:
         path = self.out / RUN_ID_FILE
@@ -93,24 +98,20 @@ class WandbTracker(Callback):
 
     def on_update(self, loop: Loop) -> None:
         data: dict[str, Any] = {}
-        for key, value in loop.metrics.items():
-            a = np.asarray(value)
-            if a.ndim == 0 and math.isfinite(float(a)):
-                data[f"update/{key}"] = float(a)
-        if loop.new_episodes:
-            data["episode/return_mean"] = float(np.mean([r for _, r, _ in loop.new_episodes]))
-            data["episode/length_mean"] = float(np.mean([n for _, _, n in loop.new_episodes]))
-            data["episode/count"] = len(loop.new_episodes)
-        rolling = loop.rolling_return()
-        if rolling is not None:
-            data["episode/rolling_return"] = rolling
+        row = self.recorder.last_row if self.recorder is not None else None
+        if row is not None and row is not self._sent:  # the run directory's new row
+            self._sent = row
+            data.update(finite(row))
         if loop.evaluation is not None:
-            data.update({f"eval/{k}": float(v) for k, v in loop.evaluation.items()
-                         if k in ("return_mean", "return_std", "length_mean")})
-        data["time/wall_s"] = loop.wall_s()
-        self.run.log(data, step=loop.env_steps)
+            data.update(eval_tags(loop.evaluation))
+        if data:
+            self.run.log(data, step=loop.env_steps)
 
     def on_end(self, loop: Loop) -> None:
+        row = self.recorder.last_row if self.recorder is not None else None
+        if row is not None and row is not self._sent:  # the final row, written at the end
+            self._sent = row
+            self.run.log(finite(row), step=loop.env_steps)
         wandb, final = self.wandb, {}
         curve = RunLayout(self.out).curve
         if curve.is_file():

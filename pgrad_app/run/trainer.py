@@ -5,7 +5,8 @@ update per step, the same loop ``agent.learn`` runs) until ``total_steps`` env s
 ``stop_at_return`` criterion, an evaluation target or a signal, with callbacks that record and
 protect the run:
 
-* every finished episode goes to ``episodes.csv``, every update to ``updates.csv`` + TensorBoard;
+* every finished episode goes to ``episodes.csv``, a row every ``log_every`` updates to
+  ``updates.csv`` + TensorBoard (SB3's names: :mod:`agents.logger`);
 * a checkpoint every ``checkpoint_every`` env steps and at the end (atomic, see checkpoint.py);
   one that cannot be written (disk full) or whose state is non-finite stops the run naming the
   last good checkpoint, which stays as it was;
@@ -142,7 +143,7 @@ class Trainer:
         if s.track:
             from pgrad_app.run.tracking import tracker
 
-            out.append(tracker(s.track, self.out, s))
+            out.append(tracker(s.track, self.out, s, self.recorder))
         return out
 
     def run(self) -> TrainResult:

@@ -69,7 +69,7 @@ def test_a_saved_agent_resumes_and_evaluates_on_the_command_line(tmp_path, capsy
     code, stdout, err = train("--resume", path, "--total-steps", 240, "--quiet", capsys=capsys)
     assert code == 0, err
     assert "from env step 160" in err and "done (reached total_steps): 240 env steps" in stdout
-    assert [int(r["step"]) for r in rows(path / "updates.csv")] == [180, 200, 220, 240]
+    assert [int(r["step"]) for r in rows(path / "updates.csv")] == [180, 240]  # first, last
     assert yaml.safe_load((path / "config.yaml").read_text())["seed"] == 4
     assert evaluate_run(path, episodes=2, write=False)["deterministic"] is True
 
@@ -129,7 +129,7 @@ def test_track_wandb_offline_writes_its_files(tmp_path, capsys, monkeypatch):
     (run_dir,) = (out / "wandb").glob("offline-run-*")
     (log,) = run_dir.glob("run-*.wandb")
     data = log.read_bytes()
-    for key in (b"update/policy_loss", b"episode/return_mean", b"eval/return_mean",
+    for key in (b"train/policy_loss", b"rollout/ep_rew_mean", b"eval/mean_reward", b"time/fps",
                 b"gae_lambda", b"learning_curve"):
         assert key in data, key
     assert list((run_dir / "files" / "media" / "images").glob("learning_curve*.png"))

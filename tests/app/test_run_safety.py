@@ -294,7 +294,7 @@ def test_emptied_logs_get_their_headers_back_and_the_plot_works(run_copy, capsys
     assert list(episodes[0]) == ["step", "wall_s", "return", "length"]
     assert all(560 < int(r["step"]) <= 800 for r in episodes)
     updates = read_rows(run_copy / "updates.csv")
-    assert "policy_loss" in updates[0] and [int(r["step"]) for r in updates] == [640, 720, 800]
+    assert "policy_loss" in updates[0] and [int(r["step"]) for r in updates] == [640, 800]
     assert (run_copy / "learning_curve.png").stat().st_size > 0
 
 

@@ -74,9 +74,13 @@ def test_run_directory_holds_every_artifact(trained):
     for col in ("step", "policy_loss", "value_loss", "entropy", "grad_norm", "pg_grad_norm",
                 "learning_rate", "nonfinite_skipped"):
         assert col in header
-    assert len(rows) == 16  # 128 steps (n_steps x num_envs) per update, until >= 2000 steps
+    # 16 updates of 128 steps (n_steps x num_envs); A2C logs every 100 updates (SB3's
+    # log_interval), after the first one, at every checkpoint (1024) and at the end.
+    assert [int(r["step"]) for r in rows] == [128, 1024, 2048]
     assert all(np.isfinite(float(r["policy_loss"])) for r in rows)
-    assert {r["nonfinite_skipped"] for r in rows} == {"0.0"}
+    assert {r["nonfinite_skipped"] for r in rows} == {r["nonfinite_skipped_max"] for r in rows} \
+        == {"0.0"}
+    assert float(rows[1]["grad_norm_max"]) >= float(rows[1]["grad_norm"]) > 0
 
     events = list((out / "tb").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 1000
@@ -95,8 +99,19 @@ def test_tensorboard_has_scalars(trained):
 
     acc = EventAccumulator(str(out / "tb"))
     acc.Reload()
-    tags = acc.Tags()["tensors"] + acc.Tags()["scalars"]
-    assert "episode/return" in tags and "update/policy_loss" in tags
+    for tag in ("rollout/ep_rew_mean", "rollout/ep_len_mean"):  # no episode ended by step 128
+        assert [e.step for e in acc.Scalars(tag)] == [1024, 2048], tag
+    for tag in ("train/policy_loss",
+                "train/value_loss", "train/entropy_loss", "train/explained_variance",
+                "train/learning_rate", "train/approx_kl", "time/fps"):
+        assert [e.step for e in acc.Scalars(tag)] == [128, 1024, 2048], tag  # plain scalars
+    _, rows = read_csv(out / "updates.csv")
+    assert [e.value for e in acc.Scalars("train/entropy_loss")] == pytest.approx(
+        [-float(r["entropy"]) for r in rows])  # SB3's sign
+    assert [e.value for e in acc.Scalars("rollout/ep_rew_mean")] == pytest.approx(
+        [float(r["ep_rew_mean"]) for r in rows[1:]])
+    assert rows[0]["ep_rew_mean"] == ""  # before the first episode: empty, as in SB3's CSV
+    assert all(e.value > 0 for e in acc.Scalars("time/fps"))
 
 
 def test_checkpoint_restores_into_a_fresh_agent(trained):
@@ -187,7 +202,7 @@ def test_resume_continues_from_the_saved_step_count(trained, tmp_path):
     assert "done (reached total_steps): 3,072 env steps, 24 updates" in proc.stdout
     _, rows = read_csv(out / "updates.csv")
     steps = [int(r["step"]) for r in rows]
-    assert steps == [128 * (i + 1) for i in range(24)]  # continues 2048 -> 2176, no gap/repeat
+    assert steps == [128, 1024, 2048, 2176, 3072]  # continues 2048 -> 2176, no gap/repeat
     assert yaml.safe_load((out / "config.yaml").read_text())["total_steps"] == 3000
     assert sorted(p.name for p in (out / "checkpoints").iterdir())[-1] == "step-000000003072"
 
@@ -259,8 +274,8 @@ def test_runlog_writes_csv_rows_histograms_and_truncates_on_resume(tmp_path):
                                                                     "32,0.5"]
     acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"tensors": 0})
     acc.Reload()
-    hist = acc.Tensors("update/step_norms")[0]
-    assert hist.step == 16 and "update/new_metric" in acc.Tags()["tensors"]
+    hist = acc.Tensors("train/step_norms")[0]
+    assert hist.step == 16 and [e.value for e in acc.Scalars("train/new_metric")] == [1.0]
     # Resuming from a checkpoint at step 16 drops what was logged after it, then appends.
     log = RunLog(tmp_path, resume_step=16, tensorboard=False)
     log.update(48, {"loss": 0.75})
