@@ -5,13 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/a2c-cartpole
 
-.PHONY: install train test test-quick test-sb3 lint bench clean
+.PHONY: install train test test-quick test-sb3 lint docs bench clean
 
 # Installs the tested versions (constraints.txt), so the README's figures reproduce.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,9 +39,16 @@ test-sb3: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples
 	$(PY) -m pytest -q tests/contracts  # the import contract (layers) and an inert import pgrad
+	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d $$d \
+		&& rm -rf $$d  # the documentation site: a broken link, anchor or page fails
+
+# The documentation site into site/ (mkdocs.yml; strict: a broken link, anchor or page fails).
+# Preview it with: $(VENV)/bin/mkdocs serve
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

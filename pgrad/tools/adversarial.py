@@ -88,7 +88,8 @@ def fgsm(
       epsilon: L-inf radius; a scalar or anything broadcastable to one observation (per-feature).
       actions: ``[B, ...]`` actions whose probability to lower; default the greedy actions at
         ``obs``.
-      low, high: optional observation bounds to clip the result to.
+      low: optional lower observation bound to clip the result to.
+      high: optional upper observation bound to clip the result to.
 
     Returns:
       ``[B, ...]`` perturbed observations, ``|s' - s| <= epsilon`` elementwise (every coordinate
@@ -126,7 +127,8 @@ def pgd(
       actions: actions whose probability to lower; default the greedy actions at the clean obs.
       random_start: start from a uniform point in the ball instead of ``obs``.
       seed: ``(int, int)`` stateless seed for the random start (else the global generator).
-      low, high: optional observation bounds, enforced after every step.
+      low: optional lower observation bound, enforced after every step.
+      high: optional upper observation bound, enforced after every step.
 
     Returns:
       ``[B, ...]`` perturbed observations with ``|s' - s| <= epsilon`` elementwise.

@@ -79,7 +79,8 @@ class PerSampleModel(keras.Model):
     transform=...)``, or by subclassing (forward ``**kwargs`` to ``super().__init__``).
 
     Args:
-      *args, **kwargs: as ``keras.Model``.
+      *args: as ``keras.Model``.
+      **kwargs: as ``keras.Model``.
       transform: a spec (list of registered names / ``(name, kwargs)`` pairs; serialisable) or a
         ``GradientTransform`` (not serialisable). Default ``["mean_steps"]``: plain Keras.
         Must aggregate the sample axis (``mean_steps``/``sum_steps``/``natural_gradient``...).

@@ -85,7 +85,8 @@ def clip_gradient(x, lo, hi) -> tf.Tensor:
 
     Args:
       x: floating tensor, any shape.
-      lo, hi: bounds (numbers or tensors broadcastable to ``x``), ``lo <= hi``.
+      lo: lower bound (a number or a tensor broadcastable to ``x``), ``lo <= hi``.
+      hi: upper bound (a number or a tensor broadcastable to ``x``).
 
     Returns:
       A tensor equal to ``x`` whose gradient is ``clip(dy, lo, hi)``.
