@@ -78,11 +78,30 @@ def get(name: str) -> type[ActorCriticAgent]:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(names())}.") from None
 
 
-def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None,
+def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, *,
+         env_kwargs: dict | None = None, env_wrapper: Any = None,
          **hyperparameters) -> ActorCriticAgent:
-    """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError)."""
+    """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError).
+
+    ``env_id``: a registered id, a factory, a ``gym.Env`` or a ``gym.vector.VectorEnv``
+    (``num_envs`` then defaults to the instance's: 1, or the VectorEnv's). ``env_kwargs``: the
+    id's ``gymnasium.make`` keywords; ``env_wrapper``: wrappers by class, callable, dotted name or
+    ``{name: kwargs}``, one or a list (rl-zoo's ``env_wrapper``). Both are kept with the agent
+    (an :class:`pgrad.rl.envs.EnvRecipe`), so evaluation, ``EvalCallback`` and ``agents.load``
+    rebuild the same env.
+    """
+    import gymnasium as gym
+
+    from pgrad.rl.envs import env_source
+
     cls = get(name)
-    return cls(cls.Config(**hyperparameters), env_id=env_id, seed=seed, transform=transform)
+    if "num_envs" not in hyperparameters:
+        if isinstance(env_id, gym.vector.VectorEnv):
+            hyperparameters["num_envs"] = env_id.num_envs
+        elif isinstance(env_id, gym.Env):
+            hyperparameters["num_envs"] = 1
+    env = env_source(env_id, env_kwargs, env_wrapper)
+    return cls(cls.Config(**hyperparameters), env_id=env, seed=seed, transform=transform)
 
 
 __all__ = [
