@@ -78,16 +78,33 @@ def get(name: str) -> type[ActorCriticAgent]:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(names())}.") from None
 
 
-def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None,
+def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, *,
+         env_kwargs: dict | None = None, env_wrapper: Any = None,
          **hyperparameters) -> ActorCriticAgent:
     """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError).
 
     ``tensorboard_log="runs/"``: every ``learn`` also writes TensorBoard scalars under
     Stable-Baselines3's names to ``runs/A2C_1``, ``runs/A2C_2``, ... (:mod:`agents.logger`).
+    ``env_id``: a registered id, a factory, a ``gym.Env`` or a ``gym.vector.VectorEnv``
+    (``num_envs`` then defaults to the instance's: 1, or the VectorEnv's). ``env_kwargs``: the
+    id's ``gymnasium.make`` keywords; ``env_wrapper``: wrappers by class, callable, dotted name or
+    ``{name: kwargs}``, one or a list (rl-zoo's ``env_wrapper``). Both are kept with the agent
+    (an :class:`pgrad.rl.envs.EnvRecipe`), so evaluation, ``EvalCallback`` and ``agents.load``
+    rebuild the same env.
     """
+    import gymnasium as gym
+
+    from pgrad.rl.envs import env_source
+
     tensorboard_log = hyperparameters.pop("tensorboard_log", None)
     cls = get(name)
-    agent = cls(cls.Config(**hyperparameters), env_id=env_id, seed=seed, transform=transform)
+    if "num_envs" not in hyperparameters:
+        if isinstance(env_id, gym.vector.VectorEnv):
+            hyperparameters["num_envs"] = env_id.num_envs
+        elif isinstance(env_id, gym.Env):
+            hyperparameters["num_envs"] = 1
+    env = env_source(env_id, env_kwargs, env_wrapper)
+    agent = cls(cls.Config(**hyperparameters), env_id=env, seed=seed, transform=transform)
     if tensorboard_log is not None:
         agent.tensorboard_log = str(tensorboard_log)
     return agent

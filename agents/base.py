@@ -34,6 +34,7 @@ from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.schedules import Schedules
 from agents.update import CompiledUpdate
 from pgrad.rl import encoders, masks, rollout, spaces
+from pgrad.rl import envs as envs_lib
 from pgrad.rl.export import export_policy
 from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
@@ -57,7 +58,9 @@ class ActorCriticAgent:
 
     Args:
       cfg: its hyperparameters (validated here).
-      env_id: a registered Gymnasium id or a callable returning a ``gymnasium.Env``.
+      env_id: a registered Gymnasium id, a callable returning a ``gymnasium.Env`` (e.g. a
+        :class:`pgrad.rl.envs.EnvRecipe`: an id with options and wrappers), a ``gymnasium.Env``
+        instance (``num_envs`` 1) or a ``gymnasium.vector.VectorEnv`` (SAME_STEP autoreset).
       seed: seeds networks, sampling and envs.
       transform: the policy-gradient chain; ``None`` uses :meth:`default_transform`.
     """
@@ -74,8 +77,12 @@ class ActorCriticAgent:
             raise TypeError(f"{type(self).__name__} needs a {self.Config.__qualname__}; "
                             f"got {type(cfg).__name__}.")
         cfg.validate()
-        self.cfg, self.env_id, self.seed = cfg, env_id, int(seed)
+        self.cfg, self.seed = cfg, int(seed)
         self.env_name = rollout.env_name(env_id)
+        # What evaluation, EvalCallback, save and Ray workers build the env from again: the id
+        # or factory, or an instance's recipe; else the instance and why it cannot be rebuilt.
+        source, self.env_unbuildable = envs_lib.recipe_of(env_id)
+        self.env_id = env_id if source is None else source
         envs = rollout.make_vec_env(env_id, cfg.num_envs, cfg.vector_mode, MAX_OBS_DIM)
         try:
             self.observation_space = envs.single_observation_space
@@ -350,8 +357,11 @@ class ActorCriticAgent:
     def export_policy(self, path: str) -> None:
         """Saves a deterministic ``action(observation)`` SavedModel (see pgrad.rl.export)."""
         self._sync()
+        recipe = self.env_id.record() if isinstance(self.env_id, envs_lib.EnvRecipe) else None
         meta = {"env_id": self.env_id if isinstance(self.env_id, str) else None,
                 "agent": self.name}
+        if recipe is not None and not recipe["wrappers"]:  # an id with options: evaluable
+            meta.update(env_id=recipe["id"], env_kwargs=recipe["kwargs"])
         export_policy(self.net, self.obs_norm, self.observation_space, path, meta)
 
     def save(self, path) -> Any:

@@ -100,7 +100,8 @@ class EvalCallback(Callback):
     """Evaluates the policy on separate envs every ``every`` env steps.
 
     Args:
-      env_id: the evaluation env (a registered id); default: the agent's.
+      env_id: the evaluation env (an id, a factory or an :class:`pgrad.rl.envs.EnvRecipe`, built
+        afresh each evaluation; or one ``gym.Env`` instance); default: the agent's.
       every: env steps between evaluations.
       episodes: episodes per evaluation (episode ``i`` reset with ``seed + i``, the same
         episodes every time, so evaluations compare).
@@ -120,7 +121,7 @@ class EvalCallback(Callback):
 
     name = "eval_target"
 
-    def __init__(self, env_id: str | None = None, every: int = 10_000, episodes: int = 10,
+    def __init__(self, env_id: Any = None, every: int = 10_000, episodes: int = 10,
                  deterministic: bool = True, seed: int | None = None,
                  log_dir: str | os.PathLike | None = None,
                  best_dir: str | os.PathLike | None = None, target: float | None = None,
@@ -140,9 +141,11 @@ class EvalCallback(Callback):
 
     def on_start(self, loop: Loop) -> None:
         agent = loop.agent
-        self.env_id = self.env_id or agent.env_id
-        if not isinstance(self.env_id, str):
-            raise ValueError("EvalCallback needs env_id: the agent's env is not a registered id.")
+        if self.env_id is None:
+            if agent.env_unbuildable:
+                raise ValueError(f"EvalCallback evaluates on envs of its own, and "
+                                 f"{agent.env_unbuildable}; or pass EvalCallback(env_id=...).")
+            self.env_id = agent.env_id
         if self.seed is None:
             self.seed = eval_seed(agent.seed)
         self._next = (loop.env_steps // self.every + 1) * self.every

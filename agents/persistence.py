@@ -54,16 +54,51 @@ def describe(agent) -> dict[str, Any]:
         if not schedules.is_data(hyperparameters[name]):
             functions[name] = _name_of(hyperparameters[name])
             hyperparameters[name] = agent.schedules.start(name)
+    env = _env_record(agent.env_id)
     return {
         "format": FORMAT,
         "agent": agent.name,
-        "env": agent.env_id if isinstance(agent.env_id, str) else None,
+        **env,
         "seed": int(agent.seed_var.numpy()),
         "hyperparameters": _plain(hyperparameters),
         "transform": agent.transform.name if agent.custom_transform else None,
         "encoder": None if own is None else _name_of(own),
         "schedules": functions or None,
     }
+
+
+def _env_record(env_id) -> dict[str, Any]:
+    """``{"env": id}`` (an id's options and wrappers beside it), or ``{"env": None}``."""
+    from pgrad.rl.envs import EnvRecipe
+
+    if isinstance(env_id, str):
+        return {"env": env_id}
+    record = env_id.record() if isinstance(env_id, EnvRecipe) else None
+    if record is None:
+        return {"env": None}
+    out = {"env": record["id"]}
+    if record["kwargs"]:
+        out["env_kwargs"] = record["kwargs"]
+    if record["wrappers"]:
+        out["env_wrapper"] = record["wrappers"]
+    return out
+
+
+def recorded_env(record: dict[str, Any], path) -> Any:
+    """The env an ``agent.json`` record names: its id, or an :class:`EnvRecipe` of its options
+    and wrappers. Wrappers outside Gymnasium are code: refused (pass ``env_id`` again)."""
+    from pgrad.rl.envs import EnvRecipe
+
+    env, kwargs, wrappers = record.get("env"), record.get("env_kwargs"), record.get("env_wrapper")
+    if env is None or not (kwargs or wrappers):
+        return env
+    labels = [next(iter(w)) if isinstance(w, dict) else str(w) for w in wrappers or ()]
+    foreign = [w for w in labels if not w.startswith("gymnasium.")]
+    if foreign:
+        raise ValueError(f"{path}: the agent's env {env!r} is wrapped by {', '.join(foreign)}; "
+                         "pass env_id= again (e.g. pgrad.rl.envs.EnvRecipe(id, kwargs, wrappers); "
+                         "pgrad never imports code named by a saved agent).")
+    return EnvRecipe(env, kwargs or {}, tuple(wrappers or ()))
 
 
 def _name_of(obj) -> str:
@@ -251,8 +286,9 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
 
     Args:
       path: the directory.
-      env_id: build the agent on this env instead of the recorded one (a registered id or a
-        callable; needed when the record has none, e.g. an env factory).
+      env_id: build the agent on this env instead of the recorded one (an id, a factory, an
+        env instance; needed when the record has none, e.g. an env factory; the recorded id's
+        options and Gymnasium wrappers are rebuilt).
       transform: the chain, if the agent was trained with a custom one (its code is never
         imported from the directory).
       acting_only: restore only what acting needs (networks, normaliser statistics); then a
@@ -266,9 +302,10 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
     record = read_description(path)
     cls = registry(str(record["agent"]))
     cfg = config_from(cls, {**record["hyperparameters"], **overrides})
-    env = env_id if env_id is not None else record.get("env")
+    env = env_id if env_id is not None else recorded_env(record, path)
     if env is None:
-        raise ValueError(f"{path}: the agent's env was not a registered id; pass env_id.")
+        raise ValueError(f"{path}: the agent's env (a factory or an env instance) cannot be "
+                         "rebuilt from its record; pass env_id= (an id, a factory or an env).")
     named_code.check_env(env, path, given=env_id)  # before anything is imported
     if record.get("encoder") and "encoder" not in overrides:
         raise ValueError(f"{path}: the agent was built with its own encoder "

@@ -38,6 +38,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from pgrad.rl.policy import Policy
@@ -71,21 +72,24 @@ def as_policy(target: Any, env_id: str | None,
               env_kwargs: dict | None = None) -> tuple[Policy, str]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
     from pgrad.rl import export, named_code
-    from pgrad.rl.envs import make_env
 
     if isinstance(target, (str, os.PathLike)):
         found = export.find_export(target)
         meta = export.read_metadata(found or target)
-        given, env_id = env_id, env_id or meta.get("env_id")
+        given, env_id = env_id, env_id if env_id is not None else meta.get("env_id")
         if not env_id:
             raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
-        if not isinstance(env_id, str):
+        if not isinstance(env_id, str) and given is None:
             raise ValueError(f"{target}: the export's env id is not a string; pass env_id.")
         # The one rule for code a directory names, for the folder given and the run around it.
         around = os.path.dirname(os.path.abspath(found or target))
         for directory in sorted({around, os.path.abspath(target)}, key=len):  # outermost first
             named_code.check_env(env_id, directory, given=given)
-        probe = make_env(env_id, **(env_kwargs or {}))
+        if given is None and meta.get("env_kwargs"):
+            from pgrad.rl.envs import EnvRecipe  # the id with the options it was trained with
+
+            env_id = EnvRecipe(env_id, meta["env_kwargs"])
+        probe = _probe(env_id, env_kwargs)
         try:
             policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)
         finally:
@@ -95,10 +99,31 @@ def as_policy(target: Any, env_id: str | None,
     if not isinstance(policy, Policy):
         raise TypeError(f"cannot evaluate a {type(target).__name__}: expected an agent, a "
                         "pgrad Policy or the path of an exported policy.")
-    env_id = env_id or getattr(target, "env_id", None)
-    if not isinstance(env_id, str):
-        raise ValueError("pass env_id: the agent's env is not a registered id.")
+    if env_id is None:
+        env_id = getattr(target, "env_id", None)
+        why = getattr(target, "env_unbuildable", None)
+        if why:
+            raise ValueError(f"evaluation needs envs of its own, and {why}; or pass env_id= "
+                             "(an id, a factory or an env).")
+    if env_id is None:
+        raise ValueError("pass env_id: the env to evaluate on (an id, a factory or an env).")
     return policy, env_id
+
+
+def _probe(env_id: Any, env_kwargs: dict | None):
+    """One env to read the spaces from (an instance is used as it is)."""
+    from pgrad.rl.envs import make_env
+
+    if isinstance(env_id, gym.Env):
+        return _Borrowed(env_id)
+    return make_env(env_id, **(env_kwargs or {}))
+
+
+class _Borrowed(gym.Wrapper):
+    """A user's env instance, stepped by the evaluation but closed by its owner."""
+
+    def close(self):
+        pass
 
 
 def run_episodes(
@@ -266,7 +291,9 @@ def evaluate(
     Args:
       target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
         (a run/save directory with ``policy/``, or the export itself).
-      env_id: the env (a registered id); default: the agent's, or the one the export records.
+      env_id: the env: a registered id, a factory (an :class:`pgrad.rl.envs.EnvRecipe` too) or
+        one ``gym.Env`` instance (its episodes then run one after the other, and it is left
+        open); default: the agent's, or the one the export records.
       episodes: number of episodes (>= 1); episode ``i`` resets with ``seed + i``.
       deterministic: the distribution's mode (default) instead of sampled actions.
       seed: seed of the first episode.
@@ -286,9 +313,7 @@ def evaluate(
       ValueError: bad arguments, an env that emits non-finite rewards, an unusable export.
       ImportError: moviepy missing for ``video_dir``.
     """
-    import gymnasium as gym
-
-    from pgrad.rl.envs import is_atari_id
+    from pgrad.rl.envs import EnvRecipe, env_name, is_atari_id
     from pgrad.rl.envs import make_env as build_env
 
     if not 1 <= int(episodes) <= MAX_EPISODES:
@@ -299,6 +324,14 @@ def evaluate(
         raise ValueError("video recording cannot be combined with an attack.")
     env_kwargs = dict(env_kwargs or {})
     policy, env_id = as_policy(target, env_id, env_kwargs)
+    instance = isinstance(env_id, (gym.Env, gym.vector.VectorEnv))
+    if isinstance(env_id, gym.vector.VectorEnv):
+        raise ValueError("evaluation steps single envs; pass the env id, a factory or one "
+                         "gym.Env instead of a VectorEnv.")
+    if instance and (video_dir is not None or attack is not None or env_kwargs):
+        raise ValueError("video, attacks and env_kwargs build envs of their own; pass the env id "
+                         "or a factory instead of an env instance.")
+    name = env_name(env_id)
     episodes, seed = int(episodes), int(seed)
     render = None
     if video_dir is not None:
@@ -324,22 +357,32 @@ def evaluate(
         if inside:
             fps = max(1, 60 // int(kwargs.get("frame_skip", 4)))
             kwargs["game_wrapper"] = lambda env: record(env, fps=fps)
-        env = build_env(env_id, **kwargs)
+        if instance:
+            return _Borrowed(env_id)
+        if isinstance(env_id, EnvRecipe):
+            env = env_id(**kwargs)
+        else:
+            env = build_env(env_id, **kwargs)
         return record(env) if render and not inside else env
 
-    result: dict[str, Any] = {"env": env_id, "episodes": episodes,
+    result: dict[str, Any] = {"env": name, "episodes": episodes,
                               "deterministic": bool(deterministic), "seed": seed,
                               "video_dir": None if video_dir is None else str(video_dir)}
-    if attack is None:
+    if instance:  # one env: its episodes one after the other (seed + i each)
+        runs = [run_episodes(policy, make_env, 1, seed + i, deterministic, name=name)
+                for i in range(episodes)]
+        result.update(_summary([r for rs, _ in runs for r in rs], [n for _, ns in runs
+                                                                    for n in ns]))
+    elif attack is None:
         result.update(_summary(*run_episodes(policy, make_env, episodes, seed, deterministic,
-                                             name=env_id)))
+                                             name=name)))
     else:
         result["attack"] = robustness(policy, make_env, attack, epsilons, episodes, seed,
-                                      deterministic, pgd_steps, name=env_id)
+                                      deterministic, pgd_steps, name=name)
         clean = result["attack"]["rows"][0]
         result.update(_summary(clean["returns"], clean["lengths"]))
     if not all(math.isfinite(r) for r in result["returns"]):
-        raise ValueError(f"env {env_id!r} produced a non-finite reward during evaluation.")
+        raise ValueError(f"env {name!r} produced a non-finite reward during evaluation.")
     return result
 
 

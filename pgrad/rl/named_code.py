@@ -148,7 +148,9 @@ def check(what: str, spec: str | None, directory: str | os.PathLike, given: str 
 
 def check_env(spec, directory: str | os.PathLike, given=None) -> None:
     """:func:`check` for the Python API's env: ``given`` is the user's ``env_id=`` (a module the
-    process imported already counts as named)."""
+    process imported already counts as named). An env recipe (:class:`pgrad.rl.envs.EnvRecipe`)
+    is checked by the id it holds."""
+    spec, given = getattr(spec, "env", spec), getattr(given, "env", given)
     if not isinstance(spec, str):
         return
     module, _ = split(spec)

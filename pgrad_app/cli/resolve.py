@@ -14,7 +14,14 @@ from pgrad_app.run.layout import RunLayout
 
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
-                   "adversarial_epsilon", "no_tuned", "transform_arg")
+                   "adversarial_epsilon", "no_tuned", "transform_arg", "env_kwargs", "env_wrapper")
+
+
+def parse_env_kwarg(pair: str) -> tuple[str, object]:
+    """``key=value`` (or rl-zoo's ``key:value``) -> ``(key, value read as YAML)``."""
+    if "=" not in pair and ":" in pair:
+        pair = pair.replace(":", "=", 1)
+    return parse_set(pair, "--env-kwargs")
 
 
 def run_defaults() -> dict:
@@ -99,6 +106,14 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
             **(run_values.get("transform_args") or {}),
             **dict(parse_set(p, "--transform-arg") for p in args.transform_arg)}
         source["transform_args"] = "--transform-arg"
+    if args.env_kwargs:
+        run_values["env_kwargs"] = {**(run_values.get("env_kwargs") or {}),
+                                    **dict(parse_env_kwarg(p) for p in args.env_kwargs)}
+        source["env_kwargs"] = "--env-kwargs"
+    for dest in ("env_wrapper", "gym_packages"):
+        if getattr(args, dest):
+            run_values[dest] = list(getattr(args, dest))
+            source[dest] = "--" + dest.replace("_", "-")
     run_values["agent"] = str(agent_name)
     if "total_steps" not in run_values and found is not None:  # the tuned entry's budget
         budget = hyperparams.budget(str(agent_name), str(env))
@@ -127,7 +142,13 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
     config.yaml is checked against what the run recorded (agent.json, checkpoints); code it
     names is imported only if given again (--env, --transform) or with --trust-run-code.
     """
-    from pgrad_app.config.plugins import check_run_code, names_code, same_spec
+    from pgrad_app.config.plugins import (
+        check_run_code,
+        names_code,
+        run_code_of,
+        same_spec,
+        wrapper_names,
+    )
     from pgrad_app.run import resume as resume_lib
 
     out = Path(args.resume)
@@ -151,6 +172,8 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
         value = getattr(args, dest)
         if dest == "env" and value is not None and same_spec(value, recorded_env):
             continue  # naming the run's env module again is how its code is allowed
+        if dest == "env_wrapper" and value == wrapper_names(values.get("env_wrapper")):
+            continue  # so is naming its wrappers again
         if value not in (None, [], False) and not (dest == "out" and Path(value) == out):
             flag = "--" + dest.replace("_", "-")
             raise UserError(f"{flag} cannot be changed when resuming; the settings are in "
@@ -170,6 +193,13 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
                         "state (start a new run for another transform).")
     if names_code(recorded_env):
         check_run_code("env", recorded_env, args.env, args.trust_run_code, out, "--env")
+    named = set(args.gym_packages) | set(args.env_wrapper)
+    unnamed = [c for c in run_code_of(values) if c not in named]
+    if unnamed and not args.trust_run_code:
+        raise UserError(f"{out} names code to import: {', '.join(unnamed)}. pgrad imports code "
+                        "named by a run directory only when you name it again: pass "
+                        "--gym-packages / --env-wrapper with it (after checking it), or "
+                        "--trust-run-code.")
     source = {}
     for dest, key in FLAG_KEYS.items():
         value = getattr(args, dest)

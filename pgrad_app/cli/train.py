@@ -53,6 +53,14 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--agent", help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
     add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
         f"(default: {d['env']})")
+    add("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help="keyword arguments of the env's gymnasium.make, values read as YAML: "
+        "--env-kwargs continuous=true g=9.81 (rl-zoo's key:value works too; default: none)")
+    add("--env-wrapper", action="append", default=[], metavar="NAME",
+        help="wrap each env in this Wrapper, by dotted name (gymnasium.wrappers."
+        "TimeAwareObservation, or module:Class); repeatable, applied in order (default: none)")
+    add("--gym-packages", nargs="+", action="extend", default=[], metavar="MODULE",
+        help="import these modules first, to register their env ids (default: none)")
     add("--total-steps", type=int, metavar="N", help=f"env steps to train for (default: the "
         f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total")
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
@@ -149,7 +157,7 @@ def warn_about_work(settings, cfg) -> None:
               f"{per_update:,} env steps.", file=sys.stderr, flush=True)
 
 
-def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
+def make_agent(agent_cls, cfg, env_id, seed: int, transform):
     import signal
 
     import gymnasium as gym
@@ -157,7 +165,7 @@ def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
     # Subprocess envs (vector_mode=async) are forked here: with SIGINT ignored while they start,
     # they inherit that, so Ctrl-C (sent to the whole process group) reaches only this process,
     # which then checkpoints and closes them in order.
-    from pgrad.rl.rollout import EnvError
+    from pgrad.rl.rollout import EnvError, env_name
 
     async_envs = getattr(cfg, "vector_mode", "sync") == "async"
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None
@@ -166,8 +174,8 @@ def make_agent(agent_cls, cfg, env_id: str, seed: int, transform):
     except EnvError as err:  # the env's own code failed while being created or reset
         raise UserError(f"cannot create {agent_cls.__name__}: {one_line(err)}") from err
     except (ValueError, TypeError, gym.error.Error, ImportError) as err:
-        raise UserError(f"cannot create {agent_cls.__name__} on {env_id!r}: {one_line(err)}") \
-            from err
+        raise UserError(f"cannot create {agent_cls.__name__} on {env_name(env_id)!r}: "
+                        f"{one_line(err)}") from err
     finally:
         if async_envs:
             signal.signal(signal.SIGINT, previous)
@@ -213,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             from pgrad_app.distributed import session
 
             session.import_ray()  # not installed: one line naming the extra, exit 2
+            if settings.gym_packages:
+                raise UserError("--gym-packages registers envs in this process only; with "
+                                "--workers name the module in --env MODULE:EnvId (each worker "
+                                "imports it).")
         elif args.ray_address:
             raise UserError("--ray-address needs --workers N.")
         # Resuming, config.yaml's specs were allowed by resolve_resume (named again: then the
@@ -220,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
         # is still refused.
         env_spec = (args.env or settings.env) if resume else settings.env
         transform_spec = (args.transform or settings.transform) if resume else settings.transform
-        env_id = plugins.resolve_env(env_spec, forbid_dir=out if resume else None)
+        plugins.import_gym_packages(settings.gym_packages)
+        env_id = plugins.env_source(
+            plugins.resolve_env(env_spec, forbid_dir=out if resume else None),
+            settings.env_kwargs, settings.env_wrapper)
         transform = (plugins.load_transform(transform_spec, settings.transform_args,
                                             forbid_dir=out if resume else None)
                      if transform_spec else None)
@@ -229,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 from pgrad_app.distributed import workers
 
-                ray_run = workers.start(agent, settings.workers, args.ray_address, env_spec)
+                ray_run = workers.start(agent, settings.workers, args.ray_address,
+                                        plugins.env_source(env_spec, settings.env_kwargs,
+                                                           settings.env_wrapper))
             except BaseException:
                 agent.close()
                 raise

@@ -9,6 +9,7 @@ from a file inside the run directory itself.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pgrad.rl import named_code
 from pgrad_app.errors import UserError, suggest
@@ -230,3 +231,40 @@ def load_transform(spec: str, kwargs: dict | None = None,
     raise UserError(
         f"{what}: {attr!r} takes {len(required)} required arguments; expected {TRANSFORM_KINDS}."
     )
+
+
+def import_gym_packages(names: list[str] | None, what: str = "--gym-packages") -> None:
+    """Imports each module (dotted name or ``.py`` path) so that it registers its env ids, as
+    rl-zoo's ``--gym-packages``; a failure is one line."""
+    for name in names or ():
+        _import_module(str(name), f"{what} {name}")
+
+
+def wrapper_names(env_wrapper) -> list[str]:
+    """The dotted names of rl-zoo style ``env_wrapper`` entries (names or ``{name: kwargs}``)."""
+    from pgrad.rl.envs import wrapper_list
+
+    return [str(next(iter(w))) if isinstance(w, dict) else str(w)
+            for w in wrapper_list(env_wrapper)]
+
+
+def run_code_of(values: dict) -> list[str]:
+    """What a run's settings name to import besides ``env`` and ``transform``: its
+    ``gym_packages`` and its wrappers outside Gymnasium."""
+    packages = [str(p) for p in values.get("gym_packages") or ()]
+    return packages + [w for w in wrapper_names(values.get("env_wrapper"))
+                       if not w.startswith("gymnasium.")]
+
+
+def env_source(env_id: str, env_kwargs: dict | None, env_wrapper) -> Any:
+    """``env_id`` with its options and wrappers (a :class:`pgrad.rl.envs.EnvRecipe`), or the
+    bare id; each wrapper name is imported now, so a typo is one line before anything runs."""
+    from pgrad.rl.envs import env_source as make_source
+    from pgrad.rl.envs import import_name, wrapper_list
+
+    for name in wrapper_names(env_wrapper):
+        try:
+            import_name(name, "--env-wrapper")
+        except ValueError as err:
+            raise UserError(str(err)) from None
+    return make_source(env_id, env_kwargs or None, wrapper_list(env_wrapper) or None)

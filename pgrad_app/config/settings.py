@@ -41,6 +41,20 @@ class RunSettings:
         default="CartPole-v1",
         metadata={"help": "Gymnasium env id, or 'module:EnvId' (the module registers it)"},
     )
+    env_kwargs: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": "keyword arguments of the env id's gymnasium.make (--env-kwargs k=v)"},
+    )
+    env_wrapper: list[Any] | str | None = field(
+        default=None,
+        metadata={"help": "wrappers applied to each env, in order: dotted names, or {name: kwargs}"
+                  " (rl-zoo's env_wrapper; --env-wrapper NAME)"},
+    )
+    gym_packages: list[str] | None = field(
+        default=None,
+        metadata={"help": "modules imported before the env is made, to register their ids "
+                  "(--gym-packages)"},
+    )
     seed: int = field(default=0, metadata={"help": "seed for networks, sampling and envs"})
     total_steps: int = field(default=100_000, metadata={"help": "env steps to train for"})
     transform: str | None = field(
@@ -115,6 +129,13 @@ class RunSettings:
             raise ValueError(f"eval_every must be >= 0 (0: off); got {self.eval_every}.")
         if not 1 <= self.eval_episodes <= 10_000:
             raise ValueError(f"eval_episodes must be in [1, 10000]; got {self.eval_episodes}.")
+        if self.env_kwargs is not None and not isinstance(self.env_kwargs, dict):
+            raise ValueError(f"env_kwargs must be a mapping of name: value; got "
+                             f"{self.env_kwargs!r}.")
+        for w in self.env_wrapper or ():
+            if not (isinstance(w, str) or (isinstance(w, dict) and len(w) == 1)):
+                raise ValueError(f"env_wrapper entries are dotted names or {{name: kwargs}}; "
+                                 f"got {w!r}.")
         if self.track not in TRACKERS:
             raise ValueError(f"track must be one of {[t for t in TRACKERS if t]} or none; "
                              f"got {self.track!r}.")
@@ -227,6 +248,9 @@ def saved_run_values(path: Path) -> dict[str, Any] | None:
               HYPER_KEY: record["hyperparameters"]}
     if record.get("env"):
         values["env"] = record["env"]
+    for key in ("env_kwargs", "env_wrapper"):
+        if record.get(key):
+            values[key] = record[key]
     return values
 
 

@@ -65,6 +65,10 @@ def split_envs(num_envs: int, workers: int) -> list[tuple[int, int]]:
 
 def env_id_of(spec: Any) -> Any:
     """A ``module:EnvId`` spec -> the bare id, after importing the module (in a worker)."""
+    from pgrad.rl.envs import EnvRecipe
+
+    if isinstance(spec, EnvRecipe) and isinstance(spec.env, str) and ":" in spec.env:
+        return dataclasses.replace(spec, env=env_id_of(spec.env))
     if isinstance(spec, str) and ":" in spec:
         from pgrad_app.config.plugins import resolve_env
 
@@ -227,6 +231,9 @@ class RemoteCollector:
         cls = ray.remote(RolloutWorker).options(
             num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
             runtime_env=worker_runtime_env())
+        if env_spec is None and getattr(agent, "env_unbuildable", None):
+            raise ValueError(f"Ray workers build their envs in other processes, and "
+                             f"{agent.env_unbuildable}.")
         spec = agent.env_id if env_spec is None else env_spec
         self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k, start, count)
                        for k, (start, count) in enumerate(self.shares)]

@@ -82,22 +82,23 @@ def check_same_spaces(env_id: str, trained_id: str) -> None:
     """Refuses an evaluation env whose spaces differ from the training env's."""
     import gymnasium as gym
 
-    from pgrad.rl.envs import make_env
+    from pgrad.rl.envs import env_name
 
     def short(space) -> str:
         if isinstance(space, gym.spaces.Box):
             return f"Box{space.shape} {space.dtype}"
         return str(space)
 
-    ours, trained = make_env(env_id), make_env(trained_id)
+    ours, trained = _build(env_id), _build(trained_id)
     try:
         for what in ("observation_space", "action_space"):
             a, b = getattr(ours, what), getattr(trained, what)
             # Bounds may differ (the policy still runs); kind, shape and sizes may not.
             if short(a) != short(b):
                 raise UserError(
-                    f"--env {env_id}: its {what.replace('_', ' ')} {short(a)} differs from "
-                    f"{short(b)} of {trained_id}, which the policy was trained on."
+                    f"--env {env_name(env_id)}: its {what.replace('_', ' ')} {short(a)} differs "
+                    f"from "
+                    f"{short(b)} of {env_name(trained_id)}, which the policy was trained on."
                 )
     finally:
         ours.close()
@@ -145,7 +146,15 @@ def evaluate_run(
     from pgrad.rl.evaluation import ATTACKS, MAX_EPISODES, eval_seed
     from pgrad.rl.export import find_export
     from pgrad.rl.rollout import EnvError
-    from pgrad_app.config.plugins import check_run_code, names_code, resolve_env, same_spec
+    from pgrad_app.config.plugins import (
+        check_run_code,
+        env_source,
+        import_gym_packages,
+        names_code,
+        resolve_env,
+        run_code_of,
+        same_spec,
+    )
     from pgrad_app.run import robustness
 
     run_dir = Path(run_dir)
@@ -173,11 +182,21 @@ def evaluate_run(
     own = env_id is None or same_spec(env_id, trained_on)  # the run's own env
     if own and names_code(trained_on):
         check_run_code("env", trained_on, env_id, trust_run_code, run_dir, "--env")
+    code = run_code_of(values)
+    if code and not trust_run_code:
+        raise UserError(f"{run_dir} names code to import: {', '.join(code)}. pgrad imports code "
+                        "named by a run directory only with --trust-run-code (after checking "
+                        "it).")
+    import_gym_packages(values.get("gym_packages"))
     bare_id = resolve_env(env_spec, forbid_dir=run_dir if own else None)
+    # The run's env options and wrappers come with its id (and with another id of the same
+    # spaces: the wrappers may be what makes the spaces fit).
+    bare_id = env_source(bare_id, values.get("env_kwargs"), values.get("env_wrapper"))
     if not own:
         if names_code(trained_on):  # comparing spaces needs the run's env: its code
             check_run_code("env", trained_on, None, trust_run_code, run_dir, "--env")
-        check_same_spaces(bare_id, resolve_env(trained_on, forbid_dir=run_dir))
+        check_same_spaces(bare_id, env_source(resolve_env(trained_on, forbid_dir=run_dir),
+                                              values.get("env_kwargs"), values.get("env_wrapper")))
     _check_creates(bare_id)
     seed = eval_seed(int(values.get("seed", 0))) if seed is None else int(seed)
     if video_dir is not None:
@@ -250,15 +269,22 @@ def _check_writable_dir(path: Path) -> None:
         raise UserError(f"--video {path}: cannot write there ({err.strerror or err}).") from None
 
 
+def _build(env_id, **kwargs):
+    """One env of an id or recipe (its options plus ``kwargs``)."""
+    from pgrad.rl.envs import EnvRecipe, make_env
+
+    return env_id(**kwargs) if isinstance(env_id, EnvRecipe) else make_env(env_id, **kwargs)
+
+
 def _check_creates(env_id: str) -> None:
     """Refuses an env whose constructor fails, in one line, before anything is loaded."""
 
-    from pgrad.rl.envs import make_env
+    from pgrad.rl.envs import env_name
 
     try:
-        env = make_env(env_id)
+        env = _build(env_id)
     except Exception as err:  # noqa: BLE001  (the env's own constructor)
-        raise UserError(f"env {env_id!r} could not be created: {type(err).__name__}: "
+        raise UserError(f"env {env_name(env_id)!r} could not be created: {type(err).__name__}: "
                         f"{one_line(err)}") from None
     env.close()
 
@@ -267,14 +293,14 @@ def _check_renders(env_id: str) -> None:
     """Refuses --video for an env that cannot render frames (e.g. no ``render_mode`` argument)."""
     import warnings
 
-    from pgrad.rl.envs import make_env
+    from pgrad.rl.envs import env_name
 
     try:
         with warnings.catch_warnings(record=True) as caught:  # shown only if it works
-            env = make_env(env_id, render_mode="rgb_array")
+            env = _build(env_id, render_mode="rgb_array")
     except Exception as err:  # noqa: BLE001  (the env's own constructor)
         hint = (" (its constructor takes no render_mode)" if "render_mode" in str(err) else "")
-        raise UserError(f"--video: env {env_id!r} cannot render frames{hint}: "
+        raise UserError(f"--video: env {env_name(env_id)!r} cannot render frames{hint}: "
                         f"{type(err).__name__}: {one_line(err)}") from None
     for w in caught:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
@@ -284,10 +310,9 @@ def _check_renders(env_id: str) -> None:
 def _load_export(path: Path, env_id: str):
     """``(policy, None)`` for a loadable export at ``path``, else ``(None, why not)``."""
 
-    from pgrad.rl.envs import make_env
     from pgrad.rl.export import ExportedPolicy
 
-    probe = make_env(env_id)
+    probe = _build(env_id)
     try:
         return ExportedPolicy(path, probe.observation_space, probe.action_space), None
     except ValueError as err:
