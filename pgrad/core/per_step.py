@@ -126,15 +126,16 @@ def _generic_norms_sq(fn, variables, args, num_rows, chunk_size, max_bytes) -> t
 def _sequence_block(fn, variables, length: int):
     """``block(rows) -> [grad rows per variable]`` for rows that are whole sequences of
     ``length`` steps: a jacobian through each sequence (row ``t`` of a sequence may read its
-    earlier rows; ``tape.jacobian`` vectorises its ``length`` backward passes), one sequence
-    after the other (``tf.map_fn``: pfor cannot vectorise a jacobian through the core's
-    ``tf.scan`` a second time)."""
+    earlier rows: ``length`` backward passes through it), one sequence after the other
+    (``tf.map_fn``; pfor cannot vectorise a jacobian through the core's ``tf.scan`` twice)."""
 
     def one(seq_args):  # one sequence, [L, ...] per arg -> [L, *shape] per variable
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(persistent=True) as tape:
             out = taps.check_per_step(taps.split_output(fn(*seq_args))[0], length,
                                       "per_step_grads")
-        return zeros_for_unconnected(tape.jacobian(out, variables), variables)
+        # a loop of backward passes: pfor through the core's tf.scan takes ~10 s to build
+        jac = tape.jacobian(out, variables, experimental_use_pfor=False)
+        return zeros_for_unconnected(jac, variables)
 
     def block(rows):
         seqs = tf.nest.map_structure(
