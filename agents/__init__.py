@@ -42,9 +42,10 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
 ``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` returns env actions
   (feed-forward policies); ``agent.predict(obs, state=None, episode_start=None,
   deterministic=True) -> (action, state)`` in Stable-Baselines3's shape (``state`` None for a
-  feed-forward policy; a recurrent one's state goes into the next call). ``agent.trackables()`` -- a dict
-  of everything for ``tf.train.Checkpoint`` (networks, optimizer, transform state, counters,
-  normaliser statistics, the seed). ``agent.export_policy(path)`` -- a SavedModel with
+  feed-forward policy; a recurrent one's state goes into the next call).
+  ``agent.trackables()`` -- a dict of everything for ``tf.train.Checkpoint`` (networks,
+  optimizer, transform state, counters, normaliser statistics, the seed).
+  ``agent.export_policy(path)`` -- a SavedModel with
   ``action(observation)`` (deterministic, normaliser inside), loadable with plain
   ``tf.saved_model.load``. ``agent.observation_space``, ``agent.action_space``, ``agent.env_id``,
   ``agent.close()``.
