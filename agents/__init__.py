@@ -9,7 +9,7 @@ Usage::
     agent = agents.make("a2c", "CartPole-v1", seed=0, learning_rate=1e-3)
     agent.learn(100_000, callbacks=agents.callbacks.StopAtReturn(475))  # returns the agent
     agent.save("runs/cp")                  # agents.load("runs/cp") restores it exactly
-    agent.predict(obs)                     # env-ready action(s), deterministic by default
+    action, state = agent.predict(obs)     # env-ready action(s), deterministic by default
     info = agent.step()                    # or by hand: one rollout + one update
     agent.close()
 
@@ -39,10 +39,13 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   ``EvalCallback``, ``Checkpoint``, ``StopAtReturn``; or a plain ``fn(loop)``, ``False`` stops);
   returns the agent. ``agent.save(path)`` / ``agents.load(path)``: see :mod:`agents.persistence`.
 
-``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` and
-  ``agent.predict(obs, deterministic=True)`` return env actions. ``agent.trackables()`` -- a dict
-  of everything for ``tf.train.Checkpoint`` (networks, optimizer, transform state, counters,
-  normaliser statistics, the seed). ``agent.export_policy(path)`` -- a SavedModel with
+``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` returns env actions
+  (feed-forward policies); ``agent.predict(obs, state=None, episode_start=None,
+  deterministic=True) -> (action, state)`` in Stable-Baselines3's shape (``state`` None for a
+  feed-forward policy; a recurrent one's state goes into the next call).
+  ``agent.trackables()`` -- a dict of everything for ``tf.train.Checkpoint`` (networks,
+  optimizer, transform state, counters, normaliser statistics, the seed).
+  ``agent.export_policy(path)`` -- a SavedModel with
   ``action(observation)`` (deterministic, normaliser inside), loadable with plain
   ``tf.saved_model.load``. ``agent.observation_space``, ``agent.action_space``, ``agent.env_id``,
   ``agent.close()``.

@@ -100,7 +100,9 @@ class ActorCriticAgent:
             self.net = actor_critic(self.layout, head_fn, self.encoder, cfg.hidden,
                                     cfg.activation, cfg.shared_trunk, cfg.share_encoder,
                                     critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
-                                    seed=self.seed, ortho_init=cfg.ortho_init)
+                                    seed=self.seed, ortho_init=cfg.ortho_init,
+                                    recurrent=cfg.recurrent or None,
+                                    core_units=cfg.lstm_units)
             self.head = self.net.head
         except Exception:
             envs.close()
@@ -136,6 +138,15 @@ class ActorCriticAgent:
         self._synced_updates = -1  # update count the numpy copies were taken at
         self._env_steps = 0  # Python copy of env_steps_var, refreshed with the others
         self._adversarial_acting: hooks.AdversarialActing | None = None
+        # A recurrent policy's rollout state, checkpointed: the actor's state [B, Sa] before the
+        # next observation (numpy while acting) and whether it starts an episode; the critic's
+        # [B, Sc] after the last rollout (the update computes and stores it).
+        size, critic_size = self.net.state_sizes
+        self.rollout_state = np.zeros((cfg.num_envs, size), np.float32)
+        self.state_var = tf.Variable(tf.zeros([cfg.num_envs, size]), trainable=False,
+                                     name="rollout_state")
+        self.critic_state_var = tf.Variable(tf.zeros([cfg.num_envs, critic_size]),
+                                            trainable=False, name="critic_state")
         self.updater = CompiledUpdate(self)
         try:  # also decides where the env's action masks come from (pgrad.rl.masks)
             self.collector.reset(seed=self.seed)
@@ -195,17 +206,27 @@ class ActorCriticAgent:
                 if norm is not None:
                     norm.pull()
             self.seed = int(self.seed_var.numpy())
+            if self.net.recurrent:
+                self.rollout_state = self.state_var.numpy()
             self._env_steps = int(self.env_steps_var.numpy())
             self._synced_updates = updates
         return updates
 
     def act(self, obs_batch: Any, deterministic: bool = False,
             action_masks: Any = None) -> np.ndarray:
-        """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give).
+        """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give),
+        for a feed-forward policy (a recurrent one acts with its state: :meth:`predict`).
 
         ``action_masks``: ``[N, n]`` legal actions (sb3-contrib's argument); by default the
         observations' ``action_mask`` key if they have one (:mod:`pgrad.rl.masks`).
         """
+        if self.net.recurrent:
+            raise ValueError("a recurrent policy acts with its state: use "
+                             "agent.predict(obs, state, episode_start) -> (action, state)")
+        return self._act(obs_batch, deterministic, action_masks, None, None)[0]
+
+    def _act(self, obs_batch, deterministic, action_masks, state, episode_start):
+        """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations."""
         self._sync()
         obs = self.collector.preprocess(obs_batch)
         if action_masks is None:
@@ -215,16 +236,30 @@ class ActorCriticAgent:
                                  "predict/act(action_masks=...)")
         if self.obs_norm is not None:
             obs = self.layout.with_vector(obs, self.obs_norm(self.layout.vector(obs)))
-        params, _ = self.mirror.forward(obs)
+        if self.net.recurrent:
+            size = self.mirror.state_size
+            state = (np.zeros((rows, size), np.float32) if state is None
+                     else np.asarray(state, np.float32).reshape(rows, size))
+            start = (None if episode_start is None
+                     else np.asarray(episode_start, bool).reshape(rows))
+            params, state = self.mirror.step(obs, state, start)
+        else:
+            params, _ = self.mirror.forward(obs)
+            state = None
         actions = (self.mirror.mode(params, legal) if deterministic
                    else self.mirror.sample(params, self._act_rng, action_mask=legal)[0])
-        return self.head.to_env(actions)
+        return self.head.to_env(actions), state
 
-    def predict(self, obs: Any, deterministic: bool = True, action_masks: Any = None
-                ) -> np.ndarray:
-        """Env-ready action(s) for one raw observation or a batch of them.
+    def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True, action_masks: Any = None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(action, state)`` for one raw observation or a batch, in Stable-Baselines3's shape.
 
         Deterministic (the mode) by default, as Stable-Baselines3's ``predict`` for evaluation.
+        ``state``: a recurrent policy's state from the previous call (``[S]`` for one
+        observation, ``[N, S]`` for a batch; None: zeros, an episode's start); ``episode_start``
+        (bool, ``[N]`` for a batch): reset the state first, as at a new episode. The returned
+        state goes into the next call; a feed-forward policy returns None and ignores both.
         ``action_masks``: the legal actions, ``[n]`` (or ``[N, n]`` for a batch), as
         sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
         without it.
@@ -232,9 +267,11 @@ class ActorCriticAgent:
         single = not spaces.is_batch(obs, self.observation_space)
         if single and action_masks is not None:
             action_masks = np.asarray(action_masks)[None]
-        actions = self.act(spaces.batch_of_one(obs) if single else obs, deterministic,
-                           action_masks)
-        return actions[0] if single else actions
+        actions, state = self._act(spaces.batch_of_one(obs) if single else obs, deterministic,
+                                   action_masks, state, episode_start)
+        if single:
+            return actions[0], None if state is None else state[0]
+        return actions, state
 
     @property
     def policy(self) -> NetworkPolicy:
@@ -249,6 +286,17 @@ class ActorCriticAgent:
         mirror, head, layout = self.mirror, self.head, self.layout
         sde = {"noise": None, "steps": 0}
         freq = int(self.cfg.sde_sample_freq)
+
+        if self.net.recurrent:  # the state carried across steps and rollouts, reset at starts
+            collector = self.collector
+
+            def policy_fn(obs, action_mask=None):
+                params, self.rollout_state = mirror.step(obs, self.rollout_state,
+                                                         collector.episode_start)
+                actions, log_probs = mirror.sample(params, rng, None, action_mask)
+                return actions, head.to_env(actions), log_probs, None
+
+            return policy_fn
 
         # No critic here: the update computes V on the same weights, so storing it would only
         # add a forward pass per env step.
@@ -295,6 +343,8 @@ class ActorCriticAgent:
         base = self._env_steps  # == env_steps_var, without a TensorFlow call
         self.collector.env_steps = before = base  # so env errors name the run's env step
         policy_fn = self.acting_fn(rng)
+        # a recurrent policy's rollout starts from these (stored for the update)
+        start = (self.rollout_state, self.collector.episode_start.copy())
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
         traj, episodes = self._collect(policy_fn)
@@ -302,7 +352,8 @@ class ActorCriticAgent:
             traj = hooks.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
         scheduled = self.schedules.values(base + taken, self.budget, updates)
-        args = self.updater.inputs(traj, taken, scheduled)
+        recurrent = (*start, self.rollout_state) if self.net.recurrent else None
+        args = self.updater.inputs(traj, taken, scheduled, recurrent)
         out, *step_norms = self.updater(args, fixed_shape=traj.mask is None)
         out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)
         keys = self.updater.metric_keys
@@ -346,6 +397,8 @@ class ActorCriticAgent:
         out: dict[str, Any] = dict(self.net.modules())
         if self.critic_optimizer is not None:
             out["critic_optimizer"] = self.critic_optimizer
+        if self.net.recurrent:
+            out.update(rollout_state=self.state_var, critic_state=self.critic_state_var)
         out.update(optimizer=self.optimizer, transform_state=self.transform_state,
                    env_steps=self.env_steps_var, updates=self.updates_var, seed=self.seed_var)
         if self.obs_norm is not None:

@@ -17,6 +17,7 @@ from pgrad.rl.rollout import VECTOR_MODES
 
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
 ROLLOUTS = ("steps", "episodes")
+RECURRENT = ("", "lstm", "gru")
 #: Sizes past which a setting is refused as a mistake (a typo such as num_envs=100000).
 MAX_ENVS = 4096
 MAX_WIDTH = 16384
@@ -99,6 +100,11 @@ class ActorCriticConfig:
         "rollout"))
     ortho_init: bool = field(default=True, metadata=doc(
         "orthogonal initialisation (gains sqrt 2, 0.01 policy, 1 value); else PyTorch's default"))
+    recurrent: str = field(default="", metadata=doc(
+        "a recurrent core after the features: 'lstm' or 'gru' (actor and critic each have one, "
+        "as sb3-contrib's RecurrentPPO); '' = none (feed-forward)"))
+    lstm_units: int = field(default=256, metadata=doc(
+        "with recurrent: units of the LSTM/GRU core (sb3-contrib's lstm_hidden_size)"))
     # -- optimisation --------------------------------------------------------------------------
     optimizer: str = field(default="rmsprop", metadata=doc("'rmsprop', 'adam' or 'sgd'"))
     learning_rate: float | str = field(default=7e-4, metadata=scheduled(
@@ -256,8 +262,31 @@ class ActorCriticConfig:
              f"engine_path must be one of {PATHS}; got {self.engine_path!r}")
         need(0 <= self.adversarial_epsilon <= MAX_EPSILON,  # (NaN fails both)
              f"adversarial_epsilon must be in [0, {MAX_EPSILON:g}]; got {self.adversarial_epsilon}")
+        need(self.recurrent in RECURRENT,
+             f"recurrent must be one of {RECURRENT}; got {self.recurrent!r}")
+        need(1 <= int(self.lstm_units) <= MAX_WIDTH,
+             f"lstm_units must be in [1, {MAX_WIDTH}]; got {self.lstm_units}")
+        if self.recurrent:
+            self.validate_recurrent(need)
         need(self.diagnostics_max_norm >= 0,
              f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")
+
+
+    def validate_recurrent(self, need) -> None:
+        """What a recurrent core needs: fixed-length rollouts whose env sequences stay whole."""
+        why = f"recurrent={self.recurrent!r}"
+        need(self.rollout == "steps", f"{why} needs rollout='steps' (whole env sequences of "
+             "n_steps; set n_steps to the horizon)")
+        need(int(self.minibatch_size) % int(self.n_steps) == 0,
+             f"{why}: minibatches are whole env sequences, so minibatch_size must be a "
+             f"multiple of n_steps = {self.n_steps}; got {self.minibatch_size}")
+        need(not self.shared_trunk, f"{why}: actor and critic have their own cores; "
+             "shared_trunk does not apply")
+        need(self.adversarial_epsilon == 0, f"{why}: adversarial_epsilon attacks feed-forward "
+             "policies only")
+        need(not self.diagnostics, f"{why}: diagnostics apply to feed-forward policies only")
+        need(int(self.critic_minibatch_size) == 0, f"{why}: critic_minibatch_size must be 0 "
+             "(the critic trains on whole sequences)")
 
 
 def preset(name: str, value) -> object:

@@ -133,9 +133,13 @@ def _keep_others(old: Path, new: Path) -> None:
             _keep_others(entry, target)
 
 
-def export(agent, path: str | Path) -> Path:
+def export(agent, path: str | Path) -> Path | None:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
-    ``path`` that the export does not write are kept."""
+    ``path`` that the export does not write are kept. A recurrent policy has no export (its
+    state is not an input of the SavedModel yet): None, nothing written; the checkpoint holds
+    it (``agents.load``, ``pgrad-evaluate`` read that)."""
+    if agent.net.recurrent:
+        return None
     final = Path(path)
     tmp = temp_path(final)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -108,6 +108,11 @@ def flat_call_supported(concrete: Any) -> bool:
     return params == ["tensor_inputs", "captured_inputs"]
 
 
+def _firsts(rows: tf.Tensor, length: int) -> tf.Tensor:
+    """``[B L, S]`` per-row copies -> ``[B, S]``: each env sequence's first row."""
+    return tf.reshape(rows, [-1, length, rows.shape[-1]])[:, 0]
+
+
 class CompiledUpdate:
     """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
 
@@ -151,7 +156,8 @@ class CompiledUpdate:
         """How many times the update has been traced (a retrace per call would be a bug)."""
         return self._fn.experimental_get_tracing_count()
 
-    def inputs(self, traj: rollout.Trajectory, taken: int, scheduled=None) -> tuple:
+    def inputs(self, traj: rollout.Trajectory, taken: int, scheduled=None,
+               recurrent: tuple | None = None) -> tuple:
         """The update's inputs as four tensors (each tensor argument of a call costs a
         conversion and signature matching, ~10 us apiece), then the images, if any:
 
@@ -164,6 +170,10 @@ class CompiledUpdate:
         images, each image part of the observations and then of the next observations,
         ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32);
         last, for an env that masks actions, the ``[T, B, n]`` bool action masks.
+
+        A recurrent policy's ``recurrent = (state0 [B, S], episode_start0 [B], state_end [B, S])``
+        (the actor's state before the rollout, whether its first observations start episodes,
+        its state after the rollout) end the float32 vector (:meth:`_split_recurrent`).
         """
         if scheduled is None:  # the values of the update that follows now
             scheduled = self.agent.schedules.values(int(self.env_steps_var.numpy()) + taken,
@@ -172,9 +182,10 @@ class CompiledUpdate:
         layout = self.layout
         obs, nxt = layout.vector(traj.observations), layout.vector(traj.next_observations)
         vectors = [] if obs is None else [obs.ravel(), nxt.ravel()]
+        tail = [] if recurrent is None else [np.ravel(x).astype(np.float32) for x in recurrent]
         floats = np.concatenate(vectors + [traj.rewards.ravel(), traj.terminated.ravel(),
-                                           traj.truncated.ravel(), traj.log_probs.ravel()],
-                                dtype=np.float32, casting="same_kind")
+                                           traj.truncated.ravel(), traj.log_probs.ravel()]
+                                + tail, dtype=np.float32, casting="same_kind")
         stats = np.concatenate([[float(taken)]] + [
             np.ravel(x) for n in self.normalizers for x in (n.rms.mean, n.rms.var,
                                                                n.rms.count)]
@@ -189,6 +200,23 @@ class CompiledUpdate:
             images.append(tf.constant(traj.action_mask))
         return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
                 *images)
+
+    def _split_recurrent(self, floats: tf.Tensor, batch: int):
+        """``floats -> (floats, (state0 [B, S], episode_start0 [B], state_end [B, S]))``."""
+        size = self.net.state_sizes[0]
+        n = batch * size
+        floats, state0, start0, state_end = tf.split(
+            floats, [tf.shape(floats)[0] - 2 * n - batch, n, batch, n])
+        return floats, (tf.reshape(state0, [batch, size]), start0,
+                        tf.reshape(state_end, [batch, size]))
+
+    def _values(self, data: dict) -> tf.Tensor:
+        """``[M]`` values of a batch of flat rows (recurrent: whole env-major sequences)."""
+        if not self.net.recurrent:
+            return self.net.value(data["obs"])
+        length = int(self.cfg.n_steps)
+        return self.net.value_sequence(data["obs"], data["episode_starts"],
+                                       _firsts(data["critic_state0"], length), length)[0]
 
     def _split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
         """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
@@ -271,6 +299,9 @@ class CompiledUpdate:
         """
         cfg, net = self.cfg, self.net
         images, action_mask = self._split_images(rest)
+        if net.recurrent:
+            floats, (state0, start0, state_end) = self._split_recurrent(floats, cfg.num_envs)
+            self.agent.state_var.assign(state_end)
         (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
          norm_stats, scalars) = self.unpack(floats, actions, stats, *images)
         self.env_steps_var.assign_add(env_steps_taken)
@@ -288,7 +319,23 @@ class CompiledUpdate:
         def flat(x):  # [T, B, ...] -> [T B, ...], every part of an observation
             return _map(lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
 
-        if net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
+        if net.recurrent:  # env-major sequences [B T, ...]: row b T + t is step t of env b
+            def flat(x):  # noqa: F811  [T, B, ...] -> [B T, ...]
+                return _map(lambda y: tf.reshape(
+                    tf.transpose(y, tf.concat([[1, 0], tf.range(2, tf.rank(y))], 0)),
+                    tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
+
+            done = tf.maximum(terminated, truncated)
+            starts = tf.concat([start0[None], done[:-1]], 0)  # [T, B] 1: reset before o_t
+        if net.recurrent and net.critic is not None:  # the critic's sequences, then V(o_{t+1})
+            critic0 = tf.convert_to_tensor(self.agent.critic_state_var)  # [B, Sc]
+            seq_values, states = net.value_sequence(flat(obs), flat(starts), critic0, T)
+            seq_next = net.value_after(flat(next_obs), states)
+            self.agent.critic_state_var.assign(
+                tf.reshape(states, [B, T, -1])[:, -1])  # after the rollout: the next one's start
+            values, next_values = (tf.transpose(tf.reshape(v, [B, T])) for v in (seq_values,
+                                                                                  seq_next))
+        elif net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
             both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))
             if net.encoder is None:
                 both = net.value(both)  # [2TB]
@@ -305,6 +352,11 @@ class CompiledUpdate:
                 "values": values, "rewards": rewards, "behaviour_log_probs": log_probs}
         if action_mask is not None:  # [T, B, n] the env's legal actions at each o_t
             data["action_mask"] = action_mask
+        if net.recurrent:  # each row carries its sequence's first state (only those are read)
+            data["episode_starts"] = starts
+            data["state0"] = tf.repeat(state0[None], T, axis=0)  # [T, B, Sa]
+            if net.critic is not None:
+                data["critic_state0"] = tf.repeat(critic0[None], T, axis=0)
         data = {k: flat(v) for k, v in data.items()}  # [N, ...]
         if mask is not None:  # whole-episode batches: keep only the steps in the batch
             keep = flat(mask) > 0
@@ -352,9 +404,16 @@ class CompiledUpdate:
         per_epoch = n // size  # episode batches: a remainder of n % size steps sits out an epoch
         seed = tf.cast(self.seed_var, tf.int32) * 7919
         update = tf.cast(self.updates_var, tf.int32)
-        orders = tf.stack([  # [epochs, N] one shuffle per epoch, from (seed, update, epoch)
-            tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + e, update])))
-            for e in range(int(cfg.epochs))])
+        if self.net.recurrent:  # whole env sequences, shuffled: minibatches of mb / L of them
+            length = int(cfg.n_steps)
+            steps = tf.range(length)[None]
+            orders = tf.stack([tf.reshape(length * tf.argsort(tf.random.stateless_uniform(
+                [n // length], tf.stack([seed + e, update])))[:, None] + steps, [-1])
+                for e in range(int(cfg.epochs))])
+        else:
+            orders = tf.stack([  # [epochs, N] one shuffle per epoch, from (seed, update, epoch)
+                tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + e, update])))
+                for e in range(int(cfg.epochs))])
         total = per_epoch * int(cfg.epochs)
         keys = self._minibatch_keys()
 
@@ -397,10 +456,13 @@ class CompiledUpdate:
             start = (i % per_pass) * size
             order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + p, update])))
             idx = order[start: start + size]
-            obs = _map(lambda x: tf.gather(x, idx), data["obs"])
-            ret = tf.gather(data["returns"], idx)
+            if net.recurrent:  # the whole rollout's sequences (critic_minibatch_size 0)
+                batch, ret = data, data["returns"]
+            else:
+                batch = {"obs": _map(lambda x: tf.gather(x, idx), data["obs"])}
+                ret = tf.gather(data["returns"], idx)
             with tf.GradientTape() as tape:
-                loss = loss_lib.value_loss(net.value(obs), ret)
+                loss = loss_lib.value_loss(self._values(batch), ret)
             grads = zeros_for_unconnected(tape.gradient(loss, variables), variables)
             if cfg.max_grad_norm > 0:
                 grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
@@ -444,11 +506,11 @@ class CompiledUpdate:
         value_grads = []
         value_vars = net.variables if net.shares_features else net.value_only_variables
         if net.critic is not None and self.critic_optimizer is not None:
-            value_term = loss_lib.value_loss(net.value(mb["obs"]), mb["returns"])  # reported
+            value_term = loss_lib.value_loss(self._values(mb), mb["returns"])  # reported
         elif net.critic is not None:
             with tf.GradientTape() as tape:
                 value_term = loss_lib.value_loss(
-                    net.value(mb["obs"]), mb["returns"], mb["values"],
+                    self._values(mb), mb["returns"], mb["values"],
                     scalars["clip_range_vf"] if self.clip_values else 0.0)
                 weighted = scalars["vf_coef"] * value_term
             value_grads = zeros_for_unconnected(tape.gradient(weighted, value_vars), value_vars)
@@ -456,11 +518,20 @@ class CompiledUpdate:
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
 
+        length = int(cfg.n_steps) if net.recurrent else None
+
         def log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
             dist = head.distribution(net.params(o), action_mask)
             return dist.log_prob(a), {"entropy": dist.entropy()}  # [M], [M]
 
         inputs = (mb["obs"], mb["actions"])
+        if net.recurrent:  # row t through its sequence's prefix: d log pi(a_t | o_1..t)
+            def log_prob_fn(o, starts, state0, a, action_mask=None):  # noqa: F811
+                params = net.params_sequence(o, starts, _firsts(state0, length), length)
+                dist = head.distribution(params, action_mask)
+                return dist.log_prob(a), {"entropy": dist.entropy()}
+
+            inputs = (mb["obs"], mb["episode_starts"], mb["state0"], mb["actions"])
         if "action_mask" in mb:
             inputs += (mb["action_mask"],)
         aux = None
@@ -470,7 +541,7 @@ class CompiledUpdate:
 
         out = pgrad.run_engine(self.transform, self.transform_state.read(), log_prob_fn,
                                policy_vars, inputs, context, aux_loss=aux,
-                               path=cfg.engine_path)
+                               path=cfg.engine_path, sequence_length=length)
         # Combine in the ascent direction, aligned with net.variables: policy gradient minus the
         # gradients of the losses (entropy term on the policy, value term on its variables).
         total = {id(v): g for v, g in zip(policy_vars, out.grads)}

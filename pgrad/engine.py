@@ -70,8 +70,10 @@ class _Pass:
     """The engine's forward pass: plain (one tape) or recorded (taps), plus a lazy plain pass
     for the variables the taps do not cover."""
 
-    def __init__(self, fn, variables, inputs, num_steps, aux_loss, aux_variables, record):
+    def __init__(self, fn, variables, inputs, num_steps, aux_loss, aux_variables, record,
+                 sequence_length=None):
         self.fn, self.variables, self.inputs = fn, variables, inputs
+        self.sequence_length = sequence_length
         self.num_steps, self.aux_loss, self.aux_variables = num_steps, aux_loss, aux_variables
         self.cap = None
         if record:
@@ -133,7 +135,8 @@ class _Pass:
         """``[T]`` per-step gradient norms (taps for covered variables, chunked for the rest)."""
         if self.cap is None:
             return per_step_lib.per_step_norms(self._logp_fn, self.variables, *self.inputs,
-                                               chunk_size=chunk_size, use_taps=False)
+                                               chunk_size=chunk_size, use_taps=False,
+                                               sequence_length=self.sequence_length)
         total = self.cap.norms_squared(self.num_steps, keep=True)
         missing = [v for v, ok in zip(self.variables, self.cap.covered) if not ok]
         if missing:
@@ -145,7 +148,8 @@ class _Pass:
         """``[T, *shape]`` per variable."""
         if self.cap is None:
             return per_step_lib.per_step_grads(self._logp_fn, self.variables, *self.inputs,
-                                               chunk_size=chunk_size, use_taps=False)
+                                               chunk_size=chunk_size, use_taps=False,
+                                               sequence_length=self.sequence_length)
         rows = self.cap.per_step_grads(self.num_steps)
         missing = [i for i, r in enumerate(rows) if r is None]
         if missing:
@@ -173,6 +177,7 @@ def run(
     path: str = "auto",
     chunk_size: int | None = None,
     use_taps: bool = True,
+    sequence_length: int | None = None,
 ) -> EngineOutput:
     """Aggregated, transformed policy gradients (ascent direction) for one batch.
 
@@ -192,6 +197,10 @@ def run(
       chunk_size: rows per block when per-step gradients or norms are computed generically.
       use_taps: let per-step gradients and norms of tapped layers come from one batched pass
         (:mod:`pgrad.core.taps`); ``False`` uses the generic vectorised path for every variable.
+      sequence_length: ``L`` for a recurrent ``log_prob_fn``: the rows are env-major sequences
+        of ``L`` steps, row ``t`` of one depending on its rows ``0..t``. The fused path stays
+        one backward pass through time; per-step gradients and norms are taken through each
+        row's prefix (:func:`pgrad.core.per_step.sequence_grads`); no taps.
 
     Returns:
       An :class:`EngineOutput`.
@@ -211,9 +220,10 @@ def run(
     num_steps = per_step_lib.num_steps(inputs)
     needs_rows = not fused
     needs_norms = fused and form.needs_norms
-    record = bool(use_taps and variables and taps.enabled() and (needs_rows or needs_norms))
+    record = bool(use_taps and variables and taps.enabled() and (needs_rows or needs_norms)
+                  and not sequence_length)
     fwd = _Pass(log_prob_fn, variables, inputs, num_steps, aux_loss,
-                variables if aux_variables is None else aux_variables, record)
+                variables if aux_variables is None else aux_variables, record, sequence_length)
     log_probs = tf.stop_gradient(fwd.log_probs)
     ctx["log_probs"] = log_probs
     metrics: dict[str, tf.Tensor] = {}

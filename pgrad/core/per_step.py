@@ -123,6 +123,41 @@ def _generic_norms_sq(fn, variables, args, num_rows, chunk_size, max_bytes) -> t
     return map_chunks(block, args, num_rows, chunk, [tf.TensorSpec([None], dtype)])[0]
 
 
+def _sequence_block(fn, variables, length: int):
+    """``block(rows) -> [grad rows per variable]`` for rows that are whole sequences of
+    ``length`` steps: a jacobian through each sequence (row ``t`` of a sequence may read its
+    earlier rows: ``length`` backward passes through it), one sequence after the other
+    (``tf.map_fn``; pfor cannot vectorise a jacobian through the core's ``tf.scan`` twice)."""
+
+    def one(seq_args):  # one sequence, [L, ...] per arg -> [L, *shape] per variable
+        with tf.GradientTape(persistent=True) as tape:
+            out = taps.check_per_step(taps.split_output(fn(*seq_args))[0], length,
+                                      "per_step_grads")
+        # a loop of backward passes: pfor through the core's tf.scan takes ~10 s to build
+        jac = tape.jacobian(out, variables, experimental_use_pfor=False)
+        return zeros_for_unconnected(jac, variables)
+
+    def block(rows):
+        seqs = tf.nest.map_structure(
+            lambda x: tf.reshape(x, tf.concat([[-1, length], tf.shape(x)[1:]], 0)), rows)
+        grads = tf.map_fn(one, seqs, fn_output_signature=[
+            tf.TensorSpec([length, *v.shape], v.dtype) for v in variables])  # [k, L, *shape]
+        return [tf.reshape(g, tf.concat([[-1], tf.shape(g)[2:]], 0)) for g in grads]
+
+    return block
+
+
+def sequence_grads(fn, variables, args, num_rows, length: int, chunk_size=None,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> list[tf.Tensor]:
+    """Per-step gradients of ``fn`` over env-major sequences of ``length`` rows (a recurrent
+    policy: row ``t`` of a sequence depends on rows ``0..t`` of it), in chunks of whole
+    sequences. Each sequence costs ``length`` backward passes through it (vectorised)."""
+    chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
+    chunk = max(1, chunk // length) * length
+    specs = [tf.TensorSpec([None, *v.shape], v.dtype) for v in variables]
+    return map_chunks(_sequence_block(fn, variables, length), args, num_rows, chunk, specs)
+
+
 def _guarded(cap: taps.Capture, fast: Callable, slow: Callable):
     """``fast()`` when every tap had T rows; with dynamic shapes, decided at run time."""
     if cap.rows_ok is True:
@@ -143,6 +178,7 @@ def per_step_grads(
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     use_taps: bool = True,
+    sequence_length: int | None = None,
 ) -> list[tf.Tensor]:
     """Per-step gradients of a per-step objective.
 
@@ -159,6 +195,9 @@ def per_step_grads(
       chunk_size: steps per vectorised block (generic path); default from ``max_bytes``.
       max_bytes: memory budget for one block of ``[chunk, params]`` gradients.
       use_taps: use the layer taps where they apply (``False``: generic path only).
+      sequence_length: ``L``: the rows are env-major sequences of ``L`` steps and row ``t`` of
+        a sequence may depend on its rows ``0..t`` (a recurrent policy); each row's gradient is
+        taken through its prefix (no taps: a layer's row is read by later steps too).
 
     Returns:
       One ``[T, *variable.shape]`` tensor per variable; row ``t`` is ``d fn(*args)[t] / d var``.
@@ -167,6 +206,9 @@ def per_step_grads(
       ValueError: if ``fn`` does not return one value per step.
     """
     variables, args, num_rows = _prepare(variables, args)
+    if sequence_length:
+        return sequence_grads(fn, variables, args, num_rows, int(sequence_length), chunk_size,
+                              max_bytes)
 
     def generic(vs):
         return _generic_grads(fn, vs, args, num_rows, chunk_size, max_bytes)
@@ -205,6 +247,7 @@ def per_step_norms(
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     use_taps: bool = True,
+    sequence_length: int | None = None,
 ) -> tf.Tensor:
     """``[T]`` global norm of each step's gradient, never materialising all rows at once.
 
@@ -213,6 +256,15 @@ def per_step_norms(
     other variables go through the chunked generic path.
     Arguments as in :func:`per_step_grads`.
     """
+    if sequence_length:
+        variables, args, num_rows = _prepare(variables, args)
+        length = int(sequence_length)
+        chunk = int(chunk_size) if chunk_size else default_chunk_size(variables, max_bytes)
+        chunk = max(1, chunk // length) * length
+        grads_of = _sequence_block(fn, variables, length)
+        dtype = variables[0].dtype if variables else tf.float32
+        return tf.sqrt(map_chunks(lambda rows: [step_norms_squared(grads_of(rows))], args,
+                                  num_rows, chunk, [tf.TensorSpec([None], dtype)])[0])
     return norms_and_capture(
         fn, variables, *args, chunk_size=chunk_size, max_bytes=max_bytes, use_taps=use_taps
     )[0]

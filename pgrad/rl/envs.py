@@ -57,7 +57,8 @@ GAME_INFO = "game"
 _NAMESPACES = {"MinAtar/": ("minatar.gym", "MinAtar", "minatar")}
 _ATARI_SUFFIXES = ("NoFrameskip-v4", "NoFrameskip-v0")
 #: pgrad's own env ids -> the module whose ``register()`` registers them.
-_PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.masked_envs", "PenaltyOffers-v0": "pgrad.rl.masked_envs"}
+_PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.masked_envs", "PenaltyOffers-v0": "pgrad.rl.masked_envs",
+              "CartPoleNoVel-v1": "pgrad.rl.novel_envs", "PendulumNoVel-v1": "pgrad.rl.novel_envs"}
 
 
 class EnvError(ValueError):
@@ -75,7 +76,8 @@ def ensure_registered(env_id: Any) -> None:
     """Registers the Gymnasium ids of ``env_id``'s package if they are not registered yet.
 
     ale-py for Atari ids (``ALE/...``, ``...NoFrameskip-v4``), MinAtar for ``MinAtar/...``,
-    pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`); any
+    pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`;
+    ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.novel_envs`); any
     other id (or a factory) is left alone. Cheap once registered (one dict look-up).
 
     Raises:

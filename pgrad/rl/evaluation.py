@@ -178,6 +178,10 @@ def run_episodes(
         caps = [episode_cap(env) for env in envs]
         capped = []
         live = list(range(episodes))
+        # a recurrent policy's state per episode, reset where an episode (or a life) starts
+        size = int(getattr(policy, "state_size", 0) or 0)
+        states = np.zeros((episodes, size), np.float32) if size else None
+        starts = np.ones(episodes, bool)
         while live:
             rows, legal = [], []
             for i in live:
@@ -200,7 +204,12 @@ def run_episodes(
                                               for m in legal])
             # The mask only where an env gave one: a Policy of the user's need not take it.
             masked = {} if action_mask is None else {"action_mask": action_mask}
-            actions = policy.act_flat(flat, deterministic, rng, **masked)
+            if states is None:
+                actions = policy.act_flat(flat, deterministic, rng, **masked)
+            else:
+                actions, states[live] = policy.act_with_state(flat, states[live], starts[live],
+                                                              deterministic, rng, **masked)
+                starts[live] = False
             still = []
             for j, i in enumerate(live):
                 try:
@@ -217,6 +226,7 @@ def run_episodes(
                         try:
                             obs[i], info = envs[i].reset()
                             infos[i] = info
+                            starts[i] = True
                         except Exception as err:
                             raise failed(err, i, f"the reset after step {lengths[i]}") from err
                         game = info.get(GAME_INFO)  # (a game can end inside a reset)

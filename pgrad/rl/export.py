@@ -296,6 +296,9 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     and ``sample_with_noise`` draw from the policy (see the module docstring). ``metadata``
     (JSON values, e.g. the env id) goes into ``pgrad_policy.json`` beside it.
     """
+    if net.recurrent:
+        raise ValueError("a recurrent policy cannot be exported yet (the SavedModel has no "
+                         "state inputs); save the agent and load it with agents.load")
     encoded = net.encoder is not None
     module = (_ExportedEncodedPolicy if encoded else _ExportedPolicy)(net, obs_norm, obs_space)
     tf.saved_model.save(module, str(path), signatures=module.signatures())

@@ -81,13 +81,17 @@ class ActorCritic:
       encoder: a Keras layer ``observation -> [N, obs_dim]`` in front of everything (e.g.
         :class:`pgrad.rl.encoders.ObservationEncoder`), or None.
       critic_encoder: the critic's own encoder; None: the critic shares ``encoder``.
+      recurrent: ``"lstm"`` / ``"gru"``: a recurrent core (:mod:`pgrad.rl.recurrent`) of
+        ``core_units`` after the features, one for the actor and one for the critic
+        (sb3-contrib's ``enable_critic_lstm``); the MLPs then read the core's output. None: none.
     """
 
     def __init__(self, obs_dim: int, head: dist_lib.ActionHead, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared: bool = False, critic: bool = True,
                  trunk_grad_scale: float = 1.0, seed: int = 0, ortho_init: bool = True,
                  encoder: keras.layers.Layer | None = None,
-                 critic_encoder: keras.layers.Layer | None = None):
+                 critic_encoder: keras.layers.Layer | None = None,
+                 recurrent: str | None = None, core_units: int = 64):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
         self.encoder = encoder
@@ -96,6 +100,19 @@ class ActorCritic:
         self.head, self.activation, self.shared = head, activation, shared and bool(hidden)
         self.trunk_grad_scale = float(trunk_grad_scale)
         self.obs_dim = int(obs_dim)
+        self.core = self.critic_core = None
+        if recurrent:
+            from pgrad.rl.recurrent import RecurrentCore
+
+            if shared:
+                raise ValueError("a recurrent policy has its own core for actor and critic; "
+                                 "shared_trunk does not apply")
+            self.core = RecurrentCore(recurrent, core_units, obs_dim, seed=seed + 5000,
+                                      name="core")
+            if critic:
+                self.critic_core = RecurrentCore(recurrent, core_units, obs_dim,
+                                                 seed=seed + 6000, name="critic_core")
+            obs_dim = int(core_units)
         if self.shared:
             self.trunk = mlp(obs_dim, hidden, None, activation, 1.0, "trunk", seed=seed,
                              ortho_init=ortho_init)
@@ -109,6 +126,48 @@ class ActorCritic:
                        if critic else None)
         if not head.built:
             head.build((None, head.param_size))
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether a recurrent core carries state between steps."""
+        return self.core is not None
+
+    @property
+    def state_sizes(self) -> tuple[int, int]:
+        """``(S_actor, S_critic)``: state widths of the cores (0 without one)."""
+        return (self.core.state_size if self.core is not None else 0,
+                self.critic_core.state_size if self.critic_core is not None else 0)
+
+    def _encoded(self, obs, critic: bool = False):
+        if self.encoder is None:
+            return obs
+        own = critic and self.critic_encoder is not None
+        return (self.critic_encoder if own else self.encoder)(obs)
+
+    def params_sequence(self, obs, episode_starts, state0, length) -> tf.Tensor:
+        """Recurrent: ``[B L]`` env-major rows (see :mod:`pgrad.rl.recurrent`) ->
+        ``[B L, param_size]``, each row through its sequence's prefix from ``state0 [B, S]``."""
+        h, _ = self.core.sequence(self._encoded(obs), episode_starts, state0, length)
+        return self._actor_params(h)
+
+    def value_sequence(self, obs, episode_starts, state0, length):
+        """Recurrent: ``([B L] values, [B L, S] critic states after each step)``."""
+        h, states = self.critic_core.sequence(self._encoded(obs, True), episode_starts, state0,
+                                              length)
+        return self.critic(h)[:, 0], states
+
+    def value_after(self, obs, states) -> tf.Tensor:
+        """Recurrent: ``[N]`` values of observations that follow the ``[N, S]`` critic states
+        (no reset: the final observation of an episode, ``V(o_{t+1})``)."""
+        h, _ = self.critic_core.step(self._encoded(obs, True), states)
+        return self.critic(h)[:, 0]
+
+    def _actor_params(self, x) -> tf.Tensor:
+        if not self.head.uses_latent:
+            return self.actor(x)
+        for layer in self.actor.layers[:-1]:
+            x = layer(x)
+        return tf.concat([self.actor.layers[-1](x), x], axis=1)
 
     def _features(self, obs, critic: bool = False) -> tf.Tensor:
         if self.encoder is not None:
@@ -128,15 +187,16 @@ class ActorCritic:
         """``[N, obs_dim] -> [N, param_size]`` distribution parameters (for a head that uses the
         latent, the actor's outputs and then its last hidden features). With an encoder ``obs``
         is the observation as the encoder takes it (:class:`pgrad.rl.spaces.ObsLayout`)."""
-        x = self._features(obs)
-        if not self.head.uses_latent:
-            return self.actor(x)
-        for layer in self.actor.layers[:-1]:
-            x = layer(x)
-        return tf.concat([self.actor.layers[-1](x), x], axis=1)
+        if self.core is not None:
+            raise ValueError("a recurrent policy's parameters depend on its state: use "
+                             "params_sequence")
+        return self._actor_params(self._features(obs))
 
     def value(self, obs) -> tf.Tensor:
         """``[N, obs_dim] -> [N]`` state values (trunk gradient scaled when shared)."""
+        if self.core is not None:
+            raise ValueError("a recurrent critic's values depend on its state: use "
+                             "value_sequence")
         feat = self._features(obs, critic=True)
         if self.trunk is not None and self.trunk_grad_scale != 1.0:
             feat = scale_gradient(feat, self.trunk_grad_scale)
@@ -147,7 +207,8 @@ class ActorCritic:
         """Everything the policy's log-probabilities depend on (encoder, trunk, actor, head)."""
         enc = list(self.encoder.trainable_variables) if self.encoder is not None else []
         trunk = list(self.trunk.trainable_variables) if self.trunk is not None else []
-        return (enc + trunk + list(self.actor.trainable_variables)
+        core = list(self.core.trainable_variables) if self.core is not None else []
+        return (enc + trunk + core + list(self.actor.trainable_variables)
                 + list(self.head.trainable_variables))
 
     @property
@@ -157,7 +218,9 @@ class ActorCritic:
             return []
         enc = (list(self.critic_encoder.trainable_variables)
                if self.critic_encoder is not None else [])
-        return enc + list(self.critic.trainable_variables)
+        core = (list(self.critic_core.trainable_variables)
+                if self.critic_core is not None else [])
+        return enc + core + list(self.critic.trainable_variables)
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -175,13 +238,18 @@ class ActorCritic:
             out["encoder"] = self.encoder
         if self.critic_encoder is not None:
             out["critic_encoder"] = self.critic_encoder
+        if self.core is not None:
+            out["core"] = self.core
+        if self.critic_core is not None:
+            out["critic_core"] = self.critic_core
         return out
 
 
 def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared_trunk: bool = False, share_encoder: bool = True,
                  critic: bool = True, trunk_grad_scale: float = 1.0, seed: int = 0,
-                 ortho_init: bool = True) -> ActorCritic:
+                 ortho_init: bool = True, recurrent: str | None = None,
+                 core_units: int = 64) -> ActorCritic:
     """The :class:`ActorCritic` for an observation layout and a (resolved) encoder.
 
     Vector observations with the ``"mlp"`` encoder give the plain MLP networks (no encoder;
@@ -199,9 +267,14 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
 
     hidden = tuple(int(h) for h in hidden)
     if layout.flat and encoder == "mlp":
-        head = head_fn(hidden[-1] if hidden else layout.vector_dim)
+        head = head_fn(hidden[-1] if hidden else (core_units if recurrent
+                                                  else layout.vector_dim))
         return ActorCritic(layout.vector_dim, head, hidden, activation, shared_trunk, critic,
-                           trunk_grad_scale, seed, ortho_init)
+                           trunk_grad_scale, seed, ortho_init, recurrent=recurrent,
+                           core_units=core_units)
+    if recurrent:
+        raise ValueError("recurrent policies read vector observations with the mlp encoder "
+                         "for now (no CNN / custom encoder before the core)")
     opts = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
     enc = encoders.ObservationEncoder(layout, encoder, seed=seed + 3000, name="encoder", **opts)
     critic_enc = None

@@ -85,6 +85,12 @@ class NumpyPolicy(NumpySampling):
         self._vars = [v for k in self._spec for w, b, _ in self._spec[k] for v in (w, b)]
         if getattr(self.head, "log_std", None) is not None:
             self._vars.append(self.head.log_std)
+        core = net.core  # a recurrent policy's actor core: its four weights last
+        self._core_kind = core.kind if core is not None else None
+        if core is not None:
+            self._vars += [core.kernel, core.recurrent_kernel, core.bias, core.recurrent_bias]
+        self.state_size = core.state_size if core is not None else 0
+        self._core: tuple = ()
         self._shapes = [tuple(v.shape) for v in self._vars]
         ends = np.cumsum([int(np.prod(s)) for s in self._shapes]).tolist()
         self._slices = [slice(a, b) for a, b in zip([0, *ends[:-1]], ends)]  # of flat_weights()
@@ -114,6 +120,7 @@ class NumpyPolicy(NumpySampling):
         arrays = [a for key in self._spec for w, b, _ in self._weights[key] for a in (w, b)]
         if self.log_std is not None:
             arrays.append(self.log_std)
+        arrays += list(self._core)
         return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float32, copy=False)
 
     def load_flat(self, flat: np.ndarray) -> None:
@@ -128,6 +135,8 @@ class NumpyPolicy(NumpySampling):
                                   for _, _, a in layers]
         if getattr(self.head, "log_std", None) is not None:
             self.log_std = next(it)
+        if self._core_kind is not None:
+            self._core = tuple(next(it) for _ in range(4))
 
     def _run(self, key: str, x: np.ndarray) -> np.ndarray:
         # In place after the matmul: the same arithmetic as ``act(x @ w + b)`` (bit for bit),
@@ -139,9 +148,26 @@ class NumpyPolicy(NumpySampling):
                 act(x, out=x)
         return x
 
+    def step(self, obs: np.ndarray, state: np.ndarray, episode_start=None):
+        """Recurrent: ``([N, obs_dim], [N, S] state, [N] episode starts or None)`` ->
+        ``([N, param_size], [N, S] next state)``; rows that start an episode start from zeros."""
+        from pgrad.rl import recurrent
+
+        state = recurrent.reset_rows(state, episode_start)
+        h, state = recurrent.numpy_step(self._core_kind, self._core,
+                                        np.asarray(obs, np.float32), state)
+        return self._head_params(h), state
+
     def forward(self, obs: np.ndarray, with_value: bool = False):
         """``[N, obs_dim]`` -> ``([N, param_size], [N] values or None)``."""
+        if self._core_kind is not None:
+            raise ValueError("a recurrent policy acts with its state: NumpyPolicy.step")
         feat = self._run("trunk", obs)
+        params = self._head_params(feat)
+        value = self._run("critic", feat)[:, 0] if with_value and self._spec["critic"] else None
+        return params, value
+
+    def _head_params(self, feat: np.ndarray) -> np.ndarray:
         if self.head.uses_latent:  # [outputs, last hidden features], as ActorCritic.params
             layers = self._weights["actor"]
             latent = feat
@@ -150,11 +176,8 @@ class NumpyPolicy(NumpySampling):
                 if act is not None:
                     latent = act(latent)
             w, b, _ = layers[-1]
-            params = np.concatenate([latent @ w + b, latent], axis=1)
-        else:
-            params = self._run("actor", feat)
-        value = self._run("critic", feat)[:, 0] if with_value and self._spec["critic"] else None
-        return params, value
+            return np.concatenate([latent @ w + b, latent], axis=1)
+        return self._run("actor", feat)
 
 
 def make_actor(net: ActorCritic, layout=None):
@@ -252,6 +275,9 @@ class Policy:
     picks env-ready actions.
     """
 
+    #: Width ``S`` of one env's recurrent state; 0 for a feed-forward policy.
+    state_size = 0
+
     def __init__(self, observation_space, action_space, head: dist_lib.ActionHead):
         from pgrad.rl import spaces
 
@@ -289,6 +315,15 @@ class Policy:
                                    action_mask=action_mask)[0]
         return self.head.to_env(actions)
 
+    def act_with_state(self, flat, state, episode_start, deterministic: bool,
+                       rng: np.random.Generator | None = None,
+                       action_mask: np.ndarray | None = None):
+        """``(env-ready actions [N, ...], next state [N, S] or None)``: :meth:`act_flat` with the
+        recurrent state carried (``state`` None: zeros; ``episode_start [N]``: rows whose state
+        is reset first). A feed-forward policy ignores both and returns None."""
+        masked = {} if action_mask is None else {"action_mask": action_mask}
+        return self.act_flat(flat, deterministic, rng, **masked), None
+
 
 class NetworkPolicy(Policy):
     """A :class:`Policy` over live networks: acting on the numpy mirror, gradients from Keras.
@@ -301,8 +336,12 @@ class NetworkPolicy(Policy):
     def __init__(self, net: ActorCritic, mirror, obs_norm, observation_space, action_space):
         super().__init__(observation_space, action_space, net.head)
         self.net, self.mirror, self.obs_norm = net, mirror, obs_norm
+        self.state_size = getattr(mirror, "state_size", 0)
 
     def params(self, flat) -> tf.Tensor:
+        if self.state_size:
+            raise ValueError("a recurrent policy's distribution depends on its state; "
+                             "observation attacks and params() apply to feed-forward policies")
         layout = self.layout
         vector = layout.vector(flat)
         if vector is not None:  # the normaliser sees the vector part only
@@ -323,6 +362,23 @@ class NetworkPolicy(Policy):
                    else self.mirror.sample(params, rng or np.random.default_rng(),
                                            action_mask=action_mask)[0])
         return self.head.to_env(actions)
+
+    def act_with_state(self, flat, state, episode_start, deterministic: bool,
+                       rng: np.random.Generator | None = None,
+                       action_mask: np.ndarray | None = None):
+        if not self.state_size:
+            return super().act_with_state(flat, state, episode_start, deterministic, rng,
+                                          action_mask)
+        layout = self.layout
+        x = flat if self.obs_norm is None else layout.with_vector(
+            flat, self.obs_norm(layout.vector(flat)))
+        if state is None:
+            state = np.zeros((len(layout.split(x)[0]), self.state_size), np.float32)
+        params, state = self.mirror.step(x, state, episode_start)
+        actions = (self.mirror.mode(params, action_mask) if deterministic
+                   else self.mirror.sample(params, rng or np.random.default_rng(),
+                                           action_mask=action_mask)[0])
+        return self.head.to_env(actions), state
 
 
 def _check_maskable(head) -> None:

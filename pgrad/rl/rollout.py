@@ -137,6 +137,9 @@ class Collector:
         #: Where the env's action masks come from (``masks.source``; None: it has none).
         self.masks = masks.VectorMasks(envs, self.layout, name)
         self._action_mask: np.ndarray | None = None  # [B, n] bool at the current observations
+        #: ``[B]`` bool: whether each env's current observation starts an episode (a recurrent
+        #: policy resets its state there; read by the policy function at each step).
+        self.episode_start = np.ones(self.num_envs, bool)
 
     def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
@@ -179,6 +182,7 @@ class Collector:
         where = f"reset (env step {self.env_steps})"
         obs, info = self._env_call(where, self.envs.reset, seed=seed)
         self._raw_obs = self._check(self._flat(obs, where), None, None)
+        self.episode_start = np.ones(self.num_envs, bool)
         self._action_mask = self.masks.reset(obs, info, where)
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self.layout.vector(self._raw_obs))
@@ -233,6 +237,7 @@ class Collector:
         if check:
             self._check(flat, rewards, where)
         done = np.logical_or(term, trunc)
+        self.episode_start = done
         nxt = flat
         episodes = []
         ended = _any(done)

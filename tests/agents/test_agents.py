@@ -111,8 +111,8 @@ def test_observation_spaces(obs_space):
     assert agent.env_steps == 8 and np.isfinite(list(info["metrics"].values())).all()
     # The policy sees the flattened observation and acts on one raw observation or a batch.
     one = obs_space.sample()
-    assert agent.predict(one) in ACTION_SPACES["discrete"]
-    batch = agent.predict(spaces.batch_of_one(one))
+    assert agent.predict(one)[0] in ACTION_SPACES["discrete"]
+    batch = agent.predict(spaces.batch_of_one(one))[0]
     assert batch.shape == (1,) and batch[0] in ACTION_SPACES["discrete"]
     agent.close()
 
@@ -381,8 +381,8 @@ def test_gaussian_options_train_save_load_and_evaluate(options, tmp_path):
     agent.save(tmp_path / "saved")
     loaded = agents.load(tmp_path / "saved")
     obs = np.random.default_rng(0).uniform(-1, 1, size=(5, 3)).astype(np.float32)
-    np.testing.assert_array_equal(agent.predict(obs), loaded.predict(obs))
-    assert np.all(np.abs(agent.predict(obs)) <= 2.0)
+    np.testing.assert_array_equal(agent.predict(obs)[0], loaded.predict(obs)[0])
+    assert np.all(np.abs(agent.predict(obs)[0]) <= 2.0)
     a = pgrad.evaluate(agent, episodes=1, seed=3)
     b = pgrad.evaluate(tmp_path / "saved", episodes=1, seed=3)
     np.testing.assert_allclose(a["returns"], b["returns"], rtol=1e-4)

@@ -50,19 +50,19 @@ def test_load_restores_exactly_and_predicts_the_same_in_a_fresh_process(saved):
                  (agent.optimizer.variables, loaded.optimizer.variables)]:
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x.numpy(), y.numpy())
-    np.testing.assert_array_equal(loaded.predict(OBS), agent.predict(OBS))
+    np.testing.assert_array_equal(loaded.predict(OBS)[0], agent.predict(OBS)[0])
     np.testing.assert_array_equal(agent.obs_norm.rms.mean, loaded.obs_norm.rms.mean)
     loaded.close()
     code = ("import json, sys, numpy as np, agents\n"
             "a = agents.load(sys.argv[1])\n"
             "obs = np.array(json.loads(sys.argv[2]), np.float32)\n"
-            "print(json.dumps([a.predict(obs).tolist(), int(a.predict(obs[0]))]))\n")
+            "print(json.dumps([a.predict(obs)[0].tolist(), int(a.predict(obs[0])[0])]))\n")
     proc = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(OBS.tolist())],
                           capture_output=True, text=True, cwd=ROOT, timeout=180)
     assert proc.returncode == 0, proc.stderr
     batch, one = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert batch == agent.predict(OBS).tolist()  # a batch of observations -> [N] actions
-    assert one == int(agent.predict(OBS[0])) == batch[0]  # one observation -> one action
+    assert batch == agent.predict(OBS)[0].tolist()  # a batch of observations -> [N] actions
+    assert one == int(agent.predict(OBS[0])[0]) == batch[0]  # one observation -> one action
 
 
 def test_learning_again_continues_the_counters(saved):

@@ -56,7 +56,7 @@ def test_every_agent_trains_on_a_masked_env_and_never_acts_illegally(name):
     mask = obs[:, :10] > 0.5
     mask[np.arange(50), np.random.default_rng(0).integers(0, 10, 50)] = True
     for det in (True, False):
-        actions = agent.predict(obs, deterministic=det, action_masks=mask)
+        actions = agent.predict(obs, deterministic=det, action_masks=mask)[0]
         assert mask[np.arange(50), actions].all()
     agent.close()
 
@@ -97,7 +97,7 @@ def test_dict_observation_and_method_conventions(mask):
     obs, _ = env.reset(seed=1)
     for _ in range(20):  # predict on one raw observation (the Dict's key is the mask)
         given = None if mask == "observation" else env.action_masks()
-        action = agent.predict(obs, action_masks=given)
+        action = agent.predict(obs, action_masks=given)[0]
         obs, reward, *_ = env.step(action)
         assert reward > 0
     agent.close()
@@ -108,7 +108,7 @@ def test_predict_refuses_a_mask_that_forbids_everything():
     obs = np.zeros(11, np.float32)
     with pytest.raises(ValueError, match=r"predict/act\(action_masks=...\) gave an action_mask "
                                          "that forbids every action"):
-        agent.predict(obs, action_masks=np.zeros(10, bool))
+        agent.predict(obs, action_masks=np.zeros(10, bool))[0]
     agent.close()
 
 
@@ -149,12 +149,12 @@ def test_export_acts_legally_with_a_mask_in_plain_tensorflow(tmp_path):
     obs, mask = offers_obs(64)
     out = loaded.action_masked(tf.constant(obs), tf.constant(mask)).numpy()
     assert mask[np.arange(64), out].all()
-    np.testing.assert_array_equal(out, agent.predict(obs, action_masks=mask))
+    np.testing.assert_array_equal(out, agent.predict(obs, action_masks=mask)[0])
     sig = loaded.signatures["action_masked"](observation=tf.constant(obs),
                                              action_mask=tf.constant(mask))
     np.testing.assert_array_equal(next(iter(sig.values())).numpy(), out)
     plain = loaded.action(tf.constant(obs)).numpy()  # the unmasked function is still there
-    np.testing.assert_array_equal(plain, agent.predict(obs))
+    np.testing.assert_array_equal(plain, agent.predict(obs)[0])
     agent.close()
 
 
@@ -165,7 +165,7 @@ def test_export_of_a_dict_observation_policy_takes_the_mask_apart(tmp_path):
     loaded = tf.saved_model.load(str(tmp_path / "p"))
     obs, mask = offers_obs(32, seed=1)
     out = loaded.action_masked(tf.constant(obs), tf.constant(mask)).numpy()
-    want = agent.predict({"observation": obs, "action_mask": mask.astype(np.int8)})
+    want = agent.predict({"observation": obs, "action_mask": mask.astype(np.int8)})[0]
     np.testing.assert_array_equal(out, want)
     assert mask[np.arange(32), out].all()
     agent.close()
@@ -180,7 +180,7 @@ def test_masked_export_runs_without_pgrad(tmp_path):
     agent.step()
     agent.export_policy(str(tmp_path / "p"))
     obs, mask = offers_obs(5, seed=2)
-    expected = agent.predict(obs, action_masks=mask).tolist()
+    expected = agent.predict(obs, action_masks=mask)[0].tolist()
     agent.close()
     code = (
         "import sys, json, numpy as np, tensorflow as tf\n"
@@ -225,8 +225,8 @@ def test_save_and_load_keep_acting_masked(tmp_path):
     agent.save(tmp_path / "saved")
     loaded = agents.load(tmp_path / "saved")
     obs, mask = offers_obs(40, seed=3)
-    np.testing.assert_array_equal(loaded.predict(obs, action_masks=mask),
-                                  agent.predict(obs, action_masks=mask))
+    np.testing.assert_array_equal(loaded.predict(obs, action_masks=mask)[0],
+                                  agent.predict(obs, action_masks=mask)[0])
     assert loaded.collector.masks.source == "info"
     loaded.step()
     agent.close()

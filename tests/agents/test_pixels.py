@@ -66,7 +66,7 @@ def test_dict_observation_with_an_image_and_a_vector():
     info = agent.step()
     assert np.isfinite(list(info["metrics"].values())).all()
     one = agent.observation_space.sample()
-    assert agent.predict(one) in agent.action_space
+    assert agent.predict(one)[0] in agent.action_space
     agent.close()
 
 

@@ -1,0 +1,123 @@
+"""Recurrent agents: PPO reduces to A2C on whole sequences, acting state equals the update's
+state, predict carries state, and a save/load continues exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import agents
+import pgrad
+
+SHARED = dict(num_envs=2, n_steps=8, hidden=(8,), lstm_units=8, optimizer="adam",
+              optimizer_eps=1e-7, learning_rate=3e-3, gamma=0.97, gae_lambda=0.9, vf_coef=0.5,
+              ent_coef=0.01, max_grad_norm=0.5, normalize_advantage=False)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_one_epoch_whole_batch_ppo_is_the_a2c_update(kind):
+    """On the same sequences (same seed), PPO with 1 epoch over the whole batch and an infinite
+    clip range is A2C's update: over three updates, the state carried between them."""
+    a2c = agents.make("a2c", "CartPole-v1", seed=4, recurrent=kind, **SHARED)
+    ppo = agents.make("ppo", "CartPole-v1", seed=4, recurrent=kind, epochs=1, minibatch_size=0,
+                      **SHARED,
+                      transform=pgrad.chain(pgrad.clip_ratio(float("inf")), pgrad.mean_steps()))
+    for _ in range(3):
+        info_a, info_p = a2c.step(), ppo.step()
+        assert info_p["episodes"] == info_a["episodes"]
+        for va, vp in zip(a2c.net.variables, ppo.net.variables):
+            np.testing.assert_allclose(vp.numpy(), va.numpy(), atol=2e-6)
+        assert info_p["metrics"]["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(ppo.rollout_state, a2c.rollout_state, atol=1e-6)
+    a2c.close()
+    ppo.close()
+
+
+def test_acting_state_is_the_state_the_update_recomputes():
+    """The rollout's log-probabilities (numpy mirror, state carried and reset at episode
+    ends) equal the networks' over the stored sequences from the stored initial state -- also
+    for a rollout that starts from the previous one's state."""
+    agent = agents.make("ppo", "CartPole-v1", seed=1, recurrent="lstm", epochs=2,
+                        minibatch_size=16, **SHARED)
+    agent.step()
+    net, T = agent.net, agent.cfg.n_steps
+    state0, start0 = agent.rollout_state, agent.collector.episode_start.copy()
+    assert np.abs(state0).max() > 0
+    traj, _ = agent.collector.collect(agent.acting_fn(np.random.default_rng(0)), T)
+    done = np.maximum(traj.terminated, traj.truncated)
+    assert done.any()  # an episode ended inside the rollout (CartPole's random policy)
+    starts = np.concatenate([start0[None], done[:-1]]).astype(np.float32)
+
+    def seq(x):
+        return tf.constant(np.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]))
+
+    params = net.params_sequence(seq(traj.observations), seq(starts), tf.constant(state0), T)
+    log_probs = net.head.distribution(params).log_prob(seq(traj.actions))
+    np.testing.assert_allclose(log_probs.numpy(), seq(traj.log_probs).numpy(), atol=1e-5)
+    agent.close()
+
+
+def test_predict_carries_state_and_resets_at_episode_start():
+    agent = agents.make("a2c", "CartPole-v1", seed=0, recurrent="gru", **SHARED)
+    obs = np.full(4, 0.05, np.float32)
+    action, state = agent.predict(obs)
+    assert state.shape == (8,) and action in (0, 1)
+    _, again = agent.predict(obs, state)
+    assert not np.allclose(again, state)  # the state moved on
+    _, reset = agent.predict(obs, again, episode_start=True)
+    np.testing.assert_allclose(reset, state, atol=1e-6)  # as from zeros
+    batch = np.stack([obs, -obs])
+    actions, states = agent.predict(batch, np.stack([state, state]), [True, False])
+    assert actions.shape == (2,) and states.shape == (2, 8)
+    np.testing.assert_allclose(states[0], state, atol=1e-6)
+    with pytest.raises(ValueError, match="acts with its state"):
+        agent.act(batch)
+    feed_forward = agents.make("a2c", "CartPole-v1", seed=0, num_envs=2)
+    action, none = feed_forward.predict(obs)
+    assert none is None and action in (0, 1)
+    agent.close()
+    feed_forward.close()
+
+
+def test_save_and_load_continue_exactly(tmp_path):
+    """The rollout and critic states are checkpointed: a loaded agent's next update is the
+    original's (the loaded one's envs restart their episodes, as for any agent: both are
+    compared from a fresh reset)."""
+    kw = dict(recurrent="lstm", epochs=2, minibatch_size=8, **SHARED)
+    src = agents.make("ppo", "CartPole-v1", seed=3, **kw)
+    src.step()
+    src.step()
+    src.save(tmp_path / "a")
+    dst = agents.load(tmp_path / "a")
+    np.testing.assert_array_equal(dst.state_var.numpy(), src.state_var.numpy())
+    np.testing.assert_array_equal(dst.critic_state_var.numpy(), src.critic_state_var.numpy())
+    assert not (tmp_path / "a" / "policy").exists()  # no export for a recurrent policy yet
+    src.collector.reset(seed=9)
+    dst.collector.reset(seed=9)
+    out_s, out_d = src.step(), dst.step()
+    assert out_s["metrics"] == out_d["metrics"]
+    for a, b in zip(src.net.variables, dst.net.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(ValueError, match="recurrent policy cannot be exported"):
+        src.export_policy(str(tmp_path / "x"))
+    src.close()
+    dst.close()
+
+
+def test_evaluate_carries_the_state():
+    agent = agents.make("a2c", "CartPole-v1", seed=0, recurrent="lstm", **SHARED)
+    result = pgrad.evaluate(agent, episodes=2, seed=0)
+    assert result["return_mean"] > 0
+    agent.close()
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(recurrent="rnn"), "recurrent must be one of"),
+    (dict(recurrent="lstm", rollout="episodes"), "needs rollout='steps'"),
+    (dict(recurrent="lstm", n_steps=8, num_envs=4, minibatch_size=4), "multiple of n_steps"),
+    (dict(recurrent="gru", shared_trunk=True), "shared_trunk"),
+])
+def test_settings_a_recurrent_policy_cannot_take(kw, match):
+    with pytest.raises(ValueError, match=match):
+        agents.make("ppo", "CartPole-v1", **kw)

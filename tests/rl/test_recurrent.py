@@ -1,0 +1,132 @@
+"""Recurrent cores: the numpy mirror, resets at episode starts, and per-step gradients through
+time (every engine path) against ``tape.jacobian``."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import pgrad
+from pgrad.core import per_step
+from pgrad.rl import recurrent
+
+L, B, D = 4, 3, 3  # sequence length, sequences, observation width
+
+
+def _core(kind, units=6):
+    return recurrent.RecurrentCore(kind, units, D, seed=1)
+
+
+def _batch(units, kind, seed=0):
+    rng = np.random.default_rng(seed)
+    size = 2 * units if kind == "lstm" else units
+    x = rng.standard_normal((B * L, D)).astype(np.float32)
+    starts = np.zeros((B, L), np.float32)
+    starts[0, 2] = starts[2, 1] = starts[2, 3] = 1.0  # episode ends inside the sequences
+    starts[1, 0] = 1.0  # and one at a sequence's first step (its stored state is dropped)
+    state0 = rng.standard_normal((B, size)).astype(np.float32)
+    return x, starts.ravel(), state0
+
+
+@pytest.mark.parametrize("kind", recurrent.KINDS)
+def test_numpy_step_is_the_tensorflow_step(kind):
+    core = _core(kind)
+    x, _, state0 = _batch(6, kind)
+    h, state = core.step(tf.constant(x[:B]), tf.constant(state0))
+    weights = tuple(v.numpy() for v in (core.kernel, core.recurrent_kernel, core.bias,
+                                        core.recurrent_bias))
+    h_np, state_np = recurrent.numpy_step(kind, weights, x[:B], state0)
+    np.testing.assert_allclose(h_np, h.numpy(), atol=1e-6)
+    np.testing.assert_allclose(state_np, state.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", recurrent.KINDS)
+def test_sequence_resets_where_an_episode_starts(kind):
+    """Each step is the core stepped one row at a time, the state zeroed before a start."""
+    core = _core(kind)
+    x, starts, state0 = _batch(6, kind)
+    h, states = core.sequence(tf.constant(x), tf.constant(starts), tf.constant(state0), L)
+    for b in range(B):
+        state = state0[b: b + 1]
+        for t in range(L):
+            row = b * L + t
+            if starts[row]:
+                state = np.zeros_like(state)
+            out, state = core.step(tf.constant(x[row: row + 1]), tf.constant(state))
+            state = state.numpy()
+            np.testing.assert_allclose(h.numpy()[row], out.numpy()[0], atol=1e-6)
+            np.testing.assert_allclose(states.numpy()[row], state[0], atol=1e-6)
+
+
+def _policy(kind):
+    core = _core(kind)
+    head = keras.layers.Dense(3, name="head")
+    head.build((None, core.units))
+    variables = core.trainable_variables + head.trainable_variables
+    x, starts, state0 = _batch(core.units, kind)
+    actions = np.random.default_rng(1).integers(0, 3, B * L).astype(np.int32)
+    rows0 = np.repeat(state0, L, axis=0)  # each row carries its sequence's first state
+
+    def log_prob_fn(o, s, s0, a):
+        h, _ = core.sequence(o, s, tf.reshape(s0, [-1, L, s0.shape[-1]])[:, 0], L)
+        return -tf.nn.sparse_softmax_cross_entropy_with_logits(a, head(h))
+
+    args = tuple(tf.constant(v) for v in (x, starts, rows0, actions))
+    return log_prob_fn, variables, args
+
+
+def _reference(log_prob_fn, variables, args):
+    # over the batched output: every row a backward pass through all rows
+    with tf.GradientTape(persistent=True) as tape:
+        out = log_prob_fn(*args)
+    return [j.numpy() for j in tape.jacobian(out, variables, experimental_use_pfor=False)]
+
+
+@pytest.mark.parametrize("kind", recurrent.KINDS)
+def test_per_step_grads_through_time_are_the_jacobian(kind):
+    """Row t = d log pi(a_t | o_1..t) / d theta through the whole prefix, with episode
+    boundaries inside the sequences; norms too. (Eager: building the graph of a jacobian
+    through tf.scan takes minutes on a loaded machine; the agents' tests run it compiled.)"""
+    fn, variables, args = _policy(kind)
+    want = _reference(fn, variables, args)
+    got = per_step.per_step_grads(fn, variables, *args, sequence_length=L, chunk_size=2 * L)
+    for w, g in zip(want, got):  # (in chunks of whole sequences: 2 and 1)
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5)
+    # a step depends on earlier steps of its sequence: the gradient is not the one-row one
+    assert np.abs(want[0][1]).max() > 0
+    norms = per_step.per_step_norms(fn, variables, *args, sequence_length=L)
+    flat = np.concatenate([w.reshape(B * L, -1) for w in want], 1)
+    np.testing.assert_allclose(norms.numpy(), np.linalg.norm(flat, axis=1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["fused", "full"])
+def test_every_engine_path_is_exact_for_a_recurrent_policy(path):
+    """Fused (one backward pass through time; with per-step norms for clipping) and full
+    (materialised rows) equal the chain applied by hand to the jacobian's rows."""
+    fn, variables, args = _policy("lstm")
+    rows = _reference(fn, variables, args)
+    adv = np.random.default_rng(2).standard_normal(B * L).astype(np.float32)
+    chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.clip_per_step(0.05),
+                        pgrad.mean_steps())
+    out = pgrad.run_engine(chain, chain.init(variables), fn, variables, args,
+                           {"advantages": tf.constant(adv)}, path=path, sequence_length=L)
+    weighted = [r * adv.reshape(-1, *[1] * (r.ndim - 1)) for r in rows]
+    norm = np.linalg.norm(np.concatenate([w.reshape(B * L, -1) for w in weighted], 1), axis=1)
+    scale = np.minimum(1.0, 0.05 / np.maximum(norm, 1e-12))
+    for g, w in zip(out.grads, weighted):
+        want = (w * scale.reshape(-1, *[1] * (w.ndim - 1))).mean(0)
+        np.testing.assert_allclose(g.numpy(), want, atol=1e-6)
+    assert float(out.metrics["path_fused"]) == (1.0 if path == "fused" else 0.0)
+
+
+def test_fused_path_without_norms_is_one_weighted_backward_pass():
+    fn, variables, args = _policy("gru")
+    rows = _reference(fn, variables, args)
+    adv = np.linspace(-1, 1, B * L).astype(np.float32)
+    chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.sum_steps())
+    out = pgrad.run_engine(chain, chain.init(variables), fn, variables, args,
+                           {"advantages": tf.constant(adv)}, path="fused", sequence_length=L)
+    for g, r in zip(out.grads, rows):
+        np.testing.assert_allclose(g.numpy(), np.tensordot(adv, r, 1), atol=1e-5)
