@@ -1,4 +1,4 @@
-"""Agents: one actor-critic agent and its presets (REINFORCE, A2C, PPO, NPG), looked up by name.
+"""Agents: one actor-critic agent and its presets (REINFORCE, A2C, PPO, NPG, IMPALA, APPO), by name.
 
 The layer above pgrad: it builds on ``pgrad.rl`` (rollouts, networks, returns) and
 ``pgrad.engine`` (per-step gradients through a transform chain); nothing in pgrad imports it.
@@ -59,13 +59,14 @@ from agents import callbacks, learning
 from agents.a2c import A2C, A2CConfig
 from agents.base import ActorCriticAgent
 from agents.config import ActorCriticConfig
+from agents.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
 from agents.npg import NPG, NPGConfig
 from agents.persistence import load
 from agents.ppo import PPO, PPOConfig
 from agents.reinforce import Reinforce, ReinforceConfig
 
 _REGISTRY: dict[str, type[ActorCriticAgent]] = {
-    "a2c": A2C, "npg": NPG, "ppo": PPO, "reinforce": Reinforce}
+    "a2c": A2C, "appo": APPO, "impala": IMPALA, "npg": NPG, "ppo": PPO, "reinforce": Reinforce}
 
 
 def names() -> list[str]:
@@ -114,7 +115,8 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, 
 
 
 __all__ = [
-    "A2C", "A2CConfig", "ActorCriticAgent", "ActorCriticConfig", "NPG", "NPGConfig", "PPO",
+    "A2C", "A2CConfig", "APPO", "APPOConfig", "ActorCriticAgent", "ActorCriticConfig", "IMPALA",
+    "IMPALAConfig", "NPG", "NPGConfig", "PPO",
     "PPOConfig",
     "Reinforce", "ReinforceConfig", "callbacks", "get", "learning", "load", "make", "names",
 ]

@@ -346,8 +346,14 @@ class CompiledUpdate:
             next_values = tf.reshape(both[T * B:], [T, B])
         else:
             values = next_values = tf.zeros_like(rewards)
-        advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
-                                                 next_values)
+        if getattr(self.agent, "off_policy", False):  # V-trace (agents/impala.py): pi and mu
+            acts = flat(actions) if action_mask is None else (flat(actions), flat(action_mask))
+            target = tf.reshape(self._log_prob_only(flat(obs), acts), [T, B])
+            advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
+                                                     next_values, log_probs, target)
+        else:
+            advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
+                                                     next_values)
         data = {"obs": obs, "actions": actions, "advantages": advantages, "returns": returns,
                 "values": values, "rewards": rewards, "behaviour_log_probs": log_probs}
         if action_mask is not None:  # [T, B, n] the env's legal actions at each o_t

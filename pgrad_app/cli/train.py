@@ -242,11 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
         if settings.workers:  # the envs on Ray actors; closed after agent.close()
             try:
-                from pgrad_app.distributed import workers
+                from pgrad_app.distributed import async_learner, workers
 
-                ray_run = workers.start(agent, settings.workers, args.ray_address,
-                                        plugins.env_source(env_spec, settings.env_kwargs,
-                                                           settings.env_wrapper))
+                # impala/appo: actors stream trajectories (no barrier); else synchronous workers
+                runner = async_learner if hasattr(agent, "use_source") else workers
+                ray_run = runner.start(agent, settings.workers, args.ray_address,
+                                       plugins.env_source(env_spec, settings.env_kwargs,
+                                                          settings.env_wrapper))
             except BaseException:
                 agent.close()
                 raise

@@ -1,0 +1,263 @@
+"""IMPALA (Espeholt et al. 2018) and APPO: an actor-learner agent with V-trace off-policy targets.
+
+The learner is the actor-critic agent's compiled update; what changes is where trajectories come
+from and how they are corrected. Actors act on fixed-length trajectories (``n_steps`` vector
+steps of their ``num_envs`` envs) with the weights last *broadcast* to them and send each one
+with its behaviour log-probabilities ``log mu(a_t | x_t)`` and the weight version (the learner's
+update count) it was acted with. The learner takes them one at a time, as they arrive, and
+updates on each:
+
+* the critic regresses on the V-trace targets ``v_s`` (:func:`pgrad.vtrace`: truncated
+  importance weights ``rho_t = min(rho_bar, pi / mu)`` and traces ``c_t = min(c_bar, pi / mu)``,
+  ``pi`` the learner's current policy, computed in the update's graph);
+* the policy gradient is the chain ``chain(importance_weight(pg_rho_bar), weight_by("advantages"),
+  mean_steps())`` with ``advantages = q_s - V(x_s)``, ``q_s = r_s + gamma v_{s+1}``: the
+  importance weight is a per-step scale in the transform layer (:mod:`pgrad.transforms`), so a
+  user's chain can put it beside per-step clipping or a natural gradient.
+
+Every ``broadcast_interval`` updates the learner broadcasts its weights. The *policy lag* of an
+update -- learner updates between the weights that acted and those that learn -- is reported in
+its metrics as ``policy_lag`` (with ``rho_mean`` / ``truncated_fraction`` of the chain).
+
+Where the trajectories come from is the agent's ``source`` (executor-agnostic: anything with
+``next(updates) -> Batch``, ``broadcast(version, acting_state)``, ``reset(version, acting_state)``
+and ``close()``). The default, :class:`InProcessActor`, is a deterministic single-actor schedule
+in this process: the trajectory of update ``u`` is acted with the newest broadcast weights of a
+version ``<= u - lag``, so tests of the correction are exact and fast (``lag = 0`` with
+``rho_bar = c_bar = 1`` is A2C with ``gae_lambda = 1``). Ray actors streaming trajectories
+without a barrier are :mod:`pgrad_app.distributed.async_learner` (``--workers N``).
+
+:class:`APPO` is the same learner with PPO's clipped surrogate (``clip_ratio``, whose ratio
+``pi / mu`` is the importance weight) on the V-trace advantages, as RLlib's APPO (without its
+target network).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+import pgrad
+from agents import schedules
+from agents.base import ActorCriticAgent
+from agents.config import ActorCriticConfig, doc, preset, scheduled
+from pgrad.rl.policy import NumpyPolicy
+from pgrad.rl.rollout import Trajectory
+
+MAX_LAG = 1000
+
+
+@dataclass
+class IMPALAConfig(ActorCriticConfig):
+    """IMPALA hyperparameters (every field of the actor-critic agent, plus V-trace's and the
+    actor-learner schedule's). Defaults: A2C's CartPole settings with IMPALA's truncations."""
+
+    num_envs: int = preset("num_envs", 16)
+    learning_rate: float = preset("learning_rate", 1.4e-3)
+    rho_bar: float = field(default=1.0, metadata=doc(
+        "V-trace: truncation of the importance weights in the value targets (rho-bar)"))
+    c_bar: float = field(default=1.0, metadata=doc(
+        "V-trace: truncation of the trace coefficients c_t (c-bar)"))
+    pg_rho_bar: float = field(default=1.0, metadata=doc(
+        "V-trace: truncation of the importance weight of the policy gradient"))
+    lag: int = field(default=0, metadata=doc(
+        "in-process actor (no --workers): updates between the weights that act and those that "
+        "learn (a deterministic schedule, for tests and studies)"))
+    broadcast_interval: int = field(default=1, metadata=doc(
+        "broadcast the learner's weights to the actors every this many updates"))
+    queue_size: int = field(default=4, metadata=doc(
+        "with --workers: trajectories requested from the actors and not yet learned from, at "
+        "most (a slow learner throttles the actors)"))
+
+    def validate(self) -> None:
+        super().validate()
+        if self.rollout != "steps":
+            raise ValueError("impala learns from fixed-length trajectories: rollout must be "
+                             f"'steps'; got {self.rollout!r}")
+        for name in ("rho_bar", "c_bar", "pg_rho_bar"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
+        if not 0 <= int(self.lag) <= MAX_LAG:
+            raise ValueError(f"lag must be in [0, {MAX_LAG}]; got {self.lag}")
+        if int(self.broadcast_interval) < 1:
+            raise ValueError(f"broadcast_interval must be >= 1; got {self.broadcast_interval}")
+        if int(self.queue_size) < 1:
+            raise ValueError(f"queue_size must be >= 1; got {self.queue_size}")
+
+
+class Batch(NamedTuple):
+    """One trajectory as a source hands it to the learner."""
+
+    traj: Trajectory  # [T, B, ...] with the behaviour log-probs in traj.log_probs
+    episodes: list  # [(env steps into this trajectory, return, length)] finished in it
+    steps: int  # env steps it holds
+    version: int  # the learner's update count when the weights that acted were broadcast
+    source: int = 0  # which actor collected it
+
+
+class InProcessActor:
+    """The deterministic single-actor schedule: acts in this process with the agent's collector.
+
+    The trajectory for update ``u`` is acted with the newest broadcast weights whose version is
+    ``<= u - cfg.lag`` (the oldest kept, right after a start or a restore), sampled from the
+    generator ``default_rng([seed, u])`` as the synchronous agents do.
+    """
+
+    def __init__(self, agent: IMPALA):
+        if agent.net.encoder is not None and agent.cfg.lag > 0:
+            raise ValueError("impala's in-process lag acts on a numpy copy of the policy, which "
+                             "exists for MLP policies only; use lag=0 with an encoder")
+        self.agent = agent
+        self.lag = int(agent.cfg.lag)
+        self.actor = NumpyPolicy(agent.net) if agent.net.encoder is None else agent.mirror
+        self.kept: deque = deque()  # (version, flat weights), oldest first
+
+    def reset(self, version: int, state: dict) -> None:
+        self.kept.clear()
+        self.broadcast(version, state)
+
+    def broadcast(self, version: int, state: dict) -> None:
+        self.kept.append((int(version), np.array(state["weights"], np.float32)))
+
+    def next(self, updates: int) -> Batch:
+        agent = self.agent
+        while len(self.kept) > 1 and self.kept[1][0] <= updates - self.lag:
+            self.kept.popleft()  # never needed again: the wanted version only grows
+        version, weights = self.kept[0]
+        if self.actor is not agent.mirror:
+            self.actor.load_flat(weights)
+        rng = np.random.default_rng([agent.seed, updates])
+        saved, agent.mirror = agent.mirror, self.actor  # acting_fn acts with agent.mirror
+        try:
+            policy_fn = agent.acting_fn(rng)
+        finally:
+            agent.mirror = saved
+        base = agent.collector.env_steps = agent.env_steps
+        traj, episodes = agent.collector.collect(policy_fn, agent.cfg.n_steps)
+        return Batch(traj, [(s - base, r, n) for s, r, n in episodes],
+                     agent.collector.env_steps - base, version)
+
+    def close(self) -> None:
+        pass
+
+
+class IMPALA(ActorCriticAgent):
+    """IMPALA: V-trace targets, importance-weighted policy gradient, trajectories from a source.
+
+    See the module docstring; the interface is the actor-critic agent's (``agents/__init__.py``).
+    """
+
+    Config = IMPALAConfig
+    name = "impala"
+    #: The compiled update passes the behaviour and current log-probs to :meth:`targets`.
+    off_policy = True
+
+    def __init__(self, *args, **kwargs):
+        self._source = None
+        self._stale_source = True
+        super().__init__(*args, **kwargs)
+
+    def default_transform(self) -> pgrad.GradientTransform:
+        return pgrad.chain(pgrad.importance_weight(self.cfg.pg_rho_bar),
+                           pgrad.weight_by("advantages"), pgrad.mean_steps(), name=self.name)
+
+    def targets(self, rewards, terminated, truncated, values, next_values,
+                behaviour_log_probs=None, target_log_probs=None):
+        """``(advantages q_s - V(x_s), critic targets v_s)``, ``[T, B]``, from V-trace."""
+        cfg = self.cfg
+        out = pgrad.vtrace(rewards, values, next_values, terminated, truncated,
+                           behaviour_log_probs, target_log_probs, cfg.gamma,
+                           rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, pg_rho_bar=cfg.pg_rho_bar,
+                           lambda_=cfg.gae_lambda)
+        return out.q_estimates - tf.cast(values, tf.float32), out.vs
+
+    # -- the source of trajectories --------------------------------------------------------------
+
+    @property
+    def source(self):
+        """Where trajectories come from (default: :class:`InProcessActor`)."""
+        if self._source is None:
+            self._source = InProcessActor(self)
+        return self._source
+
+    def use_source(self, source) -> None:
+        """Takes trajectories from ``source`` from the next step on (closes the previous one)."""
+        if self._source is not None:
+            self._source.close()
+        self._source, self._stale_source = source, True
+
+    def trackables(self) -> dict[str, Any]:
+        self._stale_source = True  # a restore may follow: the actors get the restored weights
+        return super().trackables()
+
+    def step(self) -> dict[str, Any]:
+        """Takes the next trajectory from the source and updates on it; broadcasts the weights
+        every ``broadcast_interval`` updates. See ``agents/__init__.py``."""
+        updates = self._sync()
+        source = self.source
+        if self._stale_source:
+            source.reset(updates, self.acting_state())
+            self._stale_source = False
+        batch = source.next(updates)
+        base = self._env_steps
+        taken = int(batch.steps)
+        scheduled = self.schedules.values(base + taken, self.budget, updates)
+        args = self.updater.inputs(batch.traj, taken, scheduled)
+        out, *step_norms = self.updater(args, fixed_shape=True)
+        out = out.numpy()
+        keys = self.updater.metric_keys
+        k = len(keys)
+        if not np.isfinite(out[k:]).all():
+            raise FloatingPointError(
+                f"update {updates + 1} (env step {base + taken}) made the policy's weights "
+                "non-finite (NaN/Inf); lower learning_rate or keep max_grad_norm > 0.")
+        self.mirror.load_update_output(out[k:])
+        self._synced_updates = updates + 1
+        self._env_steps = base + taken
+        metrics = dict(zip(keys, out[:k].tolist()))
+        metrics["policy_lag"] = float(updates - batch.version)
+        if step_norms:
+            from agents import hooks
+
+            metrics[hooks.STEP_NORMS_KEY] = step_norms[0].numpy()
+        if (updates + 1) % int(self.cfg.broadcast_interval) == 0:
+            source.broadcast(updates + 1, self.acting_state())
+        episodes = [(base + s, r, n) for s, r, n in batch.episodes]
+        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+        super().close()
+
+
+@dataclass
+class APPOConfig(IMPALAConfig):
+    """APPO hyperparameters: IMPALA's plus PPO's clip range (RLlib's APPO defaults where they
+    fit the actor-critic agent)."""
+
+    clip_range: float | str = field(default=0.4, metadata=scheduled(
+        "APPO's clip range epsilon of the ratio pi / mu", floor=1e-3))
+
+    def validate(self) -> None:
+        super().validate()
+        self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
+        if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
+            raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
+
+
+class APPO(IMPALA):
+    """APPO: PPO's clipped surrogate of the ratio ``pi / mu`` on V-trace advantages."""
+
+    Config = APPOConfig
+    name = "appo"
+
+    def default_transform(self) -> pgrad.GradientTransform:
+        return pgrad.chain(pgrad.clip_ratio("clip_range"), pgrad.mean_steps(), name=self.name)
+
+
+__all__ = ["APPO", "APPOConfig", "Batch", "IMPALA", "IMPALAConfig", "InProcessActor"]
