@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import callbacks, persistence
-from pgrad.rl import checkpoint, export
+from pgrad.rl import checkpoint, dirlock, export
 from pgrad.rl.files import temp_glob
 
 #: Temporary names of pgrad 0.2 (before one spelling): still deleted by --overwrite.
@@ -61,7 +61,7 @@ class RunLayout:
     TENSORBOARD = "tb"
     TRACKER_ID = "wandb-run-id"
     MARKER = ".pgrad-run"
-    LOCK = ".pgrad-lock"
+    LOCK = dirlock.LOCK
     #: Names whose presence means a directory holds (part of) a run.
     RUN_NAMES = (CONFIG, AGENT, EPISODES, UPDATES, CHECKPOINTS, POLICY)
 
@@ -101,7 +101,9 @@ class RunLayout:
                                cls.EVALUATION, cls.CURVE, cls.ROBUSTNESS, cls.TRACKER_ID))
         tree = {**files, **cls.saved_agent(),
                 cls.TENSORBOARD: {"events.out.tfevents.*": None},
-                cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None}}
+                # best/ is a saved agent: agent.save leaves its lock file (the run's own lock,
+                # held by the writer that clears the run, is never deleted).
+                cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None, cls.LOCK: None}}
         owned = with_temps(tree)
         owned[temp_glob(cls.MARKER)] = None
         return {**owned, **LEGACY_TEMPS, cls.BEST: {**owned[cls.BEST], **LEGACY_TEMPS}}
