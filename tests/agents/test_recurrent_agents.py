@@ -41,7 +41,7 @@ def test_acting_state_is_the_state_the_update_recomputes():
     agent = agents.make("ppo", "CartPole-v1", seed=1, recurrent="lstm", epochs=2,
                         minibatch_size=16, **SHARED)
     agent.step()
-    net, T = agent.net, agent.cfg.n_steps
+    net, T = agent.net, 40  # long enough for episodes to end inside it
     state0, start0 = agent.rollout_state, agent.collector.episode_start.copy()
     assert np.abs(state0).max() > 0
     traj, _ = agent.collector.collect(agent.acting_fn(np.random.default_rng(0)), T)
@@ -116,7 +116,7 @@ def test_evaluate_carries_the_state():
     (dict(recurrent="rnn"), "recurrent must be one of"),
     (dict(recurrent="lstm", rollout="episodes"), "needs rollout='steps'"),
     (dict(recurrent="lstm", n_steps=8, num_envs=4, minibatch_size=4), "multiple of n_steps"),
-    (dict(recurrent="gru", shared_trunk=True), "shared_trunk"),
+    (dict(recurrent="gru", shared_trunk=True, minibatch_size=0), "shared_trunk"),
 ])
 def test_settings_a_recurrent_policy_cannot_take(kw, match):
     with pytest.raises(ValueError, match=match):
