@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pgrad_app.perf import collection, conv_figures, gradients, sb3, scaling, speed
+from pgrad_app.perf import async_scaling, collection, conv_figures, gradients, sb3, scaling, speed
 from pgrad_app.perf.common import peak_rss_mb
 
 FIGURES: dict[str, Callable] = {
@@ -42,7 +42,8 @@ FIGURES: dict[str, Callable] = {
 #: Figures run only when named with --only (long).
 OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "a2c_mujoco_vs_sb3": sb3.a2c_mujoco_vs_sb3,
-                               "naive_acting_ratio": collection.naive_acting_ratio}
+                               "naive_acting_ratio": collection.naive_acting_ratio,
+                               "async_scaling": async_scaling.async_scaling}
 
 
 def run_figure(name: str, args) -> list[dict]:
