@@ -135,6 +135,8 @@ class RunLog:
             self._update_columns = header[1:] if header else None
         self._updates = open(self.updates_path, "a", newline="")
         self._updates_csv = csv.writer(self._updates)
+        if self._update_columns is not None and self.updates_path.stat().st_size == 0:
+            self._head_updates(["step", *self._update_columns])  # resumed after it was lost
         self._tb = None
         if tensorboard:
             import tensorflow as tf
