@@ -299,3 +299,31 @@ def test_resuming_after_updates_csv_was_lost_writes_its_header(tmp_path):
     with open(tmp_path / "updates.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert rows == [["step", "loss", "entropy"], ["160", "2.0", "0.25"]]
+
+
+CLOSE_RAISES = '''
+import gymnasium as gym
+
+
+class CloseRaises(gym.envs.classic_control.CartPoleEnv):
+    def close(self):
+        raise OSError("device busy")
+
+
+gym.register("R3/CloseRaises-v0", entry_point=CloseRaises, max_episode_steps=50)
+'''
+
+
+def test_an_env_whose_close_raises_loses_no_result(saved_agent, tmp_path, monkeypatch):
+    (tmp_path / "r3_close_raises.py").write_text(CLOSE_RAISES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import r3_close_raises  # noqa: F401  (registers R3/CloseRaises-v0)
+
+    agent = agents.load(saved_agent, acting_only=True)
+    try:
+        with pytest.warns(UserWarning, match=r"close\(\) raised in 2 evaluation env\(s\): "
+                                             "OSError: device busy"):
+            result = pgrad.evaluate(agent, env_id="R3/CloseRaises-v0", episodes=2)
+        assert len(result["returns"]) == 2
+    finally:
+        agent.close()
