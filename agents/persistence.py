@@ -259,9 +259,32 @@ def config_from(cls, hyperparameters: dict[str, Any]):
     values = {}
     for key, value in hyperparameters.items():
         default = fields[key].default
+        _check_type(key, value, default)
         values[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) \
             else value
-    return cls.Config(**values)
+    try:
+        return cls.Config(**values)
+    except (TypeError, ValueError, ArithmeticError) as err:  # a tampered or foreign record
+        raise ValueError(f"the recorded hyperparameters do not make a {cls.name} config: "
+                         f"{' '.join(str(err).split())}") from None
+
+
+def _check_type(key: str, value, default) -> None:
+    """Refuses a recorded value of another JSON type than its field's default (a tampered
+    ``agent.json``): ints and bools exactly, tuples as lists; floats also take schedules."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, (list, tuple))
+    elif isinstance(default, float):
+        ok = not isinstance(value, (bool, list)) and value is not None
+    else:
+        return
+    if not ok:
+        raise ValueError(f"hyperparameter {key} is recorded as {json.dumps(value)[:40]} "
+                         f"({type(value).__name__}); expected a {type(default).__name__}.")
 
 
 def restore(agent, directory: str | Path, acting_only: bool = False,
@@ -304,8 +327,19 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
     if registry is None:
         from agents import get as registry
     record = read_description(path)
-    cls = registry(str(record["agent"]))
-    cfg = config_from(cls, {**record["hyperparameters"], **overrides})
+    try:
+        cls = registry(str(record["agent"]))
+    except (KeyError, ValueError) as err:
+        raise ValueError(f"{path}: {AGENT_FILE} names no known agent: "
+                         f"{' '.join(str(err).split())}") from None
+    if not isinstance(record["hyperparameters"], dict):
+        raise ValueError(f"{path}: {AGENT_FILE}'s hyperparameters are not a mapping.")
+    if not isinstance(record.get("seed", 0), int) or isinstance(record.get("seed"), bool):
+        raise ValueError(f"{path}: {AGENT_FILE}'s seed is not an integer.")
+    try:
+        cfg = config_from(cls, {**record["hyperparameters"], **overrides})
+    except ValueError as err:
+        raise ValueError(f"{path}: {AGENT_FILE}: {err}") from None
     env = env_id if env_id is not None else recorded_env(record, path)
     if env is None:
         raise ValueError(f"{path}: the agent's env (a factory or an env instance) cannot be "

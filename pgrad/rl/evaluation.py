@@ -244,8 +244,15 @@ def run_episodes(
                           f"within {caps[capped[0]]:,} steps and were cut there (their return "
                           "is of those steps; set the env's max_episode_steps).", stacklevel=2)
     finally:
+        closing = []
         for env in envs:
-            env.close()
+            try:
+                env.close()
+            except Exception as err:  # the episodes are done: say so, lose nothing
+                closing.append(err)
+        if closing:
+            warnings.warn(f"env {name!r}: close() raised in {len(closing)} evaluation env(s): "
+                          f"{describe_failure(closing[0])}", stacklevel=2)
     return returns, lengths
 
 

@@ -146,6 +146,8 @@ class RunLog:
         self._updates = open(self.updates_path, "a", newline="")
         self._updates_csv = csv.writer(self._updates)
         self._flushed = time.monotonic()
+        if self._update_columns is not None and self.updates_path.stat().st_size == 0:
+            self._head_updates(["step", *self._update_columns])  # resumed after it was lost
         self._tb: TensorBoardWriter | None = None
         if tensorboard:
             self._tb = TensorBoardWriter(RunLayout(self.out).tensorboard)

@@ -255,3 +255,75 @@ def test_evaluation_episodes_are_capped_with_one_warning(saved_agent, tmp_path, 
             pgrad.evaluate(agent, episodes=100_000_000)
     finally:
         agent.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Tracebacks -> one line: a tampered agent.json.
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    ({"hyperparameters": {"n_steps": "lots"}}, 'hyperparameter n_steps is recorded as "lots"'),
+    ({"hyperparameters": {"hidden": 8}}, "hyperparameter hidden is recorded as 8"),
+    ({"hyperparameters": {"gamma": None}}, "hyperparameter gamma"),
+    ({"hyperparameters": []}, "hyperparameters are not a mapping"),
+    ({"seed": "zero"}, "seed is not an integer"),
+    ({"agent": ["a2c"]}, "names no known agent"),
+])
+def test_a_tampered_agent_json_is_one_value_error(change, message, saved_agent, tmp_path):
+    path = tmp_path / "agent"
+    shutil.copytree(saved_agent, path)
+    record = json.loads((path / "agent.json").read_text())
+    for key, value in change.items():
+        if isinstance(value, dict):
+            record[key].update(value)
+        else:
+            record[key] = value
+    (path / "agent.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=message) as err:
+        agents.load(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_resuming_after_updates_csv_was_lost_writes_its_header(tmp_path):
+    import csv
+
+    from pgrad_app.run.logs import RunLog
+
+    log = RunLog(tmp_path, tensorboard=False)
+    log.update(80, {"loss": 1.0, "entropy": 0.5})
+    log.close()
+    (tmp_path / "updates.csv").unlink()  # lost (deleted by hand, a bad copy)
+    log = RunLog(tmp_path, resume_step=80, tensorboard=False, update_columns=["loss", "entropy"])
+    log.update(160, {"loss": 2.0, "entropy": 0.25})
+    log.close()
+    with open(tmp_path / "updates.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows == [["step", "loss", "entropy"], ["160", "2.0", "0.25"]]
+
+
+CLOSE_RAISES = '''
+import gymnasium as gym
+
+
+class CloseRaises(gym.envs.classic_control.CartPoleEnv):
+    def close(self):
+        raise OSError("device busy")
+
+
+gym.register("R3/CloseRaises-v0", entry_point=CloseRaises, max_episode_steps=50)
+'''
+
+
+def test_an_env_whose_close_raises_loses_no_result(saved_agent, tmp_path, monkeypatch):
+    (tmp_path / "r3_close_raises.py").write_text(CLOSE_RAISES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import r3_close_raises  # noqa: F401  (registers R3/CloseRaises-v0)
+
+    agent = agents.load(saved_agent, acting_only=True)
+    try:
+        with pytest.warns(UserWarning, match=r"close\(\) raised in 2 evaluation env\(s\): "
+                                             "OSError: device busy"):
+            result = pgrad.evaluate(agent, env_id="R3/CloseRaises-v0", episodes=2)
+        assert len(result["returns"]) == 2
+    finally:
+        agent.close()
