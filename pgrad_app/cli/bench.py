@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="a2c_cartpole: seeds (one pgrad and one SB3 run each)")
     parser.add_argument("--steps", type=int, default=50_000,
-                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3: env steps per side (the "
-                        "goals are for 1000000 / 300000)")
+                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / command_overhead: env "
+                        "steps per side (the SB3 goals are for 1000000 / 300000)")
     parser.add_argument("--figure-worker", default=None, help=argparse.SUPPRESS)
     return parser
 

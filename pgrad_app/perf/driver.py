@@ -3,6 +3,7 @@
     python scripts/bench.py                 # every default figure, then a table
     python scripts/bench.py --only clip_ratio --repeats 50
     python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
+    python scripts/bench.py --only command_overhead --steps 5000       # pgrad-train vs learn
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. Each figure runs in a fresh process, whose peak memory (VmHWM)
@@ -42,6 +43,7 @@ FIGURES: dict[str, Callable] = {
 #: Figures run only when named with --only (long).
 OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "a2c_mujoco_vs_sb3": sb3.a2c_mujoco_vs_sb3,
+                               "command_overhead": sb3.command_overhead,
                                "naive_acting_ratio": collection.naive_acting_ratio,
                                "async_scaling": async_scaling.async_scaling}
 
@@ -52,7 +54,7 @@ def run_figure(name: str, args) -> list[dict]:
     kwargs = {}
     if name == "a2c_cartpole":
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
-    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3"):
+    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead"):
         kwargs = {"steps": args.steps}
     repeats = args.repeats
     if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one

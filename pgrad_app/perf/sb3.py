@@ -129,3 +129,32 @@ def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21) -> dict
     return side_by_side_vs_sb3(
         "a2c_mujoco_vs_sb3", "<= 0.5 x SB3's wall (300k steps)",
         {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp}, steps, 300_000)
+
+
+def command_overhead(repeats: int, steps: int = 50_000, seed: int = 22) -> dict:
+    """``pgrad-train`` (run directory, default logging, checkpoints, export) against the bare
+    ``agent.learn`` on the same settings, one after the other (the bare loop first): A2C on
+    HalfCheetah-v5, rl-zoo's MuJoCo A2C setting (1 env x 5 steps, observations and rewards
+    normalised), where each update is small and any per-update logging cost shows (issue 26).
+
+    The value is the command's wall over the bare run's at equal env steps (both from building
+    the agent to the end); ``loop_ratio`` compares the training loops alone (the command's end
+    adds a fixed export and plot). Goal: within 1.15x of the bare loop.
+    """
+    del repeats
+    hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
+    spec = {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp, "max_steps": steps}
+    bare, command = train_run("pgrad", spec), train_run("command", spec)
+    per_step = {r["side"]: r["wall_s"] / r["env_steps"] for r in (bare, command)}
+    value = per_step["command"] / per_step["pgrad"]
+    loop = (command["loop_wall_s"] / command["env_steps"]) / (
+        bare["loop_wall_s"] / bare["env_steps"])
+    return figure("command_overhead", value, "<= 1.15 x the bare agent.learn", value <= 1.15,
+                  loop_ratio=round(loop, 3), measured_at_env_steps=steps,
+                  cpu_ratio=round((command["cpu_s"] / command["env_steps"])
+                                  / (bare["cpu_s"] / bare["env_steps"]), 3),
+                  updates_csv_rows=command["updates_csv_rows"],
+                  tensorboard_bytes=command["tensorboard_bytes"], runs=[bare, command],
+                  note="one after the other (agent.learn first); wall from building the agent "
+                  "to the end, the command's includes its run directory, final checkpoint, "
+                  "export and learning curve")

@@ -4,12 +4,17 @@
                                                    "seed": 0, "max_steps": 300000, "target": 475}'
     python -m pgrad_app.perf.side_by_side sb3   '{"agent": "a2c", "env": "CartPole-v1",
                                                    "seed": 0, "max_steps": 300000, "target": 475}'
+    python -m pgrad_app.perf.side_by_side command '{"agent": "a2c", "env": "HalfCheetah-v5",
+                                                     "seed": 22, "max_steps": 5000}'
 
 Trains until the mean return of the last 20 training episodes reaches ``target`` (if given) or
 ``max_steps`` env steps (pgrad: ``agent.learn``, the loop every run uses), and prints one
 JSON line: env steps, wall and CPU seconds from building the agent (env included) to the end,
 whether the target was reached, the last-20 mean return,
 and the process's peak resident memory (VmHWM, which exec resets: this process alone).
+
+``command`` runs ``pgrad-train`` itself into a temporary run directory (default logging,
+checkpoints, export, plot) on ``max_steps``, with ``hp`` as ``--set`` and no tuned entry.
 
 Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config
 fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS); the Stable-Baselines3
@@ -63,12 +68,45 @@ def pgrad_run(spec: dict) -> dict:
         callbacks.append(StopAtReturn(target))
     agent.learn(spec["max_steps"], callbacks=callbacks, progress=False)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    steps = agent.env_steps
+    steps, loop_wall = agent.env_steps, agent.learn_stats.wall_s
     agent.close()
     solved = target is not None and len(returns) >= 20 and last20(returns) >= target
     return {"side": "pgrad", "solved": solved,
             "env_steps": int(steps), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "last20_return": last20(returns), "episodes": len(returns),
+            "loop_wall_s": round(float(loop_wall), 2), "last20_return": last20(returns),
+            "episodes": len(returns),
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def command_run(spec: dict) -> dict:
+    """``pgrad-train`` (its ``main``, as the installed command runs it) into a fresh run
+    directory with its default logging, on the same settings as :func:`pgrad_run` (``hp`` as
+    ``--set``, no tuned entry); the wall from parsing to the summary (export and plot included)
+    and the training loop's own (``loop_wall_s``, in the last checkpoint's meta)."""
+    import tempfile
+    from pathlib import Path
+
+    from pgrad_app.quiet import silence
+
+    silence()
+    from pgrad_app.cli.train import main
+
+    out = Path(tempfile.mkdtemp(prefix="pgrad-bench-")) / "run"
+    argv = ["--agent", spec["agent"], "--env", spec["env"], "--seed", str(spec["seed"]),
+            "--total-steps", str(spec["max_steps"]), "--out", str(out), "--quiet",
+            "--no-tuned", *[a for k, v in spec.get("hp", {}).items()
+                            for a in ("--set", f"{k}={json.dumps(v)}")],
+            *spec.get("argv", [])]
+    start, cpu_start = time.perf_counter(), time.process_time()
+    main(argv)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    latest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    meta = json.loads((latest / "meta.json").read_text())
+    rows = sum(1 for _ in open(out / "updates.csv")) - 1
+    tb = sum(p.stat().st_size for p in (out / "tb").glob("events.*"))
+    return {"side": "command", "env_steps": int(meta["env_steps"]), "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2), "loop_wall_s": round(float(meta["wall_s"]), 2),
+            "updates": int(meta["updates"]), "updates_csv_rows": rows, "tensorboard_bytes": tb,
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -124,11 +162,12 @@ def tensorflow_loaded() -> bool:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("pgrad", "sb3"):
+    runs = {"pgrad": pgrad_run, "command": command_run, "sb3": sb3_run}
+    if len(argv) != 2 or argv[0] not in runs:
         print(__doc__, file=sys.stderr)
         return 2
     spec = json.loads(argv[1])
-    print(json.dumps((pgrad_run if argv[0] == "pgrad" else sb3_run)(spec)), flush=True)
+    print(json.dumps(runs[argv[0]](spec)), flush=True)
     return 0
 
 

@@ -39,6 +39,21 @@ def test_bench_figure_reports_value_goal_and_memory():
     assert "update_overhead_ms" in proc.stdout.splitlines()[-1]  # the table's row
 
 
+def test_bench_command_overhead_runs_both_lines():
+    """The command_overhead figure: pgrad-train with its run directory beside the bare
+    agent.learn on rl-zoo's one-env MuJoCo A2C setting (a tiny budget: it runs, no timing)."""
+    proc = run("bench.py", "--only", "command_overhead", "--steps", 100, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    fig = next(x for x in lines if x.get("name") == "command_overhead")
+    assert fig["goal"] == "<= 1.15 x the bare agent.learn" and fig["value"] > 0
+    bare, command = fig["details"]["runs"]
+    assert (bare["side"], command["side"]) == ("pgrad", "command")
+    assert bare["env_steps"] == command["env_steps"] == 100
+    assert command["updates_csv_rows"] == 2  # the first update and the end (A2C: every 100)
+    assert fig["details"]["loop_ratio"] > 0 and command["tensorboard_bytes"] > 0
+
+
 def test_bench_runs_pgrad_side():
     spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 400, "target": 475}
     proc = run(SIDE_BY_SIDE, "pgrad", json.dumps(spec))
