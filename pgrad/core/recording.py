@@ -111,11 +111,13 @@ def _tappable(layer, inputs, rec: Recorder) -> bool:
 def _dense_call(self, inputs, training=None):
     """``keras.layers.Dense.call``, recording taps while a :class:`Recorder` is active."""
     rec = _active()
+    original = _original_dense_call
+    assert original is not None  # set by _open before Dense.call is wrapped
     if rec is None or not _tappable(self, inputs, rec):
-        return _original_dense_call(self, inputs, training=training)
+        return original(self, inputs, training=training)
     if inputs.shape.rank > 2:  # [T, ..., in]: one matmul per position, as a convolution
         out = conv_taps.record_dense(rec, self, inputs)
-        return out if out is not None else _original_dense_call(self, inputs, training=training)
+        return out if out is not None else original(self, inputs, training=training)
     # Cut the tapped use of the variables from the tape: a variable whose batched gradient is
     # still connected afterwards is used elsewhere too, and is left to the generic path.
     z = tf.matmul(inputs, tf.stop_gradient(tf.convert_to_tensor(self._kernel)))  # [N, out]
@@ -158,7 +160,7 @@ def _open() -> None:
             keras.layers.Dense.call = functools.wraps(_original_dense_call)(_dense_call)
             for cls, record in _taps_by_class():
                 _saved_calls.append((cls, cls.__dict__.get("call", _INHERITED)))
-                cls.call = _tapped_call(cls.call, record)
+                setattr(cls, "call", _tapped_call(getattr(cls, "call"), record))  # noqa: B009,B010
         _open_recordings += 1
 
 
@@ -172,9 +174,9 @@ def _close() -> None:
             while _saved_calls:
                 cls, own = _saved_calls.pop()
                 if own is _INHERITED:
-                    del cls.call
+                    delattr(cls, "call")
                 else:
-                    cls.call = own
+                    setattr(cls, "call", own)  # noqa: B010 (a class that mypy sees as plain type)
 
 
 @contextlib.contextmanager

@@ -154,6 +154,7 @@ class Capture:
         self._layers, self._offset = layer_taps, offset  # target index of layer tap i: offset + i
         self._kept: dict = {}  # (tap index, role) -> (graph, rows kept by norms_squared)
         self.out, self.extras = out, extras
+        self.aux: tf.Tensor | None = None  # what ``capture``'s ``aux`` returned
 
     @property
     def all_covered(self) -> bool:
@@ -176,7 +177,7 @@ class Capture:
 
     def per_step_grads(self, num_rows) -> list[tf.Tensor | None]:
         """``[T, *shape]`` per covered variable (``None`` where not covered)."""
-        out = []
+        out: list[tf.Tensor | None] = []
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
                 out.append(None)
@@ -236,7 +237,7 @@ class Capture:
     def _assemble(self, dz: list[tf.Tensor | None], coeff=None) -> list[tf.Tensor | None]:
         """Per covered variable, the batched gradient from pre-activation gradients ``dz``
         (``coeff``: ``dz`` are the deltas scaled by it, so kept rows can be reweighted)."""
-        out = []
+        out: list[tf.Tensor | None] = []
         graph = _graph_key()
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:

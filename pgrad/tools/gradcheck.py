@@ -84,7 +84,7 @@ def _theoretical(fn: Callable, xs: list[tf.Tensor]) -> list[np.ndarray]:
             tape.watch(x)
         y = _flat_output(fn(*xs), "fn")
     n_out = int(y.shape[0])
-    rows = [[] for _ in xs]
+    rows: list[list[tf.Tensor]] = [[] for _ in xs]
     for k in range(n_out):
         cot = tf.one_hot(k, n_out, dtype=y.dtype)
         grads = tape.gradient(

@@ -106,7 +106,9 @@ class Chain(GradientTransform):
         split = next((i for i, t in enumerate(self.leaves) if t.aggregates), None)
         if split is None or not all(isinstance(t, StepScale) for t in self.leaves[: split + 1]):
             return None
-        pre, post, total = self.leaves[: split + 1], self.leaves[split + 1:], len(self.leaves)
+        # Every leaf up to the aggregation is a StepScale (checked above): filtering only narrows.
+        pre = [t for t in self.leaves[: split + 1] if isinstance(t, StepScale)]
+        post, total = self.leaves[split + 1:], len(self.leaves)
 
         def run(weighted_sum, norms, states, *, num_steps, **ctx):
             coeff = tf.constant(1.0)

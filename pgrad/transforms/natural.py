@@ -57,10 +57,11 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from pgrad.transforms.base import GradientTransform, TransformError, context_value
+from pgrad.transforms.base import GradientTransform, TransformError, context_value, reports
 from pgrad.transforms.builtins import check_ddof, standardized
 
 
+@reports("kl", "scale", "cg_iterations", "cg_residual")
 class FisherState(NamedTuple):
     """Last update's step statistics (reported as metrics)."""
 
@@ -68,8 +69,6 @@ class FisherState(NamedTuple):
     scale: tf.Tensor  # [] float32, factor applied to meet max_kl (1.0 when not limited)
     cg_iterations: tf.Tensor  # [] float32, conjugate-gradient iterations (0: direct solve)
     cg_residual: tf.Tensor  # [] float32, ||b - A x|| / ||b|| of the solve (either solver)
-
-    METRICS = ("kl", "scale", "cg_iterations", "cg_residual")
 
 
 def _fisher_init(variables):
