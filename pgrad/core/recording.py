@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import keras
@@ -180,7 +180,8 @@ def _close() -> None:
 
 
 @contextlib.contextmanager
-def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
+def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None
+              ) -> Iterator[Recorder]:
     """Records taps of the computation run inside, on this thread, into a :class:`Recorder`.
 
     Open it inside ``tape``'s context. Only layers whose variables are in ``variables`` are
@@ -199,7 +200,7 @@ def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
 
 
 @contextlib.contextmanager
-def disabled():
+def disabled() -> Iterator[None]:
     """No taps inside: for a ``fn`` that feeds a layer ``T`` rows that are not the steps."""
     previous = getattr(_local, "disabled", False)
     _local.disabled = True
@@ -214,7 +215,7 @@ def enabled() -> bool:
     return not getattr(_local, "disabled", False)
 
 
-def per_step_variable(variable, num_steps) -> tf.Tensor:
+def per_step_variable(variable: Any, num_steps: tf.Tensor | int) -> tf.Tensor:
     """``[num_steps, *variable.shape]``: ``variable`` repeated once per step.
 
     Use it where a state-independent parameter meets per-step tensors (a Gaussian head's
@@ -232,7 +233,7 @@ def per_step_variable(variable, num_steps) -> tf.Tensor:
     return out
 
 
-def var_keys(variable) -> set[int]:
+def var_keys(variable: Any) -> set[int]:
     """Identities under which a variable may appear (a Keras variable and its backing tf one)."""
     keys = {id(variable)}
     inner = getattr(variable, "_value", None)

@@ -28,7 +28,7 @@ sums from what each tap recorded and ``delta``, variable by variable.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -50,14 +50,14 @@ __all__ = ["OUTER_BUCKET", "SHAPE_MARK", "USE_XLA", "XLA_MIN_ELEMENTS", "Capture
 SHAPE_MARK = "must return a [T] tensor"
 
 
-def split_output(out) -> tuple[tf.Tensor, dict]:
+def split_output(out: Any) -> tuple[tf.Tensor, dict]:
     """``fn``'s output as ``(per-step values, extras)``: ``fn`` may return ``(values, dict)``."""
     if isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], dict):
         return out[0], dict(out[1])
     return out, {}
 
 
-def check_per_step(out, num_steps, where: str) -> tf.Tensor:
+def check_per_step(out: Any, num_steps: tf.Tensor | int, where: str) -> tf.Tensor:
     """``out`` as a ``[T]`` tensor (``T = num_steps`` where known), or one clear ValueError."""
     out = tf.convert_to_tensor(out)
     static_t = num_steps if isinstance(num_steps, int) else None
@@ -340,8 +340,9 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
             if k is not None:
                 parts[k].rows.append(j)
     offset = len(rec.dense)
-    for j, (tap, unconnected) in enumerate(zip(rec.step, dead[offset:]), start=offset):
-        i = slot(tap.variable, False if unconnected else _rows_check(tap.value, num_steps))
+    for j, (step_tap, unconnected) in enumerate(zip(rec.step, dead[offset:]), start=offset):
+        i = slot(step_tap.variable,
+                 False if unconnected else _rows_check(step_tap.value, num_steps))
         if i is not None:
             parts[i].rows.append(j)
     offset += len(rec.step)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -118,7 +119,7 @@ def _numerical(fn: Callable, arrays: list[np.ndarray], eps: float, dtype) -> lis
 
 def check_gradients(
     fn: Callable[..., tf.Tensor],
-    *inputs,
+    *inputs: Any,
     eps: float | None = None,
     reference: Callable[..., tf.Tensor] | None = None,
     dtype: tf.DType = tf.float64,

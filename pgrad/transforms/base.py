@@ -53,7 +53,7 @@ def reports(*fields: str) -> Callable[[_StateT], _StateT]:
     return mark
 
 
-def shape_str(shape) -> str:
+def shape_str(shape: Sequence[int | None] | tf.TensorShape) -> str:
     """``[80, ?, 64]``: a shape as the transform errors print it."""
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -66,7 +66,7 @@ class EmptyState(NamedTuple):
     """State of a stateless transform."""
 
 
-def empty_init(variables) -> EmptyState:
+def empty_init(variables: Any) -> EmptyState:
     """``init`` of a stateless transform."""
     del variables
     return EmptyState()
@@ -116,7 +116,7 @@ class GradientTransform:
         """How to run without per-step vectors, or ``None`` if the engine must materialise them."""
         return None
 
-    def metrics(self, state) -> dict[str, tf.Tensor]:
+    def metrics(self, state: Any) -> dict[str, tf.Tensor]:
         """``{"<name>/<field>": value}`` for the fields the state's class lists in ``METRICS``."""
         return {f"{self.name}/{f}": getattr(state, f) for f in getattr(type(state), "METRICS", ())}
 

@@ -52,7 +52,7 @@ something else entirely (Adam), so the bound holds for the parameter step only w
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -88,8 +88,8 @@ def _exact(value, dtype: tf.DType) -> tf.Tensor:
     return tf.cast(value, dtype) if tf.is_tensor(value) else tf.constant(value, dtype)
 
 
-def conjugate_gradient(matvec, b: tf.Tensor, iterations: int, tol: float = 1e-10
-                       ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def conjugate_gradient(matvec: Callable[[tf.Tensor], tf.Tensor], b: tf.Tensor, iterations: int,
+                       tol: float = 1e-10) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Solves ``A x = b`` for symmetric positive-definite ``A`` given only ``matvec(v) = A v``.
 
     Standard CG from ``x = 0`` (Hestenes and Stiefel), at most ``iterations`` steps, stopping
