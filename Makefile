@@ -39,6 +39,7 @@ test-sb3: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples
 	$(PY) -m pytest -q tests/contracts  # the import contract (layers) and an inert import pgrad
+	$(PY) -m mypy  # the floors listed in pyproject.toml's [tool.mypy] files
 	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d $$d \
 		&& rm -rf $$d  # the documentation site: a broken link, anchor or page fails
 

@@ -217,9 +217,10 @@ def run(
             "per-step gradients (or the chain does not aggregate)."
         )
     fused = form is not None and path != "full"
+    fused_form = form if fused else None  # narrowed for compute: the form whenever fused
     num_steps = per_step_lib.num_steps(inputs)
     needs_rows = not fused
-    needs_norms = fused and form.needs_norms
+    needs_norms = fused_form is not None and fused_form.needs_norms
     record = bool(use_taps and variables and taps.enabled() and (needs_rows or needs_norms)
                   and not sequence_length)
     fwd = _Pass(log_prob_fn, variables, inputs, num_steps, aux_loss,
@@ -230,12 +231,12 @@ def run(
 
     def compute(pass_: _Pass, aux_grads):
         norm_mean = tf.constant(0.0)
-        if fused:
+        if fused_form is not None:
             norms = pass_.norms(chunk_size) if needs_norms else None
             if norms is not None:
                 norm_mean = tf.reduce_mean(norms)
-            grads, new_state = form.run(pass_.weighted_sum, norms, state, num_steps=num_steps,
-                                        **ctx)
+            grads, new_state = fused_form.run(pass_.weighted_sum, norms, state,
+                                              num_steps=num_steps, **ctx)
         else:
             rows = pass_.per_step_grads(chunk_size)
             grads, new_state = transform.update(rows, state, **ctx)

@@ -8,14 +8,15 @@ generic vectorised path (:mod:`pgrad.core.per_step`) and the convolution taps' s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 
 
 def map_chunks(
     block_fn: Callable,
-    args,
-    num_rows,
+    args: Sequence[Any],
+    num_rows: tf.Tensor | int,
     chunk_size: int,
     out_specs: Sequence[tf.TensorSpec],
 ) -> list[tf.Tensor]:

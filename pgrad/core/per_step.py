@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -42,7 +43,7 @@ def default_chunk_size(variables: Sequence[tf.Variable], max_bytes: int = DEFAUL
     return max(1, int(max_bytes // per_row))
 
 
-def num_steps(args) -> tf.Tensor | int:
+def num_steps(args: Any) -> tf.Tensor | int:
     """``T``, the leading (step) dimension of the first per-step argument (static if known)."""
     flat = tf.nest.flatten(args)
     if not flat:
@@ -68,7 +69,8 @@ def _example_grads(fn: Callable, variables: Sequence[tf.Variable], where: str):
     return one
 
 
-def zeros_for_unconnected(grads, variables) -> list[tf.Tensor]:
+def zeros_for_unconnected(grads: Sequence[tf.Tensor | None],
+                          variables: Sequence[tf.Variable]) -> list[tf.Tensor]:
     """``grads`` with ``None`` replaced by zeros.
 
     (``UnconnectedGradients.ZERO`` fails for Keras 3 variables, whose ``dtype`` is a string.)
@@ -174,7 +176,7 @@ def _prepare(variables, args):
 def per_step_grads(
     fn: Callable[..., tf.Tensor],
     variables: Sequence[tf.Variable],
-    *args,
+    *args: Any,
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     use_taps: bool = True,
@@ -243,7 +245,7 @@ def step_norms_squared(grads: Sequence[tf.Tensor]) -> tf.Tensor:
 def per_step_norms(
     fn: Callable[..., tf.Tensor],
     variables: Sequence[tf.Variable],
-    *args,
+    *args: Any,
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     use_taps: bool = True,
@@ -273,7 +275,7 @@ def per_step_norms(
 def norms_and_capture(
     fn: Callable[..., tf.Tensor],
     variables: Sequence[tf.Variable],
-    *args,
+    *args: Any,
     chunk_size: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     use_taps: bool = True,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import keras
@@ -111,11 +111,13 @@ def _tappable(layer, inputs, rec: Recorder) -> bool:
 def _dense_call(self, inputs, training=None):
     """``keras.layers.Dense.call``, recording taps while a :class:`Recorder` is active."""
     rec = _active()
+    original = _original_dense_call
+    assert original is not None  # set by _open before Dense.call is wrapped
     if rec is None or not _tappable(self, inputs, rec):
-        return _original_dense_call(self, inputs, training=training)
+        return original(self, inputs, training=training)
     if inputs.shape.rank > 2:  # [T, ..., in]: one matmul per position, as a convolution
         out = conv_taps.record_dense(rec, self, inputs)
-        return out if out is not None else _original_dense_call(self, inputs, training=training)
+        return out if out is not None else original(self, inputs, training=training)
     # Cut the tapped use of the variables from the tape: a variable whose batched gradient is
     # still connected afterwards is used elsewhere too, and is left to the generic path.
     z = tf.matmul(inputs, tf.stop_gradient(tf.convert_to_tensor(self._kernel)))  # [N, out]
@@ -158,7 +160,7 @@ def _open() -> None:
             keras.layers.Dense.call = functools.wraps(_original_dense_call)(_dense_call)
             for cls, record in _taps_by_class():
                 _saved_calls.append((cls, cls.__dict__.get("call", _INHERITED)))
-                cls.call = _tapped_call(cls.call, record)
+                setattr(cls, "call", _tapped_call(getattr(cls, "call"), record))  # noqa: B009,B010
         _open_recordings += 1
 
 
@@ -172,13 +174,14 @@ def _close() -> None:
             while _saved_calls:
                 cls, own = _saved_calls.pop()
                 if own is _INHERITED:
-                    del cls.call
+                    delattr(cls, "call")
                 else:
-                    cls.call = own
+                    setattr(cls, "call", own)  # noqa: B010 (a class that mypy sees as plain type)
 
 
 @contextlib.contextmanager
-def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
+def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None
+              ) -> Iterator[Recorder]:
     """Records taps of the computation run inside, on this thread, into a :class:`Recorder`.
 
     Open it inside ``tape``'s context. Only layers whose variables are in ``variables`` are
@@ -197,7 +200,7 @@ def recording(tape: tf.GradientTape, variables: Sequence[Any] | None = None):
 
 
 @contextlib.contextmanager
-def disabled():
+def disabled() -> Iterator[None]:
     """No taps inside: for a ``fn`` that feeds a layer ``T`` rows that are not the steps."""
     previous = getattr(_local, "disabled", False)
     _local.disabled = True
@@ -212,7 +215,7 @@ def enabled() -> bool:
     return not getattr(_local, "disabled", False)
 
 
-def per_step_variable(variable, num_steps) -> tf.Tensor:
+def per_step_variable(variable: Any, num_steps: tf.Tensor | int) -> tf.Tensor:
     """``[num_steps, *variable.shape]``: ``variable`` repeated once per step.
 
     Use it where a state-independent parameter meets per-step tensors (a Gaussian head's
@@ -230,7 +233,7 @@ def per_step_variable(variable, num_steps) -> tf.Tensor:
     return out
 
 
-def var_keys(variable) -> set[int]:
+def var_keys(variable: Any) -> set[int]:
     """Identities under which a variable may appear (a Keras variable and its backing tf one)."""
     keys = {id(variable)}
     inner = getattr(variable, "_value", None)

@@ -28,7 +28,7 @@ sums from what each tap recorded and ``delta``, variable by variable.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -50,14 +50,14 @@ __all__ = ["OUTER_BUCKET", "SHAPE_MARK", "USE_XLA", "XLA_MIN_ELEMENTS", "Capture
 SHAPE_MARK = "must return a [T] tensor"
 
 
-def split_output(out) -> tuple[tf.Tensor, dict]:
+def split_output(out: Any) -> tuple[tf.Tensor, dict]:
     """``fn``'s output as ``(per-step values, extras)``: ``fn`` may return ``(values, dict)``."""
     if isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], dict):
         return out[0], dict(out[1])
     return out, {}
 
 
-def check_per_step(out, num_steps, where: str) -> tf.Tensor:
+def check_per_step(out: Any, num_steps: tf.Tensor | int, where: str) -> tf.Tensor:
     """``out`` as a ``[T]`` tensor (``T = num_steps`` where known), or one clear ValueError."""
     out = tf.convert_to_tensor(out)
     static_t = num_steps if isinstance(num_steps, int) else None
@@ -154,6 +154,7 @@ class Capture:
         self._layers, self._offset = layer_taps, offset  # target index of layer tap i: offset + i
         self._kept: dict = {}  # (tap index, role) -> (graph, rows kept by norms_squared)
         self.out, self.extras = out, extras
+        self.aux: tf.Tensor | None = None  # what ``capture``'s ``aux`` returned
 
     @property
     def all_covered(self) -> bool:
@@ -176,7 +177,7 @@ class Capture:
 
     def per_step_grads(self, num_rows) -> list[tf.Tensor | None]:
         """``[T, *shape]`` per covered variable (``None`` where not covered)."""
-        out = []
+        out: list[tf.Tensor | None] = []
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
                 out.append(None)
@@ -236,7 +237,7 @@ class Capture:
     def _assemble(self, dz: list[tf.Tensor | None], coeff=None) -> list[tf.Tensor | None]:
         """Per covered variable, the batched gradient from pre-activation gradients ``dz``
         (``coeff``: ``dz`` are the deltas scaled by it, so kept rows can be reweighted)."""
-        out = []
+        out: list[tf.Tensor | None] = []
         graph = _graph_key()
         for v, p, ok in zip(self.variables, self._parts, self.covered):
             if not ok:
@@ -339,8 +340,9 @@ def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
             if k is not None:
                 parts[k].rows.append(j)
     offset = len(rec.dense)
-    for j, (tap, unconnected) in enumerate(zip(rec.step, dead[offset:]), start=offset):
-        i = slot(tap.variable, False if unconnected else _rows_check(tap.value, num_steps))
+    for j, (step_tap, unconnected) in enumerate(zip(rec.step, dead[offset:]), start=offset):
+        i = slot(step_tap.variable,
+                 False if unconnected else _rows_check(step_tap.value, num_steps))
         if i is not None:
             parts[i].rows.append(j)
     offset += len(rec.step)

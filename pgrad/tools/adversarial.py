@@ -31,7 +31,7 @@ tfd = tfp.distributions
 PolicyFn = Callable[[tf.Tensor], Any]
 
 
-def as_distribution(out: Any) -> tfd.Distribution:
+def as_distribution(out: Any) -> tfp.distributions.Distribution:
     """A policy output as a distribution: itself if it has ``log_prob``, else Categorical logits."""
     if hasattr(out, "log_prob") and hasattr(out, "mode"):
         return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -84,7 +85,7 @@ def _theoretical(fn: Callable, xs: list[tf.Tensor]) -> list[np.ndarray]:
             tape.watch(x)
         y = _flat_output(fn(*xs), "fn")
     n_out = int(y.shape[0])
-    rows = [[] for _ in xs]
+    rows: list[list[tf.Tensor]] = [[] for _ in xs]
     for k in range(n_out):
         cot = tf.one_hot(k, n_out, dtype=y.dtype)
         grads = tape.gradient(
@@ -118,7 +119,7 @@ def _numerical(fn: Callable, arrays: list[np.ndarray], eps: float, dtype) -> lis
 
 def check_gradients(
     fn: Callable[..., tf.Tensor],
-    *inputs,
+    *inputs: Any,
     eps: float | None = None,
     reference: Callable[..., tf.Tensor] | None = None,
     dtype: tf.DType = tf.float64,

@@ -29,6 +29,8 @@ any per-example method.
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -50,7 +52,7 @@ from pgrad.engine import PATHS, policy_gradients
 from pgrad.transforms import GradientTransform, TransformState
 from pgrad.transforms.registry import normalize_spec, transform_from_spec
 
-DEFAULT_SPEC = (("mean_steps", {}),)
+DEFAULT_SPEC: tuple[tuple[str, dict[str, Any]], ...] = (("mean_steps", {}),)
 _STATE_KEY = "pgrad_transform_state_"
 
 
@@ -164,7 +166,7 @@ class PerSampleModel(keras.Model):
         # transform's closures.
         object.__setattr__(self, "_pgrad_transform", chain)
         object.__setattr__(self, "_pgrad_spec", spec)
-        self.transform_state = None
+        self.transform_state: TransformState | None = None
         if self.built and self.trainable_variables:
             self._ensure_state()
 

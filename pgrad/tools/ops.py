@@ -20,6 +20,8 @@ function whose true derivative the modified gradient should equal (see ``docs/gr
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -48,7 +50,7 @@ def _clipped(x: tf.Tensor, lo: tf.Tensor, hi: tf.Tensor):
     return tf.identity(x), grad
 
 
-def scale_gradient(x, factor) -> tf.Tensor:
+def scale_gradient(x: Any, factor: Any) -> tf.Tensor:
     """Identity forward; multiplies the incoming gradient by ``factor`` on the way back.
 
     Args:
@@ -64,7 +66,7 @@ def scale_gradient(x, factor) -> tf.Tensor:
         return _scaled(x, tf.cast(factor, x.dtype))
 
 
-def reverse_gradient(x, factor=1.0) -> tf.Tensor:
+def reverse_gradient(x: Any, factor: Any = 1.0) -> tf.Tensor:
     """Identity forward; the gradient comes back multiplied by ``-factor`` (gradient reversal).
 
     Args:
@@ -80,7 +82,7 @@ def reverse_gradient(x, factor=1.0) -> tf.Tensor:
         return _scaled(x, -tf.cast(factor, x.dtype))
 
 
-def clip_gradient(x, lo, hi) -> tf.Tensor:
+def clip_gradient(x: Any, lo: Any, hi: Any) -> tf.Tensor:
     """Identity forward; clips the incoming gradient element-wise to ``[lo, hi]``.
 
     Args:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import tensorflow as tf
 
@@ -32,8 +32,28 @@ from pgrad.core.per_step import step_norms_squared
 #: What a transform does with the step axis.
 STEP_AXES = ("any", "per_step", "aggregates")
 
+_StateT = TypeVar("_StateT", bound=type)
 
-def shape_str(shape) -> str:
+
+def reports(*fields: str) -> Callable[[_StateT], _StateT]:
+    """Class decorator: the state's ``fields`` that :meth:`GradientTransform.metrics` reports.
+
+    The same as a ``METRICS = (...)`` class attribute in the NamedTuple's body (which works too,
+    but type checkers read it as a field)::
+
+        @reports("clip_fraction")
+        class ClipState(NamedTuple):
+            clip_fraction: tf.Tensor  # []
+    """
+
+    def mark(cls: _StateT) -> _StateT:
+        setattr(cls, "METRICS", tuple(fields))  # noqa: B010 (not a field for type checkers)
+        return cls
+
+    return mark
+
+
+def shape_str(shape: Sequence[int | None] | tf.TensorShape) -> str:
     """``[80, ?, 64]``: a shape as the transform errors print it."""
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -46,7 +66,7 @@ class EmptyState(NamedTuple):
     """State of a stateless transform."""
 
 
-def empty_init(variables) -> EmptyState:
+def empty_init(variables: Any) -> EmptyState:
     """``init`` of a stateless transform."""
     del variables
     return EmptyState()
@@ -96,7 +116,7 @@ class GradientTransform:
         """How to run without per-step vectors, or ``None`` if the engine must materialise them."""
         return None
 
-    def metrics(self, state) -> dict[str, tf.Tensor]:
+    def metrics(self, state: Any) -> dict[str, tf.Tensor]:
         """``{"<name>/<field>": value}`` for the fields the state's class lists in ``METRICS``."""
         return {f"{self.name}/{f}": getattr(state, f) for f in getattr(type(state), "METRICS", ())}
 
@@ -184,7 +204,7 @@ def per_step_scale(
 
         pgrad.per_step_scale(scale, init, name="running_returns")
     """
-    who = name or getattr(scale, "__name__", "per_step_scale")
+    who = name or str(getattr(scale, "__name__", "per_step_scale"))
     return StepScale(
         init, step_scale_update(scale, who, needs_norms, aggregates), name=who,
         step_axis="aggregates" if aggregates else "per_step", scale=scale,

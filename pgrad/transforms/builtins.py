@@ -21,18 +21,19 @@ from pgrad.transforms.base import (
     empty_init,
     global_norm,
     per_step_scale,
+    reports,
     shape_str,
 )
 
 
+@reports("clip_fraction")
 class ClipState(NamedTuple):
     """Last update's clipping statistics (reported as metrics)."""
 
     clip_fraction: tf.Tensor  # [] fraction of steps whose gradient was scaled down
 
-    METRICS = ("clip_fraction",)
 
-
+@reports("mean", "var")
 class RunningStats(NamedTuple):
     """Running mean/variance over every step seen (parallel Welford, as in SB3's RunningMeanStd)."""
 
@@ -40,17 +41,14 @@ class RunningStats(NamedTuple):
     mean: tf.Tensor  # [] float32
     var: tf.Tensor  # [] float32, population variance
 
-    METRICS = ("mean", "var")
 
-
+@reports("clip_fraction", "approx_kl", "policy_loss")
 class RatioState(NamedTuple):
     """Last update's probability-ratio statistics of ``clip_ratio`` (reported as metrics)."""
 
     clip_fraction: tf.Tensor  # [] fraction of steps with |r_t - 1| > epsilon
     approx_kl: tf.Tensor  # [] mean((r_t - 1) - log r_t), an estimate of KL(behaviour || current)
     policy_loss: tf.Tensor  # [] -mean(min(r_t A_t, clip(r_t) A_t)): the objective, as SB3 reports
-
-    METRICS = ("clip_fraction", "approx_kl", "policy_loss")
 
 
 def _constant(value: float):
@@ -172,7 +170,7 @@ def scale_steps(fn: Callable[..., tf.Tensor], needs_norms: bool = False,
     steps: it is exact and costs one backward pass instead of a jacobian. For a stateful one,
     see :func:`pgrad.per_step_scale`.
     """
-    who = name or getattr(fn, "__name__", "scale_steps")
+    who = name or str(getattr(fn, "__name__", "scale_steps"))
 
     def weights(norms, state, *, num_steps, **ctx):
         out = fn(norms, **ctx) if needs_norms else fn(**ctx)
@@ -302,7 +300,7 @@ def stateless(fn: Callable[..., Sequence[tf.Tensor]], name: str | None = None) -
     them); after aggregation it sees the aggregated ones. Use ``scale_steps`` for a per-step
     reweighting that need not materialise anything.
     """
-    who = name or getattr(fn, "__name__", "stateless")
+    who = name or str(getattr(fn, "__name__", "stateless"))
 
     def update(grads, state, **ctx):
         return list(fn(list(grads), **ctx)), state
@@ -320,7 +318,7 @@ def from_function(fn: Callable[..., Sequence[tf.Tensor]], name: str | None = Non
     as they are. Decided by shape, per call. This is what ``--transform module:fn`` builds from
     a plain function.
     """
-    who = name or getattr(fn, "__name__", "from_function")
+    who = name or str(getattr(fn, "__name__", "from_function"))
     reduce = aggregate or (lambda g: tf.reduce_mean(g, axis=0))
 
     def update(grads, state, **ctx):

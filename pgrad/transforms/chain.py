@@ -14,7 +14,9 @@ leaves after the aggregation run on the aggregated gradient.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tensorflow as tf
 
@@ -31,7 +33,8 @@ def _compatible(a: tf.TensorShape, b: tf.TensorShape) -> bool:
     return a.rank is None or b.rank is None or a.is_compatible_with(b)
 
 
-def check_outputs(transform: GradientTransform, position: str, before, after) -> list[tf.Tensor]:
+def check_outputs(transform: GradientTransform, position: str, before: Sequence[tf.Tensor],
+                  after: Any) -> list[tf.Tensor]:
     """Checks that a transform kept one gradient per variable, with the right shapes and dtypes."""
     if isinstance(after, tf.Tensor) or not isinstance(after, (list, tuple)):
         raise TransformError(
@@ -84,7 +87,9 @@ def _named(transform: GradientTransform, position: str, fn, *args, **kwargs):
         ) from err
 
 
-def run_updates(transforms, grads, states, ctx, offset: int = 0, total: int | None = None):
+def run_updates(transforms: Sequence[GradientTransform], grads: Sequence[tf.Tensor],
+                states: Sequence[Any], ctx: dict[str, Any], offset: int = 0,
+                total: int | None = None) -> tuple[Sequence[tf.Tensor], tuple[Any, ...]]:
     """Runs ``update`` of each transform in turn, checking each output. Returns (grads, states)."""
     total = total or len(transforms)
     new_states = []
@@ -106,7 +111,9 @@ class Chain(GradientTransform):
         split = next((i for i, t in enumerate(self.leaves) if t.aggregates), None)
         if split is None or not all(isinstance(t, StepScale) for t in self.leaves[: split + 1]):
             return None
-        pre, post, total = self.leaves[: split + 1], self.leaves[split + 1:], len(self.leaves)
+        # Every leaf up to the aggregation is a StepScale (checked above): filtering only narrows.
+        pre = [t for t in self.leaves[: split + 1] if isinstance(t, StepScale)]
+        post, total = self.leaves[split + 1:], len(self.leaves)
 
         def run(weighted_sum, norms, states, *, num_steps, **ctx):
             coeff = tf.constant(1.0)
@@ -125,8 +132,8 @@ class Chain(GradientTransform):
 
         return FusedForm(any(t.needs_norms for t in pre), run)
 
-    def metrics(self, state) -> dict[str, tf.Tensor]:
-        out = {}
+    def metrics(self, state: Any) -> dict[str, tf.Tensor]:
+        out: dict[str, tf.Tensor] = {}
         for t, s in zip(self.leaves, state):
             out.update(t.metrics(s))
         return out
@@ -177,6 +184,6 @@ def chain(*transforms: GradientTransform, name: str = "chain") -> Chain:
     return Chain(init, update, name=name, step_axis=axis, leaves=leaves_t)
 
 
-def state_metrics(transform: GradientTransform, state) -> dict[str, tf.Tensor]:
+def state_metrics(transform: GradientTransform, state: Any) -> dict[str, tf.Tensor]:
     """``{"<transform>/<field>": value}`` for state fields a transform reports as metrics."""
     return transform.metrics(state)

@@ -11,16 +11,15 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from pgrad.transforms.base import StepScale, context_value, per_step_scale
+from pgrad.transforms.base import StepScale, context_value, per_step_scale, reports
 
 
+@reports("rho_mean", "truncated_fraction")
 class ImportanceState(NamedTuple):
     """Last update's importance-weight statistics of ``importance_weight`` (reported as metrics)."""
 
     rho_mean: tf.Tensor  # [] mean of rho_t = pi / mu before truncation (1 in expectation under mu)
     truncated_fraction: tf.Tensor  # [] fraction of steps with rho_t > rho_bar
-
-    METRICS = ("rho_mean", "truncated_fraction")
 
 
 def importance_weight(

@@ -52,15 +52,16 @@ something else entirely (Adam), so the bound holds for the parameter step only w
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import tensorflow as tf
 
-from pgrad.transforms.base import GradientTransform, TransformError, context_value
+from pgrad.transforms.base import GradientTransform, TransformError, context_value, reports
 from pgrad.transforms.builtins import check_ddof, standardized
 
 
+@reports("kl", "scale", "cg_iterations", "cg_residual")
 class FisherState(NamedTuple):
     """Last update's step statistics (reported as metrics)."""
 
@@ -68,8 +69,6 @@ class FisherState(NamedTuple):
     scale: tf.Tensor  # [] float32, factor applied to meet max_kl (1.0 when not limited)
     cg_iterations: tf.Tensor  # [] float32, conjugate-gradient iterations (0: direct solve)
     cg_residual: tf.Tensor  # [] float32, ||b - A x|| / ||b|| of the solve (either solver)
-
-    METRICS = ("kl", "scale", "cg_iterations", "cg_residual")
 
 
 def _fisher_init(variables):
@@ -89,8 +88,8 @@ def _exact(value, dtype: tf.DType) -> tf.Tensor:
     return tf.cast(value, dtype) if tf.is_tensor(value) else tf.constant(value, dtype)
 
 
-def conjugate_gradient(matvec, b: tf.Tensor, iterations: int, tol: float = 1e-10
-                       ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def conjugate_gradient(matvec: Callable[[tf.Tensor], tf.Tensor], b: tf.Tensor, iterations: int,
+                       tol: float = 1e-10) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Solves ``A x = b`` for symmetric positive-definite ``A`` given only ``matvec(v) = A v``.
 
     Standard CG from ``x = 0`` (Hestenes and Stiefel), at most ``iterations`` steps, stopping

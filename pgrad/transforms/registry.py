@@ -26,7 +26,8 @@ Factory = Callable[..., GradientTransform]
 _REGISTRY: dict[str, Factory] = {}
 
 
-def register_transform(name: str, factory: Factory | None = None, *, overwrite: bool = False):
+def register_transform(name: str, factory: Factory | None = None, *, overwrite: bool = False
+                       ) -> Factory | Callable[[Factory], Factory]:
     """Registers ``factory`` (``factory(**kwargs) -> GradientTransform``) under ``name``.
 
     Usable directly, ``register_transform("double", make_double)``, or as a decorator,

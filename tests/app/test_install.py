@@ -57,6 +57,8 @@ def test_wheel_installs_the_console_commands(tmp_path):
         assert (site_dir / package / "__init__.py").is_file(), package
     assert not list(site_dir.glob("__editable__*"))
     assert (site_dir / "pgrad_app" / "config" / "hyperparams" / "a2c.yaml").is_file()  # data
+    for package in ("pgrad", "agents"):  # PEP 561: their annotations reach a type checker
+        assert (site_dir / package / "py.typed").is_file(), package
     for command, flag in (("pgrad-train", "--eval-every"), ("pgrad-evaluate", "--stochastic"),
                           ("pgrad-benchmark", "--report-only"), ("pgrad-sweep", "--grid")):
         proc = _run(venv / "bin" / command, "--help", cwd=tmp_path)
