@@ -41,6 +41,34 @@ def _agent_epilog() -> str:
     return "\n".join(lines)
 
 
+#: rl-zoo / CleanRL flags with no same-meaning pgrad flag -> pgrad's way (--algo, -n,
+#: --n-timesteps, --total-timesteps, --eval-freq, --save-freq, --env-id, --env-kwargs, --seed
+#: are accepted as they are).
+FOREIGN_FLAGS = {
+    "-params": "--set KEY=VALUE (repeatable)", "--hyperparams": "--set KEY=VALUE (repeatable)",
+    "--vec-env": "--set vector_mode=sync|async|envpool",
+    "-f": "--out DIR", "--log-folder": "--out DIR", "--tensorboard-log": "--out DIR "
+    "(TensorBoard files in DIR/tb)", "-tb": "--out DIR (TensorBoard files in DIR/tb)",
+    "-i": "--resume DIR", "--trained-agent": "--resume DIR",
+    "--learning-rate": "--set learning_rate=X", "--num-steps": "--set n_steps=N",
+    "--n-envs": "--num-envs N", "--wandb-project-name": "--track wandb (WANDB_PROJECT=NAME)",
+    "--capture-video": "pgrad-evaluate RUN --video DIR after training",
+    "--env-wrapper-kwargs": "--config FILE with env_wrapper: [{NAME: {KEY: VALUE}}]",
+}
+
+
+class _Refuse(argparse.Action):
+    """A peer's flag: refused in one line with pgrad's spelling."""
+
+    def __init__(self, option_strings, dest, hint: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.hint = hint
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UserError(f"{option_string} is not a pgrad-train flag; did you mean {self.hint}? "
+                        f"(see {parser.prog} --help, docs/migration.md)")
+
+
 def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     d = run_defaults()
     p = _parser = OneLineParser(
@@ -50,9 +78,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         epilog=_agent_epilog() if with_epilog else None,
     )
     add = p.add_argument
-    add("--agent", help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
-    add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
-        f"(default: {d['env']})")
+    add("--agent", "--algo",
+        help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
+    add("--env", "--env-id", help="Gymnasium env id, or module:EnvId to import a module that "
+        f"registers it (default: {d['env']})")
     add("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help="keyword arguments of the env's gymnasium.make, values read as YAML: "
         "--env-kwargs continuous=true g=9.81 (rl-zoo's key:value works too; default: none)")
@@ -61,7 +90,8 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "TimeAwareObservation, or module:Class); repeatable, applied in order (default: none)")
     add("--gym-packages", nargs="+", action="extend", default=[], metavar="MODULE",
         help="import these modules first, to register their env ids (default: none)")
-    add("--total-steps", type=int, metavar="N", help=f"env steps to train for (default: the "
+    add("--total-steps", "--total-timesteps", "--n-timesteps", "-n", type=int, metavar="N",
+        help=f"env steps to train for (default: the "
         f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total")
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
@@ -95,15 +125,17 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "(hyperparameter adversarial_epsilon; default: 0 = off)")
     add("--stop-at-return", type=float, metavar="R", help="stop when the mean return of the "
         "last 20 training episodes reaches R (default: off)")
-    add("--eval-every", type=int, metavar="N", help="evaluate on separate envs every N env "
+    add("--eval-every", "--eval-freq", type=int, metavar="N",
+        help="evaluate on separate envs every N env "
         "steps with deterministic actions: a row in eval.csv each time, the best policy so far "
         "in best/ (default: 0 = off)")
-    add("--eval-episodes", type=int, metavar="K", help=f"episodes per evaluation (default: "
+    add("--eval-episodes", "--n-eval-episodes", type=int, metavar="K",
+        help=f"episodes per evaluation (default: "
         f"{d['eval_episodes']})")
     add("--track", choices=("wandb",), help="also log the run to an experiment tracker: config, "
         "updates, episodes, evaluations, the learning curve (pip install 'pgrad[wandb]'; "
         "WANDB_MODE=offline works; the run directory stays the record; default: off)")
-    add("--checkpoint-every", type=int, metavar="N",
+    add("--checkpoint-every", "--save-freq", type=int, metavar="N",
         help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
     add("--max-nonfinite-skips", type=int, metavar="N", help="stop after N consecutive updates "
         f"skipped for NaN/Inf gradients (default: {d['max_nonfinite_skips']})")
@@ -121,6 +153,8 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--quiet", action="store_true", help="no progress bar; logs and summary only "
         "(default: off)")
     add("--debug", action="store_true", help="show tracebacks for errors (default: off)")
+    for flag, hint in FOREIGN_FLAGS.items():  # rl-zoo's / CleanRL's flags pgrad spells otherwise
+        add(flag, nargs="*", action=_Refuse, hint=hint, help=argparse.SUPPRESS)
     del _parser
     return p
 
