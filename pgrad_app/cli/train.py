@@ -92,7 +92,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         help="import these modules first, to register their env ids (default: none)")
     add("--total-steps", "--total-timesteps", "--n-timesteps", "-n", type=int, metavar="N",
         help=f"env steps to train for (default: the "
-        f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total")
+        f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total, "
+        "above the run's step")
+    add("--more-steps", type=int, metavar="N", help="with --resume: train N env steps more than "
+        "the checkpoint holds (default: off; --total-steps gives the total instead)")
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
     add("--num-envs", type=int, metavar="N",
@@ -211,6 +214,23 @@ def make_agent(agent_cls, cfg, env_id, seed: int, transform):
             signal.signal(signal.SIGINT, previous)
 
 
+def _resumed_budget(args, trainer, settings, cfg, text: str):
+    """``(config text, settings)`` with ``--more-steps`` added to the restored step; a
+    ``--total-steps`` at or below it refused in one line (it is the new total, not more)."""
+    import dataclasses
+
+    at = int(trainer.resumed_from or 0)
+    if args.more_steps is not None:
+        settings = dataclasses.replace(settings, total_steps=at + int(args.more_steps))
+        trainer.settings = trainer.recorder.settings = settings
+        return config_lib.dump_run_config(settings, cfg), settings
+    if args.total_steps is not None and settings.total_steps <= at:
+        raise UserError(f"--total-steps {settings.total_steps:,} is not above the run's step "
+                        f"{at:,}: with --resume it is the new total; give a larger total, or "
+                        "--more-steps N to train N more.")
+    return text, settings
+
+
 # ---------------------------------------------------------------------------------------------
 # Main.
 # ---------------------------------------------------------------------------------------------
@@ -226,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     resume = args.resume is not None
     if resume and args.overwrite:
         raise UserError("--resume continues a run and --overwrite replaces one; choose one.")
+    if args.more_steps is not None:
+        if not resume:
+            raise UserError("--more-steps adds steps to a resumed run (--resume DIR); a new run "
+                            "takes --total-steps N.")
+        if args.total_steps is not None:
+            raise UserError("--more-steps N adds N steps and --total-steps N sets the total; "
+                            "choose one.")
+        if args.more_steps < 1:
+            raise UserError(f"--more-steps must be >= 1; got {args.more_steps}.")
     if args.trust_run_code and not resume:
         raise UserError("--trust-run-code only applies to --resume (a new run imports only "
                         "what you name).")
@@ -284,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             if not resume:
                 lock = make_run_dir(out, args.overwrite, text)
             trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
+            if resume:  # restored: the step it holds decides the budget
+                text, settings = _resumed_budget(args, trainer, settings, cfg, text)
             if resume:  # restored: only now may the run's files change
                 config = RunLayout(out).config
                 if not config.is_file() or text != config.read_text():  # a new --total-steps
