@@ -94,14 +94,22 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, 
     id's ``gymnasium.make`` keywords; ``env_wrapper``: wrappers by class, callable, dotted name or
     ``{name: kwargs}``, one or a list (rl-zoo's ``env_wrapper``). Both are kept with the agent
     (an :class:`pgrad.rl.envs.EnvRecipe`), so evaluation, ``EvalCallback`` and ``agents.load``
-    rebuild the same env.
+    rebuild the same env. Stable-Baselines3's names work too: ``n_envs``, ``batch_size``,
+    ``n_epochs``, ``policy_kwargs=dict(net_arch=[64, 64], activation_fn=...)`` map onto pgrad's
+    fields; ``tensorboard_log``, ``verbose`` and the like are refused with pgrad's way
+    (:mod:`agents.sb3_names`, docs/migration.md).
     """
+    import dataclasses
+
     import gymnasium as gym
 
+    from agents import sb3_names
     from pgrad.rl.envs import env_source
 
     tensorboard_log = hyperparameters.pop("tensorboard_log", None)
     cls = get(name)
+    hyperparameters = sb3_names.hyperparameters(
+        hyperparameters, {f.name for f in dataclasses.fields(cls.Config)})
     if "num_envs" not in hyperparameters:
         if isinstance(env_id, gym.vector.VectorEnv):
             hyperparameters["num_envs"] = env_id.num_envs

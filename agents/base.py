@@ -429,7 +429,21 @@ class ActorCriticAgent:
 
     # -- the training loop -----------------------------------------------------------------------
 
-    def learn(self, total_steps: int, callbacks: Any = None, progress: bool = True):
+    @classmethod
+    def load(cls, path, **kwargs) -> ActorCriticAgent:
+        """``agents.PPO.load(path)``, as Stable-Baselines3's: :func:`agents.load` of an agent of
+        this class (another kind is a ValueError naming it)."""
+        from agents import persistence
+
+        kind = persistence.read_description(path).get("agent")
+        if cls.name != "actor_critic" and kind != cls.name:
+            raise ValueError(f"{path} holds a {kind} agent, not {cls.name}; load it with "
+                             "agents.load(path).")
+        return persistence.load(path, **kwargs)
+
+    def learn(self, total_steps: int | None = None, callbacks: Any = None,
+              progress: bool = True, *, total_timesteps: int | None = None,
+              progress_bar: bool | None = None, callback: Any = None, **sb3):
         """Trains for ``total_steps`` more env steps (the counters continue, as
         Stable-Baselines3's ``learn(..., reset_num_timesteps=False)``); returns the agent.
 
@@ -439,8 +453,25 @@ class ActorCriticAgent:
             called after every update (``False`` stops), or a list of them
             (:mod:`agents.callbacks`: evaluation, checkpoints, stop at a return).
           progress: a progress bar on stderr.
+          total_timesteps, progress_bar, callback: Stable-Baselines3's names of the three.
         """
+        from agents import sb3_names
         from agents.learning import Loop
+
+        for key in sb3:
+            if key in sb3_names.POINTERS:
+                raise TypeError(f"{key} is Stable-Baselines3's; pgrad: "
+                                f"{sb3_names.POINTERS[key]}.")
+            raise TypeError(f"learn() got an unexpected keyword argument {key!r}.")
+        for ours, theirs, name in ((total_steps, total_timesteps, "total_timesteps"),
+                                   (callbacks, callback, "callback")):
+            if ours is not None and theirs is not None:
+                raise TypeError(f"{name} is SB3's name of an argument also given; give one.")
+        total_steps = total_timesteps if total_steps is None else total_steps
+        if total_steps is None:
+            raise TypeError("learn() needs total_steps (env steps to add).")
+        callbacks = callback if callbacks is None else callbacks
+        progress = progress if progress_bar is None else bool(progress_bar)
 
         if int(total_steps) < 0:
             raise ValueError(f"total_steps must be >= 0; got {total_steps}.")

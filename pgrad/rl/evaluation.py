@@ -302,8 +302,12 @@ def evaluate(
     epsilons: Sequence[float] = (0.0, 0.01, 0.05, 0.1),
     pgd_steps: int = 10,
     env_kwargs: dict[str, Any] | None = None,
+    *,
+    n_eval_episodes: int | None = None,
 ) -> dict[str, Any]:
     """Runs ``episodes`` episodes of a policy and summarises them.
+
+    ``n_eval_episodes`` is Stable-Baselines3's name of ``episodes``.
 
     Args:
       target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
@@ -333,6 +337,8 @@ def evaluate(
     from pgrad.rl.envs import EnvRecipe, env_name, is_atari_id
     from pgrad.rl.envs import make_env as build_env
 
+    if n_eval_episodes is not None:
+        episodes = n_eval_episodes
     if not 1 <= int(episodes) <= MAX_EPISODES:
         raise ValueError(f"episodes must be in [1, {MAX_EPISODES:,}]; got {episodes}.")
     if int(seed) < 0:

@@ -13,7 +13,9 @@ Robustness to observation attacks (the checkpointed policy; epsilon in raw obser
     pgrad-evaluate runs/a2c-cartpole --attack pgd --pgd-steps 10
 
 prints return (mean ± std) per epsilon (0, the clean baseline, is always included), writes it
-under "attack" in DIR/eval.json and plots it to DIR/robustness.png.
+under "attack" in DIR/eval-attack-fgsm.json (each evaluation other than the plain
+deterministic one has its own eval-VARIANT.json: video, sampled, another env) and plots it
+to DIR/robustness.png.
 """
 
 from __future__ import annotations
@@ -78,14 +80,14 @@ def main(argv: list[str] | None = None) -> int:
               f"epsilon ({mode} actions, {r['source']}, seeds {r['seed']}..)")
         print(table(a))
         out = args.run.rstrip("/")
-        print(f"wrote {out}/eval.json and {out}/robustness.png")
+        print(f"wrote {r['written']} and {out}/robustness.png")
         return 0
     mode = "deterministic" if r["deterministic"] else "sampled (--stochastic)"
     print(f"{r['env']}: {r['episodes']} episodes ({mode} actions, {r['source']}, "
           f"seeds {r['seed']}..{r['seed'] + r['episodes'] - 1})")
     print(f"return {r['return_mean']:.2f} ± {r['return_std']:.2f}")
     print(f"length {r['length_mean']:.1f} ± {r['length_std']:.1f}")
-    print(f"wrote {args.run.rstrip('/')}/eval.json"
+    print(f"wrote {r['written']}"
           + (f"; videos in {args.video}" if args.video else ""))
     return 0
 

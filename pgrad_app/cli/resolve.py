@@ -160,9 +160,10 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
         if values is None:
             raise UserError(f"--resume {out}: no run there (no config.yaml) and no saved agent "
                             "(no agent.json).")
-        if args.total_steps is None:
+        if args.total_steps is None and getattr(args, "more_steps", None) is None:
             raise UserError(f"--resume {out}: a saved agent has no run settings yet; give "
-                            "--total-steps N (the env-step count to train to).")
+                            "--total-steps N (the env-step count to train to) or --more-steps "
+                            "N.")
         named = config_lib.saved_transform(out)
         if named and args.transform is None:
             raise UserError(f"--resume {out}: the agent was trained with the transform "

@@ -41,6 +41,34 @@ def _agent_epilog() -> str:
     return "\n".join(lines)
 
 
+#: rl-zoo / CleanRL flags with no same-meaning pgrad flag -> pgrad's way (--algo, -n,
+#: --n-timesteps, --total-timesteps, --eval-freq, --save-freq, --env-id, --env-kwargs, --seed
+#: are accepted as they are).
+FOREIGN_FLAGS = {
+    "-params": "--set KEY=VALUE (repeatable)", "--hyperparams": "--set KEY=VALUE (repeatable)",
+    "--vec-env": "--set vector_mode=sync|async|envpool",
+    "-f": "--out DIR", "--log-folder": "--out DIR", "--tensorboard-log": "--out DIR "
+    "(TensorBoard files in DIR/tb)", "-tb": "--out DIR (TensorBoard files in DIR/tb)",
+    "-i": "--resume DIR", "--trained-agent": "--resume DIR",
+    "--learning-rate": "--set learning_rate=X", "--num-steps": "--set n_steps=N",
+    "--n-envs": "--num-envs N", "--wandb-project-name": "--track wandb (WANDB_PROJECT=NAME)",
+    "--capture-video": "pgrad-evaluate RUN --video DIR after training",
+    "--env-wrapper-kwargs": "--config FILE with env_wrapper: [{NAME: {KEY: VALUE}}]",
+}
+
+
+class _Refuse(argparse.Action):
+    """A peer's flag: refused in one line with pgrad's spelling."""
+
+    def __init__(self, option_strings, dest, hint: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.hint = hint
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UserError(f"{option_string} is not a pgrad-train flag; did you mean {self.hint}? "
+                        f"(see {parser.prog} --help, docs/migration.md)")
+
+
 def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     d = run_defaults()
     p = _parser = OneLineParser(
@@ -50,9 +78,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         epilog=_agent_epilog() if with_epilog else None,
     )
     add = p.add_argument
-    add("--agent", help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
-    add("--env", help="Gymnasium env id, or module:EnvId to import a module that registers it "
-        f"(default: {d['env']})")
+    add("--agent", "--algo",
+        help=f"agent to train: a2c, ppo, npg or reinforce (default: {d['agent']})")
+    add("--env", "--env-id", help="Gymnasium env id, or module:EnvId to import a module that "
+        f"registers it (default: {d['env']})")
     add("--env-kwargs", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help="keyword arguments of the env's gymnasium.make, values read as YAML: "
         "--env-kwargs continuous=true g=9.81 (rl-zoo's key:value works too; default: none)")
@@ -61,8 +90,12 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "TimeAwareObservation, or module:Class); repeatable, applied in order (default: none)")
     add("--gym-packages", nargs="+", action="extend", default=[], metavar="MODULE",
         help="import these modules first, to register their env ids (default: none)")
-    add("--total-steps", type=int, metavar="N", help=f"env steps to train for (default: the "
-        f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total")
+    add("--total-steps", "--total-timesteps", "--n-timesteps", "-n", type=int, metavar="N",
+        help=f"env steps to train for (default: the "
+        f"tuned entry's n_timesteps, else {d['total_steps']}); with --resume, the new total, "
+        "above the run's step")
+    add("--more-steps", type=int, metavar="N", help="with --resume: train N env steps more than "
+        "the checkpoint holds (default: off; --total-steps gives the total instead)")
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
     add("--num-envs", type=int, metavar="N",
@@ -95,15 +128,17 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
         "(hyperparameter adversarial_epsilon; default: 0 = off)")
     add("--stop-at-return", type=float, metavar="R", help="stop when the mean return of the "
         "last 20 training episodes reaches R (default: off)")
-    add("--eval-every", type=int, metavar="N", help="evaluate on separate envs every N env "
+    add("--eval-every", "--eval-freq", type=int, metavar="N",
+        help="evaluate on separate envs every N env "
         "steps with deterministic actions: a row in eval.csv each time, the best policy so far "
         "in best/ (default: 0 = off)")
-    add("--eval-episodes", type=int, metavar="K", help=f"episodes per evaluation (default: "
+    add("--eval-episodes", "--n-eval-episodes", type=int, metavar="K",
+        help=f"episodes per evaluation (default: "
         f"{d['eval_episodes']})")
     add("--track", choices=("wandb",), help="also log the run to an experiment tracker: config, "
         "updates, episodes, evaluations, the learning curve (pip install 'pgrad[wandb]'; "
         "WANDB_MODE=offline works; the run directory stays the record; default: off)")
-    add("--checkpoint-every", type=int, metavar="N",
+    add("--checkpoint-every", "--save-freq", type=int, metavar="N",
         help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
     add("--log-every", type=int, metavar="N", help="updates between rows of updates.csv and "
         "TensorBoard, each the mean over them (KEY_max beside the gradient norms and NaN/Inf "
@@ -125,6 +160,8 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--quiet", action="store_true", help="no progress bar; logs and summary only "
         "(default: off)")
     add("--debug", action="store_true", help="show tracebacks for errors (default: off)")
+    for flag, hint in FOREIGN_FLAGS.items():  # rl-zoo's / CleanRL's flags pgrad spells otherwise
+        add(flag, nargs="*", action=_Refuse, hint=hint, help=argparse.SUPPRESS)
     del _parser
     return p
 
@@ -181,6 +218,23 @@ def make_agent(agent_cls, cfg, env_id, seed: int, transform):
             signal.signal(signal.SIGINT, previous)
 
 
+def _resumed_budget(args, trainer, settings, cfg, text: str):
+    """``(config text, settings)`` with ``--more-steps`` added to the restored step; a
+    ``--total-steps`` at or below it refused in one line (it is the new total, not more)."""
+    import dataclasses
+
+    at = int(trainer.resumed_from or 0)
+    if args.more_steps is not None:
+        settings = dataclasses.replace(settings, total_steps=at + int(args.more_steps))
+        trainer.settings = trainer.recorder.settings = settings
+        return config_lib.dump_run_config(settings, cfg), settings
+    if args.total_steps is not None and settings.total_steps <= at:
+        raise UserError(f"--total-steps {settings.total_steps:,} is not above the run's step "
+                        f"{at:,}: with --resume it is the new total; give a larger total, or "
+                        "--more-steps N to train N more.")
+    return text, settings
+
+
 # ---------------------------------------------------------------------------------------------
 # Main.
 # ---------------------------------------------------------------------------------------------
@@ -196,6 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     resume = args.resume is not None
     if resume and args.overwrite:
         raise UserError("--resume continues a run and --overwrite replaces one; choose one.")
+    if args.more_steps is not None:
+        if not resume:
+            raise UserError("--more-steps adds steps to a resumed run (--resume DIR); a new run "
+                            "takes --total-steps N.")
+        if args.total_steps is not None:
+            raise UserError("--more-steps N adds N steps and --total-steps N sets the total; "
+                            "choose one.")
+        if args.more_steps < 1:
+            raise UserError(f"--more-steps must be >= 1; got {args.more_steps}.")
     if args.trust_run_code and not resume:
         raise UserError("--trust-run-code only applies to --resume (a new run imports only "
                         "what you name).")
@@ -257,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             if not resume:
                 lock = make_run_dir(out, args.overwrite, text)
             trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
+            if resume:  # restored: the step it holds decides the budget
+                text, settings = _resumed_budget(args, trainer, settings, cfg, text)
             if resume:  # restored: only now may the run's files change
                 config = RunLayout(out).config
                 if not config.is_file() or text != config.read_text():  # a new --total-steps

@@ -119,7 +119,10 @@ def evaluate_run(
     pgd_steps: int = 10,
     trust_run_code: bool = False,
 ) -> dict[str, Any]:
-    """Evaluates the policy of a run directory; writes ``eval.json`` (and ``robustness.png``).
+    """Evaluates the policy of a run directory; writes ``eval.json`` for the plain evaluation
+    (deterministic episodes on the run's env), ``eval-VARIANT.json`` for any other
+    (:func:`variant_name`: video, attack, sampled actions, another env), and
+    ``robustness.png`` with an attack; ``result["written"]`` names the file.
 
     Args:
       run_dir: a run directory written by ``pgrad-train``, or a directory ``agent.save`` wrote.
@@ -242,11 +245,14 @@ def evaluate_run(
         if agent is not None:
             agent.close()
     result = {"run": str(run_dir), **result, "env": env_spec, "source": used}
+    written = RunLayout(run_dir).evaluation_of(variant_name(
+        deterministic, video_dir, None if own else env_spec, attack))
+    result["written"] = str(written)
     if write:
         try:
-            write_json_atomic(RunLayout(run_dir).evaluation, result)
+            write_json_atomic(written, result)
         except OSError as err:
-            raise RunError(f"cannot write {run_dir / 'eval.json'}: {err.strerror or err} "
+            raise RunError(f"cannot write {written}: {err.strerror or err} "
                            "(the results above were not saved).") from None
         if values.get("track") == "wandb" and attack is None:  # the tracked run gets it too
             from pgrad_app.run.tracking import log_evaluation
@@ -257,6 +263,23 @@ def evaluate_run(
                 result["attack"], RunLayout(run_dir).robustness,
                 title=f"{values.get('agent')} on {env_spec}, seed {values.get('seed', 0)}")
     return result
+
+
+def variant_name(deterministic: bool, video_dir, env: str | None, attack: str | None) -> str:
+    """``""`` for the plain evaluation (deterministic actions on the run's own env, no video,
+    no attack; its episode count and seed are in the file), else what differs (``"video"``,
+    ``"attack-fgsm"``, ``"sampled"``, ``"env-ID"``, joined by ``-``): its file is
+    ``eval-VARIANT.json`` beside ``eval.json``."""
+    import re
+
+    parts = [f"attack-{attack}"] if attack else []
+    if video_dir is not None:
+        parts.append("video")
+    if not deterministic:
+        parts.append("sampled")
+    if env:
+        parts.append("env-" + re.sub(r"[^A-Za-z0-9._-]+", "_", str(env)))
+    return "-".join(parts)
 
 
 def _check_writable_dir(path: Path) -> None:

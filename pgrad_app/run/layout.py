@@ -54,6 +54,8 @@ class RunLayout:
     EVAL_LOG = callbacks.EVAL_LOG
     BEST = callbacks.BEST
     EVALUATION = "eval.json"
+    #: Each non-default pgrad-evaluate (video, attack, other episodes...): eval-VARIANT.json.
+    EVALUATION_VARIANT = "eval-{}.json"
     CURVE = "learning_curve.png"
     ROBUSTNESS = "robustness.png"
     CHECKPOINTS = persistence.CHECKPOINTS
@@ -87,6 +89,12 @@ class RunLayout:
     marker = property(lambda self: self.root / self.MARKER)
     lock = property(lambda self: self.root / self.LOCK)
 
+    def evaluation_of(self, variant: str | None) -> Path:
+        """``eval.json`` for the plain evaluation (``variant`` empty), else
+        ``eval-VARIANT.json``."""
+        return self.root / (self.EVALUATION_VARIANT.format(variant) if variant
+                            else self.EVALUATION)
+
     @classmethod
     def saved_agent(cls) -> dict:
         """What ``agent.save`` writes into a directory, by name (``best/`` is one of these)."""
@@ -98,7 +106,8 @@ class RunLayout:
         """Every name pgrad writes in a run directory (``fnmatch`` patterns; ``None``: a file, a
         dict: a folder and what pgrad writes inside it): what ``--overwrite`` deletes."""
         files = dict.fromkeys((cls.CONFIG, cls.EPISODES, cls.UPDATES, cls.EVAL_LOG,
-                               cls.EVALUATION, cls.CURVE, cls.ROBUSTNESS, cls.TRACKER_ID))
+                               cls.EVALUATION, cls.EVALUATION_VARIANT.format("*"), cls.CURVE,
+                               cls.ROBUSTNESS, cls.TRACKER_ID))
         tree = {**files, **cls.saved_agent(),
                 cls.TENSORBOARD: {"events.out.tfevents.*": None},
                 # best/ is a saved agent: agent.save leaves its lock file (the run's own lock,

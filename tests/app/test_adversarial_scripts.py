@@ -73,7 +73,8 @@ def test_attacked_evaluation_through_the_script(run_dir):
     proc = run("evaluate.py", run_dir, "--attack", "fgsm", "--epsilon", "0.05,0.5",
                "--episodes", 3, "--deterministic")
     assert proc.returncode == 0, proc.stderr
-    result = json.loads((run_dir / "eval.json").read_text())
+    # an attacked evaluation has its own file; eval.json keeps the plain one
+    result = json.loads((run_dir / "eval-attack-fgsm.json").read_text())
     attack = result["attack"]
     assert attack["kind"] == "fgsm" and attack["epsilons"] == [0.0, 0.05, 0.5]
     assert len(attack["rows"]) == 3 and all(len(r["returns"]) == 3 for r in attack["rows"])
