@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,20 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
         yield ray
     finally:
         ray.shutdown()
+
+
+def start_with(distribute: Callable[..., Any], agent, workers: int, address: str | None = None,
+               env_spec: Any = None, num_cpus: int | None = None) -> contextlib.ExitStack:
+    """:func:`ray_session` + ``distribute(agent, workers, env_spec)`` for a script: returns what
+    to ``close()`` after ``agent.close()`` (shuts down the local Ray instance it started)."""
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(ray_session(address, num_cpus or max(workers, os.cpu_count() or 1)))
+        distribute(agent, workers, env_spec)
+    except BaseException:
+        stack.close()
+        raise
+    return stack
 
 
 def worker_runtime_env() -> dict:

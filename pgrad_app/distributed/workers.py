@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import sys
 import time
 from typing import Any
@@ -41,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from pgrad.rl.rollout import Trajectory
-from pgrad_app.distributed.session import ray_session, worker_runtime_env
+from pgrad_app.distributed.session import start_with, worker_runtime_env
 from pgrad_app.errors import RunError, UserError, one_line
 
 MAX_RESTARTS = 3
@@ -336,16 +335,8 @@ class RemoteCollector:
 
 def start(agent, workers: int, address: str | None = None, env_spec: Any = None,
           num_cpus: int | None = None) -> contextlib.ExitStack:
-    """:func:`ray_session` + :func:`distribute` for a script: returns what to ``close()`` after
-    ``agent.close()`` (shuts down the local Ray instance it started)."""
-    stack = contextlib.ExitStack()
-    try:
-        stack.enter_context(ray_session(address, num_cpus or max(workers, os.cpu_count() or 1)))
-        distribute(agent, workers, env_spec)
-    except BaseException:
-        stack.close()
-        raise
-    return stack
+    """:func:`pgrad_app.distributed.session.start_with` of :func:`distribute`."""
+    return start_with(distribute, agent, workers, address, env_spec, num_cpus)
 
 
 def distribute(agent, workers: int, env_spec: Any = None,

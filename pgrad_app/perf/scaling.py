@@ -101,11 +101,11 @@ def ray_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
                             ("cartpole", "CartPole-v1")):
             env_id = workers.env_id_of(spec)
             sides = {}
-            for workers in (0, 1, 2):
+            for n in (0, 1, 2):  # not "workers": that is the module
                 agent = agents.make("a2c", env_id, seed=0, **cfg)
-                if workers:
-                    workers.distribute(agent, workers, env_spec=spec)
-                sides[f"{workers}_workers" if workers else "in_process"] = agent
+                if n:
+                    workers.distribute(agent, n, env_spec=spec)
+                sides[f"{n}_workers" if n else "in_process"] = agent
             updates = 20 if label == "cartpole" else 4
             fns = {k: rounds(a.step, updates) for k, a in sides.items()}
             if label == "slow_1ms":  # the machine's own ceiling: plain tasks spinning alike
