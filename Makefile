@@ -37,7 +37,7 @@ test-sb3: $(STAMP)
 	$(PY) -m pytest -q -m sb3
 
 lint: $(STAMP)
-	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples
+	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples docs/hooks.py
 	$(PY) -m pytest -q tests/contracts  # the import contract (layers) and an inert import pgrad
 	$(PY) -m mypy  # the floors listed in pyproject.toml's [tool.mypy] files
 	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d $$d \
