@@ -32,8 +32,14 @@ from typing import Any
 import numpy as np
 
 from pgrad_app.distributed.session import start_with, worker_runtime_env
-from pgrad_app.distributed.workers import MAX_RESTARTS, RESTART_TIMEOUT_S, WorkerError, env_id_of
-from pgrad_app.errors import RunError, UserError, one_line
+from pgrad_app.distributed.workers import (
+    MAX_RESTARTS,
+    RESTART_TIMEOUT_S,
+    WorkerError,
+    env_id_of,
+    raised_inside,
+)
+from pgrad_app.errors import UserError
 
 
 class TrajectoryActor:
@@ -151,9 +157,7 @@ class AsyncSource:
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as err:  # raised by our code or the env
-            cause = err.cause
-            raise (cause if isinstance(cause, BaseException) else RunError(one_line(err))) \
-                from None
+            raise raised_inside(err) from None
         except ray.exceptions.RayActorError as err:
             died = err
         deadline = time.monotonic() + RESTART_TIMEOUT_S

@@ -47,6 +47,13 @@ MAX_RESTARTS = 3
 RESTART_TIMEOUT_S = 300.0  # a restarted worker imports TensorFlow and builds its envs
 
 
+def raised_inside(err) -> BaseException:
+    """What a Ray task error wraps: the exception our code (or the env) raised in the actor,
+    else the error as one line."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else RunError(one_line(err))
+
+
 class WorkerError(RunError):
     """A rollout worker died and could not be restarted (the message names it)."""
 
@@ -250,9 +257,7 @@ class RemoteCollector:
             try:
                 return ray.get(ref)
             except ray.exceptions.RayTaskError as err:  # raised by our code or the env
-                cause = err.cause
-                raise (cause if isinstance(cause, BaseException) else RunError(one_line(err))) \
-                    from None
+                raise raised_inside(err) from None
             except ray.exceptions.RayActorError as err:
                 died = err
             if not self._restarted(k):
