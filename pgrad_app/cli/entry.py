@@ -13,14 +13,46 @@ PROGRAMS = {
 }
 
 
+#: Programs whose modules import no TensorFlow before main runs: parsed before silence().
+PARSE_FIRST = ("train", "evaluate", "benchmark", "sweep", "learning_targets", "tune", "export")
+
+
 def run(program: str, argv: list[str] | None = None) -> int:
-    """Silences TensorFlow's start-up noise, then runs ``program`` (a key of :data:`PROGRAMS`)."""
+    """Silences TensorFlow's start-up noise, then runs ``program`` (a key of :data:`PROGRAMS`).
+
+    The arguments are parsed first, before TensorFlow is imported (silence() imports it): a
+    mistyped flag or ``--help`` is answered at once, not after TensorFlow's seconds of start-up.
+    ``pgrad-train --help`` lists every agent's hyperparameters, which needs the agents, so it
+    still goes the long way.
+    """
+    import sys
+
+    from pgrad_app.errors import run_cli
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    if program not in PARSE_FIRST:  # its module imports TensorFlow itself: quiet it first
+        from pgrad_app.quiet import silence
+
+        silence()
+    module = importlib.import_module(PROGRAMS[program])
+    parser = getattr(module, "build_parser", None)
+    wants_help = any(a in ("-h", "--help") for a in args)
+    if parser is not None and not (wants_help and getattr(module, "HELP_NEEDS_AGENTS", False)):
+        code = run_cli(lambda a: _parse_only(parser, a), args)
+        if code != 0 or wants_help:
+            return code
     from pgrad_app.quiet import silence
 
     silence()
-    from pgrad_app.errors import run_cli
+    return run_cli(module.main, argv)
 
-    return run_cli(importlib.import_module(PROGRAMS[program]).main, argv)
+
+def _parse_only(build_parser, args: list[str]) -> int:
+    try:
+        build_parser().parse_args(args)
+    except SystemExit as done:  # --help printed: argparse exits 0
+        return int(done.code or 0)
+    return 0
 
 
 def train() -> int:

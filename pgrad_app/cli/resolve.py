@@ -10,7 +10,6 @@ from pgrad_app.config import settings as config_lib
 from pgrad_app.config import yamlfile
 from pgrad_app.config.values import field_types, parse_set
 from pgrad_app.errors import UserError, one_line
-from pgrad_app.run.layout import RunLayout
 
 # Flags that describe the run itself and so cannot change when resuming it.
 FIXED_ON_RESUME = ("agent", "env", "seed", "num_envs", "config", "set", "out", "diagnostics",
@@ -150,6 +149,7 @@ def resolve_resume(args) -> tuple[config_lib.RunSettings, object, type]:
         wrapper_names,
     )
     from pgrad_app.run import resume as resume_lib
+    from pgrad_app.run.layout import RunLayout
 
     out = Path(args.resume)
     layout = RunLayout(out)

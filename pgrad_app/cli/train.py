@@ -17,14 +17,18 @@ import json
 import sys
 from pathlib import Path
 
-from pgrad.rl.files import write_atomic
 from pgrad_app.cli import OneLineParser
 from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
 from pgrad_app.errors import UserError, command, one_line
-from pgrad_app.run import directory as rundir
-from pgrad_app.run.layout import RunLayout
+
+# TensorFlow (through pgrad, agents and the run modules) is imported only after the arguments
+# are parsed: --bogus or a missing value is answered at once (issue 24, item 5).
+
+
+#: --help lists every agent's hyperparameters: it imports the agents (and TensorFlow).
+HELP_NEEDS_AGENTS = True
 
 
 def _agent_epilog() -> str:
@@ -171,9 +175,11 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 
 
-def make_run_dir(out: Path, overwrite: bool, config_text: str) -> rundir.RunLock:
+def make_run_dir(out: Path, overwrite: bool, config_text: str):
     """Creates ``out`` (after all checks passed), locks it and writes its ``config.yaml``; with
     overwrite, removes the old run's files (only those pgrad wrote). Returns the held lock."""
+    from pgrad_app.run import directory as rundir
+
     lock, kept = rundir.create(out, overwrite, config_text)
     if kept:
         shown = ", ".join(str(p.relative_to(out)) for p in kept[:3])
@@ -245,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         build_parser(with_epilog=True).print_help()
         return 0
     args = build_parser().parse_args(argv)
+    from pgrad.rl.files import write_atomic
+    from pgrad_app.run import directory as rundir
+    from pgrad_app.run.layout import RunLayout
     from pgrad_app.run.trainer import Trainer, summary
 
     resume = args.resume is not None
