@@ -96,7 +96,7 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, 
     (an :class:`pgrad.rl.envs.EnvRecipe`), so evaluation, ``EvalCallback`` and ``agents.load``
     rebuild the same env. Stable-Baselines3's names work too: ``n_envs``, ``batch_size``,
     ``n_epochs``, ``policy_kwargs=dict(net_arch=[64, 64], activation_fn=...)`` map onto pgrad's
-    fields; ``tensorboard_log``, ``verbose`` and the like are refused with pgrad's way
+    fields (``tensorboard_log`` too, above); ``verbose`` and the like are refused with pgrad's way
     (:mod:`agents.sb3_names`, docs/migration.md).
     """
     import dataclasses

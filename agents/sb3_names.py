@@ -9,15 +9,15 @@ from typing import Any
 RENAMED = {"n_envs": "num_envs", "batch_size": "minibatch_size", "n_epochs": "epochs"}
 #: SB3 keywords pgrad has no field for -> what to do instead.
 POINTERS = {
-    "tensorboard_log": "log a run from Python with learn(..., callbacks=pgrad_app.RunDirectory("
-                       "'runs/NAME')), TensorBoard files in runs/NAME/tb",
     "verbose": "pgrad shows a progress bar; learn(..., progress=False) hides it",
     "policy": "pgrad picks the network from the observation space (encoder='auto'); MlpPolicy "
               "and CnnPolicy need no name",
     "device": "pgrad runs on TensorFlow's default device (CUDA_VISIBLE_DEVICES picks it)",
     "reset_num_timesteps": "learn(N) always adds N steps to the agent's counter",
-    "tb_log_name": "name the run directory: pgrad_app.RunDirectory('runs/NAME')",
-    "log_interval": "the progress bar updates continuously; a RunDirectory logs every update",
+    "tb_log_name": "agents.make(..., tensorboard_log=DIR) writes DIR/CLASS_k; a named run: "
+                   "pgrad_app.RunDirectory('runs/NAME')",
+    "log_interval": "pgrad_app.RunDirectory(..., log_every=N) (pgrad-train --log-every N) sets "
+                    "the logging cadence",
 }
 #: policy_kwargs keys -> hyperparameters.
 POLICY_KWARGS = {"log_std_init": "log_std_init", "ortho_init": "ortho_init",

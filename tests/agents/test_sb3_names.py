@@ -27,9 +27,9 @@ def test_sb3_constructor_names_map_onto_pgrad_fields():
 
 
 def test_sb3_names_without_a_pgrad_field_point_to_pgrad_s_way():
-    with pytest.raises(TypeError, match="tensorboard_log is Stable-Baselines3's; pgrad: .*"
-                                        "RunDirectory"):
-        agents.make("ppo", tensorboard_log="runs/")
+    with pytest.raises(TypeError, match="tb_log_name is Stable-Baselines3's; pgrad: .*"
+                                        "tensorboard_log=DIR"):
+        agents.make("ppo", tb_log_name="x")
     with pytest.raises(TypeError, match="progress=False"):
         agents.make("ppo", verbose=1)
     with pytest.raises(ValueError, match="same hidden widths"):
