@@ -43,7 +43,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.envs import GAME_INFO, ensure_registered
+from pgrad.rl.env_ids import GAME_INFO, ensure_registered
 
 __all__ = ["EpisodicLife", "FireReset", "FrameStack", "GameScore", "ReportGames", "make_atari"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl.networks import ActorCritic
-from pgrad.rl.policy import NumpySampling
+from pgrad.rl.sampling import NumpySampling
 from pgrad.rl.spaces import ObsLayout
 
 #: Compile the acting call with XLA. Off: no clear gain measured (docs/performance.md, "Images"),

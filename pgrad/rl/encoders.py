@@ -42,6 +42,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from pgrad.rl.dense import mlp
 from pgrad.rl.spaces import ObsLayout, Part
 
 #: Names accepted for the ``encoder`` setting.
@@ -207,7 +208,6 @@ class ObservationEncoder(keras.layers.Layer):
                  activation: str = "tanh", seed: int | None = 0, ortho_init: bool = True,
                  name: str = "encoder"):
         super().__init__(name=name)
-        from pgrad.rl.networks import mlp
 
         self.layout, self.kind = layout, encoder if isinstance(encoder, str) else "own"
         self.parts = layout.parts

@@ -54,8 +54,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from pgrad.rl.env_ids import GAME_INFO, is_atari_id
 from pgrad.rl.envpool_env import EnvpoolVectorEnv, _envpool
-from pgrad.rl.envs import GAME_INFO, is_atari_id
 
 #: ale-py's registrations: sticky actions of the Gymnasium Atari ids (their frame limit is 108,000)
 STICKY = {"ALE/": 0.25, "NoFrameskip-v4": 0.0, "NoFrameskip-v0": 0.25}
@@ -204,3 +204,11 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
 def _channels_last(obs: np.ndarray) -> np.ndarray:
     """``[B, C, H, W] -> [B, H, W, C]``, contiguous."""
     return np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
+
+
+def make_envpool(env_id: Any, num_envs: int, **kwargs) -> EnvpoolVectorEnv:
+    """The adapter for ``env_id``: :class:`EnvpoolAtariVectorEnv` for Atari ids, else
+    :class:`EnvpoolVectorEnv` (``kwargs``: the class's options and ``envpool.make``'s)."""
+    if is_envpool_atari(env_id):
+        return EnvpoolAtariVectorEnv(env_id, num_envs, **kwargs)
+    return EnvpoolVectorEnv(env_id, num_envs, **kwargs)

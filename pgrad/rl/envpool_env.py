@@ -75,16 +75,6 @@ def supported_ids() -> list[str]:
     return sorted(k for k, (path, *_) in registry.specs.items() if path in FAMILIES)
 
 
-def make_envpool(env_id: Any, num_envs: int, **kwargs) -> EnvpoolVectorEnv:
-    """The adapter for ``env_id``: :class:`EnvpoolAtariVectorEnv` for Atari ids, else
-    :class:`EnvpoolVectorEnv` (``kwargs``: the class's options and ``envpool.make``'s)."""
-    from pgrad.rl.envpool_atari import EnvpoolAtariVectorEnv, is_envpool_atari
-
-    if is_envpool_atari(env_id):
-        return EnvpoolAtariVectorEnv(env_id, num_envs, **kwargs)
-    return EnvpoolVectorEnv(env_id, num_envs, **kwargs)
-
-
 def check_env_id(env_id: Any) -> str:
     """``env_id`` if envpool can run it here, else a ValueError (TypeError for a non-string)."""
     if not isinstance(env_id, str):

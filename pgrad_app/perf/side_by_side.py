@@ -79,17 +79,16 @@ def pgrad_run(spec: dict) -> dict:
 
 
 def command_run(spec: dict) -> dict:
-    """``pgrad-train`` (its ``main``, as the installed command runs it) into a fresh run
-    directory with its default logging, on the same settings as :func:`pgrad_run` (``hp`` as
-    ``--set``, no tuned entry); the wall from parsing to the summary (export and plot included)
-    and the training loop's own (``loop_wall_s``, in the last checkpoint's meta)."""
+    """``pgrad-train`` (``python -m pgrad_app train``, as the installed command runs it, in its
+    own process) into a fresh run directory with its default logging, on the same settings as
+    :func:`pgrad_run` (``hp`` as ``--set``, no tuned entry); the wall from start to the summary
+    (start-up, export and plot included), its CPU, and the training loop's own wall
+    (``loop_wall_s``, in the last checkpoint's meta)."""
+    import resource
+    import subprocess
+    import sys
     import tempfile
     from pathlib import Path
-
-    from pgrad_app.quiet import silence
-
-    silence()
-    from pgrad_app.cli.train import main
 
     out = Path(tempfile.mkdtemp(prefix="pgrad-bench-")) / "run"
     argv = ["--agent", spec["agent"], "--env", spec["env"], "--seed", str(spec["seed"]),
@@ -97,9 +96,15 @@ def command_run(spec: dict) -> dict:
             "--no-tuned", *[a for k, v in spec.get("hp", {}).items()
                             for a in ("--set", f"{k}={json.dumps(v)}")],
             *spec.get("argv", [])]
-    start, cpu_start = time.perf_counter(), time.process_time()
-    main(argv)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pgrad_app", "train", *argv],
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        raise RuntimeError(f"pgrad-train failed ({done.returncode}): {done.stderr[-2000:]}")
     latest = sorted((out / "checkpoints").glob("step-*"))[-1]
     meta = json.loads((latest / "meta.json").read_text())
     rows = sum(1 for _ in open(out / "updates.csv")) - 1

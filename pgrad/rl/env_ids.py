@@ -1,0 +1,74 @@
+"""Which env ids pgrad knows by name, and registering them on first use.
+
+Env ids work without importing their packages first: :func:`ensure_registered` imports ale-py
+for Atari ids (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``), MinAtar for ``MinAtar/...`` ids
+and pgrad's own small tasks. Gymnasium only (no TensorFlow): :mod:`pgrad.rl.envs`,
+:mod:`pgrad.rl.atari` and :mod:`pgrad.rl.envpool_atari` all read these names from here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+
+#: The whole-game convention: the info key (and ``metadata`` flag) of an env whose learning
+#: episodes are parts of the episode to report -- Atari with episodic life, where a lost life ends
+#: a learning episode and the game goes on, and learning rewards are clipped. Such an env sets
+#: ``metadata["game"] = True`` and returns ``info["game"] = {"r": score, "l": steps}`` from the
+#: ``step`` that ended a game, or from the ``reset`` inside which a game ended. Through a SAME_STEP
+#: vector env these arrive in the info of the step that ended the game, as
+#: ``info["final_info"]["game"]["r"][b]`` (mask ``info["final_info"]["_game"]``) and
+#: ``info["game"]["r"][b]`` (mask ``info["_game"]``), the shape of ``RecordEpisodeStatistics``'
+#: ``info["episode"]``. The Collector and :func:`pgrad.evaluate` report these games instead of
+#: the learning episodes.
+GAME_INFO = "game"
+
+#: Namespaces registered on demand: id prefix -> (module, package, pgrad extra).
+_NAMESPACES = {"MinAtar/": ("minatar.gym", "MinAtar", "minatar")}
+_ATARI_SUFFIXES = ("NoFrameskip-v4", "NoFrameskip-v0")
+#: pgrad's own env ids -> the module whose ``register()`` registers them.
+_PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.masked_envs", "PenaltyOffers-v0": "pgrad.rl.masked_envs",
+              "CartPoleNoVel-v1": "pgrad.rl.novel_envs", "PendulumNoVel-v1": "pgrad.rl.novel_envs"}
+
+
+def is_atari_id(env_id: Any) -> bool:
+    """Whether ``env_id`` is an ale-py id that pgrad preprocesses (``ALE/...``,
+    ``...NoFrameskip-v4``)."""
+    return isinstance(env_id, str) and (env_id.startswith("ALE/")
+                                        or env_id.endswith(_ATARI_SUFFIXES))
+
+
+def ensure_registered(env_id: Any) -> None:
+    """Registers the Gymnasium ids of ``env_id``'s package if they are not registered yet.
+
+    ale-py for Atari ids (``ALE/...``, ``...NoFrameskip-v4``), MinAtar for ``MinAtar/...``,
+    pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`;
+    ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.novel_envs`); any
+    other id (or a factory) is left alone. Cheap once registered (one dict look-up).
+
+    Raises:
+      ImportError: the package is not installed; one line naming the pgrad extra to install.
+    """
+    if not isinstance(env_id, str) or env_id in gym.registry:
+        return
+    if env_id in _PGRAD_IDS:  # pgrad's own small tasks
+        importlib.import_module(_PGRAD_IDS[env_id]).register()
+        return
+    if is_atari_id(env_id):
+        module, package, extra = "ale_py", "ale-py", "atari"
+    else:
+        prefix = next((p for p in _NAMESPACES if env_id.startswith(p)), None)
+        if prefix is None:
+            return
+        module, package, extra = _NAMESPACES[prefix]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f"env {env_id!r} needs {package} (pip install 'pgrad[{extra}]'); "
+                          f"importing it failed: {' '.join(str(err).split())}") from None
+    if module == "ale_py":
+        gym.register_envs(mod)  # (importing ale_py registers its ids)
+    elif not any(k.startswith("MinAtar/") for k in gym.registry):
+        mod.register_envs()
