@@ -344,7 +344,8 @@ class ActorCriticAgent:
         self.collector.env_steps = before = base  # so env errors name the run's env step
         policy_fn = self.acting_fn(rng)
         # a recurrent policy's rollout starts from these (stored for the update)
-        start = (self.rollout_state, self.collector.episode_start.copy())
+        start = ((self.rollout_state, self.collector.episode_start.copy())
+                 if self.net.recurrent else None)  # (Ray's collectors keep no episode_start)
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
         traj, episodes = self._collect(policy_fn)

@@ -11,10 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pgrad.rl import named_code
 from pgrad_app.errors import UserError, suggest
 
-_cwd_on_path = named_code.cwd_on_path  # ``--transform my_module:fn`` from a project directory
+
+def _named_code():
+    """:mod:`pgrad.rl.named_code`, imported when first needed: importing ``pgrad`` loads
+    TensorFlow, and the commands parse their arguments (and answer errors) before that."""
+    from pgrad.rl import named_code
+
+    return named_code
+
+
+def _cwd_on_path():  # ``--transform my_module:fn`` from a project directory
+    return _named_code().cwd_on_path()
 
 
 def _import_module(name: str, what: str):
@@ -56,12 +65,14 @@ def _import_module(name: str, what: str):
 def _refuse_inside(module: str, directory: Path, what: str) -> None:
     """Refuses to import ``module`` if its code would come from ``directory`` (the one rule:
     :mod:`pgrad.rl.named_code`)."""
-    if named_code.inside(module, directory):
+    if _named_code().inside(module, directory):
         raise UserError(f"{what}: refusing to import {module!r} from the run directory "
                         f"{directory} (a run is data; install or move the module).")
 
 
-same_spec = named_code.same_spec
+def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
+    """:func:`pgrad.rl.named_code.same_spec`: whether two specs name the same code."""
+    return _named_code().same_spec(a, b, split_last)
 
 
 def names_code(env_spec: str | None) -> bool:
@@ -84,6 +95,7 @@ def check_run_code(what: str, spec: str, given: str | None, trust: bool, run_dir
     Raises:
       UserError: saying how to allow it.
     """
+    named_code = _named_code()
     try:
         named_code.check(what, spec, run_dir, given, trust,
                          how=f"pass {flag} {spec} (after checking it), or --trust-run-code",
