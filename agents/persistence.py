@@ -188,7 +188,8 @@ def save(agent, path: str | Path) -> Path:
         try:
             save_checkpoint(agent, stage / CHECKPOINTS, progress_meta(agent), keep=1)
             write_json_atomic(stage / AGENT_FILE, describe(agent))
-            agent.export_policy(str(stage / POLICY))
+            if not agent.net.recurrent:  # no export yet (see export())
+                agent.export_policy(str(stage / POLICY))
             for entry in path.iterdir():
                 if entry.name not in (AGENT_FILE, CHECKPOINTS, POLICY):
                     os.rename(entry, stage / entry.name)

@@ -43,7 +43,7 @@ def test_every_file_of_a_full_run_is_owned_and_overwrite_leaves_nothing(tmp_path
     half_written.mkdir()
     (half_written / "ckpt.index").write_bytes(b"half")
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
-    assert {"config.yaml", "agent.json", "eval.csv", "eval.json", "robustness.png"} <= {
+    assert {"config.yaml", "agent.json", "eval.csv", "eval-attack-fgsm.json", "robustness.png"} <= {
         f.name for f in files}
     assert any(f.parts[0] == "best" for f in files) and any(f.parts[0] == "tb" for f in files)
     owned = RunLayout.owned()
