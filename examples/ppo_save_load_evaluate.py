@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     space = gym.make("CartPole-v1").observation_space
     space.seed(0)
     obs = np.stack([space.sample() for _ in range(64)])  # [64, 4]
-    same = np.array_equal(agent.predict(obs), loaded.predict(obs))
+    same = np.array_equal(agent.predict(obs)[0], loaded.predict(obs)[0])  # (action, state)
     print(f"loaded: env_steps {loaded.env_steps}, same greedy actions on 64 observations: {same}")
     assert same and loaded.env_steps == agent.env_steps
     loaded.learn(256, progress=False)  # training continues from the saved counters
