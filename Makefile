@@ -23,8 +23,8 @@ train: $(STAMP)
 	@echo "The run is in $(RUN)/ (learning_curve.png, episodes.csv, eval.json, policy/); \
 	TensorBoard: $(VENV)/bin/tensorboard --logdir runs; the commands: source $(VENV)/bin/activate"
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+test: $(STAMP)  # everything, on both cores (pytest-xdist; each worker one TensorFlow thread)
+	$(PY) -m pytest -q -n 2 --dist worksteal
 
 test-quick: $(STAMP)  # unit and property tests on both cores (pytest-xdist)
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow and not subprocess and not sb3"
