@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -22,24 +23,35 @@ def sb3_available() -> bool:
 
 
 def train_run(side: str, spec: dict) -> dict:
-    """One training run in a fresh process (:mod:`pgrad_app.perf.side_by_side`); its JSON."""
+    """One training run in a fresh process (:mod:`pgrad_app.perf.side_by_side`); its JSON, plus
+    ``process_wall_s``: the whole process from the outside (interpreter start, imports, the
+    run, exit), which is what a user waits for from either ``pgrad-train`` or a script calling
+    SB3's ``learn``."""
+    start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "pgrad_app.perf.side_by_side", side,
                           json.dumps(spec)],
                          capture_output=True, text=True)
+    process_wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"{side} run {spec} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**json.loads(out.stdout.strip().splitlines()[-1]),
+            "process_wall_s": round(process_wall, 2)}
 
 
 def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> list[dict]:
-    """A2C to a last-20 mean of 475 on CartPole-v1, pgrad and Stable-Baselines3 side by side.
+    """A2C to a last-20 mean of 475 on CartPole-v1: ``pgrad-train`` (the command, with its run
+    directory), Stable-Baselines3 and the bare ``agent.learn`` side by side.
 
-    One fresh process per run; per seed pgrad then SB3 (next seed: SB3 first), each side with
+    One fresh process per run; per seed command, SB3, bare (next seed reversed), each side with
     its own defaults (pgrad's A2C: 16 envs, lr 1.4e-3; SB3: rl-zoo's CartPole A2C, 8 envs).
+    ``a2c_cartpole_vs_sb3`` compares what users wait for: the command's whole process (start-up,
+    training to the target, checkpoint, export, plot) against a process that imports SB3 and
+    calls ``learn`` (goal <= 0.5x, issue 26); ``bare_ratio`` is the bare loop's in-process wall
+    over SB3's (the earlier figure, goal <= 0.33x).
     """
     del repeats
-    runs: dict[str, list[dict]] = {"pgrad": [], "sb3": []}
-    sides = ["pgrad", "sb3"] if sb3_available() else ["pgrad"]
+    runs: dict[str, list[dict]] = {"command": [], "sb3": [], "pgrad": []}
+    sides = ["command", "sb3", "pgrad"] if sb3_available() else ["command", "pgrad"]
     for i, seed in enumerate(seeds):
         for side in sides if i % 2 == 0 else sides[::-1]:
             spec = {"agent": "a2c", "env": "CartPole-v1", "seed": seed,
@@ -50,21 +62,29 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
         return float(np.median([r[key] for r in runs[side]]))
 
     ours = runs["pgrad"]
-    solved = all(r["solved"] for r in ours)
+    solved = all(r["solved"] for r in ours) and all(r["solved"] for r in runs["command"])
     wall = med("pgrad", "wall_s")
     rss = max(r["peak_rss_mb"] for r in ours)
     out = [figure("a2c_cartpole_wall_s", wall, "(reported; the goal is the SB3 ratio)", solved,
-                  median_env_steps=med("pgrad", "env_steps"), runs=ours,
+                  median_env_steps=med("pgrad", "env_steps"),
+                  command_median_process_wall_s=med("command", "process_wall_s"),
+                  runs=ours, command_runs=runs["command"],
                   note="median over seeds; wall from agent construction to solved, fresh "
                   "process per run; cpu_s = process CPU time over all threads")]
-    goal = "<= 0.33 x SB3's solve wall"
+    goal = "<= 0.5 x SB3's solve wall, through the command"
     if "sb3" in sides:
         theirs = runs["sb3"]
-        value = wall / med("sb3", "wall_s")
+        value = med("command", "process_wall_s") / med("sb3", "process_wall_s")
+        bare = wall / med("sb3", "wall_s")
         out.append(figure(
-            "a2c_cartpole_vs_sb3", value, goal, solved and value <= 0.33,
+            "a2c_cartpole_vs_sb3", value, goal, solved and value <= 0.5,
+            command_median_process_wall_s=med("command", "process_wall_s"),
+            sb3_median_process_wall_s=med("sb3", "process_wall_s"),
+            bare_ratio=round(bare, 3), bare_goal="<= 0.33", bare_met=bool(bare <= 0.33),
             pgrad_median_wall_s=wall, sb3_median_wall_s=med("sb3", "wall_s"),
-            cpu_ratio=round(med("pgrad", "cpu_s") / med("sb3", "cpu_s"), 3),
+            cpu_ratio=round(med("command", "cpu_s") / med("sb3", "cpu_s"), 3),
+            bare_cpu_ratio=round(med("pgrad", "cpu_s") / med("sb3", "cpu_s"), 3),
+            command_median_env_steps=med("command", "env_steps"),
             pgrad_median_env_steps=med("pgrad", "env_steps"),
             sb3_median_env_steps=med("sb3", "env_steps"),
             sb3_all_solved=all(r["solved"] for r in theirs), sb3_runs=theirs,
@@ -81,27 +101,37 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
 
 
 def side_by_side_vs_sb3(name: str, goal: str, spec: dict, steps: int, full: int) -> dict:
-    """One training run per side in its own process, pgrad then SB3, same env steps and seed.
+    """One training run per side in its own process, same env steps and seed: ``pgrad-train``
+    (the command, run directory and default logging), then SB3, then the bare ``agent.learn``.
 
-    Value: pgrad's wall over SB3's at the same number of env steps (``full``: the length the
-    goal is stated for; shorter runs give the steps/s ratio at their length, labelled so).
+    Value: the command's whole process wall over SB3's (a process importing SB3 and calling
+    ``learn``), per env step; ``bare_ratio``: the bare loop's in-process wall over SB3's (the
+    earlier figure). ``full`` is the length the goal is stated for; shorter runs give the
+    ratio at their length, labelled so.
     """
     if not sb3_available():
         return figure(name, float("nan"), goal, False,
                       skipped="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
     spec = {**spec, "max_steps": steps}
-    ours, theirs = train_run("pgrad", spec), train_run("sb3", spec)
-    sps = {r["side"]: r["env_steps"] / r["wall_s"] for r in (ours, theirs)}
-    value = sps["sb3"] / sps["pgrad"]  # = pgrad wall / SB3 wall at equal env steps
+    command, theirs, ours = (train_run("command", spec), train_run("sb3", spec),
+                             train_run("pgrad", spec))
+
+    def per_step(run: dict, key: str) -> float:
+        return run[key] / run["env_steps"]
+
+    value = per_step(command, "process_wall_s") / per_step(theirs, "process_wall_s")
+    bare = per_step(ours, "wall_s") / per_step(theirs, "wall_s")
+    sps = {r["side"]: r["env_steps"] / r["wall_s"] for r in (command, theirs, ours)}
     return figure(name, value, goal, value <= 0.5,
                   measured_at_env_steps=steps, full_length=steps >= full,
+                  bare_ratio=round(bare, 3), bare_met=bool(bare <= 0.5),
                   env_steps_per_s={k: round(v, 1) for k, v in sps.items()},
-                  cpu_ratio=round((ours["cpu_s"] / ours["env_steps"])
-                                  / (theirs["cpu_s"] / theirs["env_steps"]), 3),
-                  runs=[ours, theirs],
-                  peak_rss_mb={"pgrad": ours["peak_rss_mb"], "sb3": theirs["peak_rss_mb"]},
-                  note="run one after the other (pgrad first); the last-20 training return "
-                  "is in each run")
+                  cpu_ratio=round(per_step(command, "cpu_s") / per_step(theirs, "cpu_s"), 3),
+                  bare_cpu_ratio=round(per_step(ours, "cpu_s") / per_step(theirs, "cpu_s"), 3),
+                  runs=[command, theirs, ours],
+                  peak_rss_mb={r["side"]: r["peak_rss_mb"] for r in (command, theirs, ours)},
+                  note="run one after the other (command, SB3, bare); value = whole-process "
+                  "walls; the last-20 training return is in each run")
 
 
 def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
@@ -112,7 +142,7 @@ def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
     """
     del repeats
     return side_by_side_vs_sb3(
-        "ppo_mujoco_vs_sb3", "<= 0.5 x SB3's wall (1M steps)",
+        "ppo_mujoco_vs_sb3", "<= 0.5 x SB3's wall through the command (1M steps)",
         {"agent": "ppo", "env": "HalfCheetah-v5", "seed": seed}, steps, 1_000_000)
 
 
@@ -127,7 +157,7 @@ def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21) -> dict
     del repeats
     hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
     return side_by_side_vs_sb3(
-        "a2c_mujoco_vs_sb3", "<= 0.5 x SB3's wall (300k steps)",
+        "a2c_mujoco_vs_sb3", "<= 0.5 x SB3's wall through the command (300k steps)",
         {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp}, steps, 300_000)
 
 

@@ -14,7 +14,9 @@ whether the target was reached, the last-20 mean return,
 and the process's peak resident memory (VmHWM, which exec resets: this process alone).
 
 ``command`` runs ``pgrad-train`` itself into a temporary run directory (default logging,
-checkpoints, export, plot) on ``max_steps``, with ``hp`` as ``--set`` and no tuned entry.
+checkpoints, export, plot) on ``max_steps`` (with ``--stop-at-return target`` if given), with
+``hp`` as ``--set`` and no tuned entry; its ``solved`` and last-20 return come from the run's
+``episodes.csv``.
 
 Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config
 fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS); the Stable-Baselines3
@@ -96,6 +98,9 @@ def command_run(spec: dict) -> dict:
             "--no-tuned", *[a for k, v in spec.get("hp", {}).items()
                             for a in ("--set", f"{k}={json.dumps(v)}")],
             *spec.get("argv", [])]
+    target = spec.get("target")
+    if target is not None:
+        argv += ["--stop-at-return", str(target)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pgrad_app", "train", *argv],
@@ -109,7 +114,14 @@ def command_run(spec: dict) -> dict:
     meta = json.loads((latest / "meta.json").read_text())
     rows = sum(1 for _ in open(out / "updates.csv")) - 1
     tb = sum(p.stat().st_size for p in (out / "tb").glob("events.*"))
-    return {"side": "command", "env_steps": int(meta["env_steps"]), "wall_s": round(wall, 2),
+    import csv
+
+    with open(out / "episodes.csv", newline="") as f:
+        returns = [float(row["return"]) for row in csv.DictReader(f)]
+    solved = target is not None and len(returns) >= 20 and last20(returns) >= target
+    return {"side": "command", "solved": bool(solved), "last20_return": last20(returns),
+            "episodes": len(returns),
+            "env_steps": int(meta["env_steps"]), "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2), "loop_wall_s": round(float(meta["wall_s"]), 2),
             "updates": int(meta["updates"]), "updates_csv_rows": rows, "tensorboard_bytes": tb,
             "peak_rss_mb": peak_rss_mb()}

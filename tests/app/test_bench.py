@@ -86,3 +86,19 @@ def test_bench_runs_a2c_mujoco_setting_on_both_sides():
         assert out["side"] == side and out["env_steps"] >= 200
         if side == "sb3":
             assert out["n_envs"] == 1 and out["vec_normalize"]
+
+
+@pytest.mark.sb3  # opt-in: make test-sb3 installs the bench extra and runs these
+def test_command_side_stops_at_the_target_and_reports_its_episodes():
+    """The command side of the SB3 figures: pgrad-train with --stop-at-return, its solve read
+    back from the run's episodes.csv (a target no run reaches in 600 steps: not solved)."""
+    spec = {"agent": "a2c", "env": "CartPole-v1", "seed": 0, "max_steps": 600, "target": 475}
+    proc = run(SIDE_BY_SIDE, "command", json.dumps(spec), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["side"] == "command" and out["env_steps"] >= 600 and not out["solved"]
+    assert out["episodes"] > 0 and out["last20_return"] < 475
+    spec.update(target=5, max_steps=5000)  # any 20 CartPole episodes return > 5: stops early
+    out = json.loads(run(SIDE_BY_SIDE, "command", json.dumps(spec), timeout=600)
+                     .stdout.strip().splitlines()[-1])
+    assert out["solved"] and out["env_steps"] < 5000
