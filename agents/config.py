@@ -1,8 +1,10 @@
-"""Hyperparameters: one dataclass for the actor-critic agent, one subclass of defaults per preset.
+"""Hyperparameters: one dataclass for the actor-critic agent (the presets' are in preset_configs).
 
 Every field documents itself in ``metadata["help"]`` (``pgrad-train --help`` lists them, ``--set
 NAME=VALUE`` sets them). ``validate()`` refuses, before anything runs, values that cannot work or
 would poison a run: non-finite numbers, out-of-range ones, and sizes past sane limits.
+The module is data: it imports no TensorFlow (``pgrad-train --help`` lists it before TensorFlow
+loads); ``validate`` imports the lists of names it checks against from the layers that own them.
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ import math
 from dataclasses import dataclass, field, fields
 
 from agents import schedules
-from pgrad.engine import PATHS
-from pgrad.rl import encoders
-from pgrad.rl.rollout import VECTOR_MODES
 
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
 ROLLOUTS = ("steps", "episodes")
@@ -185,6 +184,11 @@ class ActorCriticConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first field out of range (checked before anything runs)."""
+        # The owners of these names import TensorFlow: imported here, not with the data.
+        from pgrad.engine import PATHS
+        from pgrad.rl import encoders
+        from pgrad.rl.rollout import VECTOR_MODES
+
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):

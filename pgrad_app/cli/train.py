@@ -27,20 +27,14 @@ from pgrad_app.errors import UserError, command, one_line
 # are parsed: --bogus or a missing value is answered at once (issue 24, item 5).
 
 
-#: --help lists every agent's hyperparameters: it imports the agents (and TensorFlow).
-HELP_NEEDS_AGENTS = True
-
-
 def _agent_epilog() -> str:
-    """Every agent's hyperparameters with their defaults (for --help; --set NAME=VALUE)."""
-    try:
-        import agents
-    except Exception as err:  # --help must work even if agents fail to import
-        return f"(agents could not be imported: {one_line(err)})"
+    """Every agent's hyperparameters with their defaults (for --help; --set NAME=VALUE): the
+    config dataclasses are data, so this imports no TensorFlow."""
+    import agents
     lines = ["hyperparameters (--set NAME=VALUE or in --config FILE):"]
     for name in agents.names():
         lines.append(f"  {name}:")
-        for field, text, default in config_lib.field_help(agents.get(name).Config):
+        for field, text, default in config_lib.field_help(agents.config_class(name)):
             lines.append(f"    {field}={json.dumps(default)}  {text}")  # as --set takes it
     return "\n".join(lines)
 
@@ -73,13 +67,13 @@ class _Refuse(argparse.Action):
                         f"(see {parser.prog} --help, docs/migration.md)")
 
 
-def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     d = run_defaults()
     p = _parser = OneLineParser(
         prog=command("train"),
         description="Train a policy-gradient agent and write a run directory.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_agent_epilog() if with_epilog else None,
+        epilog=_agent_epilog(),
     )
     add = p.add_argument
     add("--agent", "--algo",
@@ -247,9 +241,6 @@ def _resumed_budget(args, trainer, settings, cfg, text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None and any(a in ("-h", "--help") for a in argv):
-        build_parser(with_epilog=True).print_help()
-        return 0
     args = build_parser().parse_args(argv)
     from pgrad.rl.files import write_atomic
     from pgrad_app.run import directory as rundir
