@@ -184,7 +184,8 @@ class RunRecorder(Checkpoint):
         scalars, arrays = self.interval.row()
         scalars["nonfinite_total"] = float(self.nonfinite_total)
         rew, length = logger.episode_means(loop)
-        columns = {**scalars, "ep_rew_mean": rew, "ep_len_mean": length}
+        columns = {**scalars, "ep_rew_mean": rew, "ep_len_mean": length,
+                   "success_rate": logger.success_rate(loop)}  # empty if the env reports none
         self.last_row = logger.tags(scalars, loop, self.cadence.fps(loop))
         self.log.row(loop.env_steps, columns, self.last_row,
                      {f"train/{k}": a for k, a in arrays.items()})
