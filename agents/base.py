@@ -102,7 +102,8 @@ class ActorCriticAgent:
                                     critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
                                     seed=self.seed, ortho_init=cfg.ortho_init,
                                     recurrent=cfg.recurrent or None,
-                                    core_units=cfg.lstm_units)
+                                    core_units=cfg.lstm_units,
+                                    critic_hidden=tuple(cfg.critic_hidden) or None)
             self.head = self.net.head
         except Exception:
             envs.close()

@@ -35,58 +35,16 @@ target network).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import schedules
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, doc, preset, scheduled
+from agents.preset_configs import APPOConfig, IMPALAConfig
 from pgrad.rl.policy import NumpyPolicy
 from pgrad.rl.rollout import Trajectory
-
-MAX_LAG = 1000
-
-
-@dataclass
-class IMPALAConfig(ActorCriticConfig):
-    """IMPALA hyperparameters (every field of the actor-critic agent, plus V-trace's and the
-    actor-learner schedule's). Defaults: A2C's CartPole settings with IMPALA's truncations."""
-
-    num_envs: int = preset("num_envs", 16)
-    learning_rate: float = preset("learning_rate", 1.4e-3)
-    rho_bar: float = field(default=1.0, metadata=doc(
-        "V-trace: truncation of the importance weights in the value targets (rho-bar)"))
-    c_bar: float = field(default=1.0, metadata=doc(
-        "V-trace: truncation of the trace coefficients c_t (c-bar)"))
-    pg_rho_bar: float = field(default=1.0, metadata=doc(
-        "V-trace: truncation of the importance weight of the policy gradient"))
-    lag: int = field(default=0, metadata=doc(
-        "in-process actor (no --workers): updates between the weights that act and those that "
-        "learn (a deterministic schedule, for tests and studies)"))
-    broadcast_interval: int = field(default=1, metadata=doc(
-        "broadcast the learner's weights to the actors every this many updates"))
-    queue_size: int = field(default=4, metadata=doc(
-        "with --workers: trajectories requested from the actors and not yet learned from, at "
-        "most (a slow learner throttles the actors)"))
-
-    def validate(self) -> None:
-        super().validate()
-        if self.rollout != "steps":
-            raise ValueError("impala learns from fixed-length trajectories: rollout must be "
-                             f"'steps'; got {self.rollout!r}")
-        for name in ("rho_bar", "c_bar", "pg_rho_bar"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
-        if not 0 <= int(self.lag) <= MAX_LAG:
-            raise ValueError(f"lag must be in [0, {MAX_LAG}]; got {self.lag}")
-        if int(self.broadcast_interval) < 1:
-            raise ValueError(f"broadcast_interval must be >= 1; got {self.broadcast_interval}")
-        if int(self.queue_size) < 1:
-            raise ValueError(f"queue_size must be >= 1; got {self.queue_size}")
 
 
 class Batch(NamedTuple):
@@ -233,21 +191,6 @@ class IMPALA(ActorCriticAgent):
         if self._source is not None:
             self._source.close()
         super().close()
-
-
-@dataclass
-class APPOConfig(IMPALAConfig):
-    """APPO hyperparameters: IMPALA's plus PPO's clip range (RLlib's APPO defaults where they
-    fit the actor-critic agent)."""
-
-    clip_range: float | str = field(default=0.4, metadata=scheduled(
-        "APPO's clip range epsilon of the ratio pi / mu", floor=1e-3))
-
-    def validate(self) -> None:
-        super().validate()
-        self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
-        if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
-            raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
 
 
 class APPO(IMPALA):

@@ -38,6 +38,9 @@ class LearnStats:
     wall_s: float = 0.0  # training wall time, over every learn()
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     recent_lengths: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    #: ``info["is_success"]`` (1.0 / 0.0) of recent episodes whose env reports it (SB3's
+    #: ``ep_success_buffer``: ``rollout/success_rate`` is their mean).
+    recent_successes: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def rolling_return(self, window: int = ROLLING) -> float | None:
         """Mean return of the last ``window`` episodes (``None`` before the first one)."""
@@ -49,7 +52,8 @@ class LearnStats:
         """JSON values for a checkpoint's meta.json."""
         return {"episodes": self.episodes, "wall_s": self.wall_s,
                 "recent_returns": [float(r) for r in self.recent_returns],
-                "recent_lengths": [int(n) for n in self.recent_lengths]}
+                "recent_lengths": [int(n) for n in self.recent_lengths],
+                "recent_successes": [float(s) for s in self.recent_successes]}
 
     def load_meta(self, meta: dict[str, Any]) -> None:
         """Restores what :meth:`meta` wrote (missing keys keep their values)."""
@@ -61,6 +65,9 @@ class LearnStats:
         if "recent_lengths" in meta:
             self.recent_lengths.clear()
             self.recent_lengths.extend(int(n) for n in meta["recent_lengths"])
+        if "recent_successes" in meta:
+            self.recent_successes.clear()
+            self.recent_successes.extend(float(s) for s in meta["recent_successes"])
 
 
 def progress_meta(agent) -> dict[str, Any]:
@@ -296,3 +303,8 @@ class Loop:
             self.stats.episodes += 1
             self.stats.recent_returns.append(ret)
             self.stats.recent_lengths.append(length)
+        # the env's info["is_success"] at the episodes' ends, where it reports one (the
+        # in-process collector records them; Ray workers' collectors do not)
+        take = getattr(getattr(self.agent, "collector", None), "take_successes", None)
+        if take is not None:
+            self.stats.recent_successes.extend(take())

@@ -304,10 +304,13 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     *,
     n_eval_episodes: int | None = None,
+    render_mode: str | None = None,
 ) -> dict[str, Any]:
     """Runs ``episodes`` episodes of a policy and summarises them.
 
-    ``n_eval_episodes`` is Stable-Baselines3's name of ``episodes``.
+    ``n_eval_episodes`` is Stable-Baselines3's name of ``episodes``. ``render_mode="human"``
+    shows the episodes on screen (each env made with Gymnasium's ``render_mode="human"``; it
+    needs a display, or ``SDL_VIDEODRIVER=dummy`` to render nowhere).
 
     Args:
       target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
@@ -345,15 +348,21 @@ def evaluate(
         raise ValueError(f"seed must be >= 0; got {seed}.")
     if attack is not None and video_dir is not None:
         raise ValueError("video recording cannot be combined with an attack.")
+    if render_mode not in (None, "human"):
+        raise ValueError(f"render_mode must be 'human' (on screen) or None; got {render_mode!r} "
+                         "(video_dir records rgb_array frames).")
+    if render_mode is not None and (video_dir is not None or attack is not None):
+        raise ValueError("render_mode='human' shows plain episodes; it cannot be combined with "
+                         "video recording or an attack.")
     env_kwargs = dict(env_kwargs or {})
     policy, env_id = as_policy(target, env_id, env_kwargs)
     instance = isinstance(env_id, (gym.Env, gym.vector.VectorEnv))
     if isinstance(env_id, gym.vector.VectorEnv):
         raise ValueError("evaluation steps single envs; pass the env id, a factory or one "
                          "gym.Env instead of a VectorEnv.")
-    if instance and (video_dir is not None or attack is not None or env_kwargs):
-        raise ValueError("video, attacks and env_kwargs build envs of their own; pass the env id "
-                         "or a factory instead of an env instance.")
+    if instance and (video_dir is not None or attack is not None or env_kwargs or render_mode):
+        raise ValueError("video, rendering, attacks and env_kwargs build envs of their own; pass "
+                         "the env id or a factory instead of an env instance.")
     name = env_name(env_id)
     episodes, seed = int(episodes), int(seed)
     render = None
@@ -364,6 +373,8 @@ def evaluate(
         import moviepy  # noqa: F401  (RecordVideo needs it; fail before any episode runs)
 
         render = "rgb_array"
+    elif render_mode is not None:
+        render = render_mode
 
     def make_env(i: int):
         def record(env, **fps):
@@ -376,7 +387,8 @@ def evaluate(
         kwargs = dict(env_kwargs, **({"render_mode": render} if render else {}))
         # Atari: film under the episodic-life wrapper, where one episode is one game, in real
         # time (the emulator runs at 60 frames a second)
-        inside = render and is_atari_id(env_id) and kwargs.get("preprocess", True)
+        recording = render == "rgb_array"
+        inside = recording and is_atari_id(env_id) and kwargs.get("preprocess", True)
         if inside:
             fps = max(1, 60 // int(kwargs.get("frame_skip", 4)))
             kwargs["game_wrapper"] = lambda env: record(env, fps=fps)
@@ -386,7 +398,11 @@ def evaluate(
             env = env_id(**kwargs)
         else:
             env = build_env(env_id, **kwargs)
-        return record(env) if render and not inside else env
+        if render == "human" and "human" not in env.metadata.get("render_modes", ()):
+            env.close()
+            raise ValueError(f"env {name!r} cannot render on screen: its render modes are "
+                             f"{list(env.metadata.get('render_modes', ()))}.")
+        return record(env) if recording and not inside else env
 
     result: dict[str, Any] = {"env": name, "episodes": episodes,
                               "deterministic": bool(deterministic), "seed": seed,

@@ -36,7 +36,7 @@ class ActorCritic:
       obs_dim: observation width (with an encoder: its feature width).
       head: the action head (``pgrad.make_head``); its variables (Gaussian log-std) are policy
         variables.
-      hidden: hidden layer widths.
+      hidden: hidden layer widths (the actor's, and the critic's unless ``critic_hidden``).
       activation: ``"tanh"`` or ``"relu"``.
       shared: one trunk for actor and critic.
       critic: build a value network at all (REINFORCE without baseline does not).
@@ -49,6 +49,8 @@ class ActorCritic:
       recurrent: ``"lstm"`` / ``"gru"``: a recurrent core (:mod:`pgrad.rl.recurrent`) of
         ``core_units`` after the features, one for the actor and one for the critic
         (sb3-contrib's ``enable_critic_lstm``); the MLPs then read the core's output. None: none.
+      critic_hidden: the critic's own hidden widths (separate networks only; SB3's
+        ``net_arch=dict(pi=..., vf=...)``); None: ``hidden``.
     """
 
     def __init__(self, obs_dim: int, head: dist_lib.ActionHead, hidden: Sequence[int] = (64, 64),
@@ -56,12 +58,16 @@ class ActorCritic:
                  trunk_grad_scale: float = 1.0, seed: int = 0, ortho_init: bool = True,
                  encoder: keras.layers.Layer | None = None,
                  critic_encoder: keras.layers.Layer | None = None,
-                 recurrent: str | None = None, core_units: int = 64):
+                 recurrent: str | None = None, core_units: int = 64,
+                 critic_hidden: Sequence[int] | None = None):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
         self.encoder = encoder
         self.critic_encoder = critic_encoder if critic else None
         hidden = tuple(int(h) for h in hidden)
+        if critic_hidden is not None and shared:
+            raise ValueError("critic_hidden gives the critic its own layers; a shared trunk "
+                             "gives it the actor's")
         self.head, self.activation, self.shared = head, activation, shared and bool(hidden)
         self.trunk_grad_scale = float(trunk_grad_scale)
         self.obs_dim = int(obs_dim)
@@ -84,9 +90,10 @@ class ActorCritic:
             feat, widths = hidden[-1], ()
         else:
             self.trunk, feat, widths = None, obs_dim, hidden
+        critic_widths = widths if critic_hidden is None else tuple(int(h) for h in critic_hidden)
         self.actor = mlp(feat, widths, head.output_size, activation, 0.01, "actor",
                          seed=seed + 1000, ortho_init=ortho_init)
-        self.critic = (mlp(feat, widths, 1, activation, 1.0, "critic", seed=seed + 2000,
+        self.critic = (mlp(feat, critic_widths, 1, activation, 1.0, "critic", seed=seed + 2000,
                             ortho_init=ortho_init)
                        if critic else None)
         if not head.built:
@@ -214,7 +221,8 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
                  activation: str = "tanh", shared_trunk: bool = False, share_encoder: bool = True,
                  critic: bool = True, trunk_grad_scale: float = 1.0, seed: int = 0,
                  ortho_init: bool = True, recurrent: str | None = None,
-                 core_units: int = 64) -> ActorCritic:
+                 core_units: int = 64, critic_hidden: Sequence[int] | None = None
+                 ) -> ActorCritic:
     """The :class:`ActorCritic` for an observation layout and a (resolved) encoder.
 
     Vector observations with the ``"mlp"`` encoder give the plain MLP networks (no encoder;
@@ -227,6 +235,8 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
       head_fn: ``fn(latent_dim) -> ActionHead``: the head, given the width of the actor's last
         features (what gSDE reads).
       encoder: as :func:`pgrad.rl.encoders.resolve` returns it.
+      critic_hidden: the critic's own MLP widths (vector observations, separate networks);
+        None: ``hidden``.
     """
     from pgrad.rl import encoders
 
@@ -236,7 +246,11 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
                                                   else layout.vector_dim))
         return ActorCritic(layout.vector_dim, head, hidden, activation, shared_trunk, critic,
                            trunk_grad_scale, seed, ortho_init, recurrent=recurrent,
-                           core_units=core_units)
+                           core_units=core_units, critic_hidden=critic_hidden)
+    if critic_hidden is not None:
+        raise ValueError("critic_hidden applies to MLP policies on vector observations; with an "
+                         "encoder actor and critic read its features through one output layer "
+                         "each")
     if recurrent:
         raise ValueError("recurrent policies read vector observations with the mlp encoder "
                          "for now (no CNN / custom encoder before the core)")
