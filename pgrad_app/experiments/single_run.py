@@ -145,7 +145,12 @@ def resume(agent, spec: dict[str, Any], ckpt: Path) -> tuple[list[tuple[int, flo
                                                                 file=sys.stderr, flush=True))
     bench = meta.get("bench") or {}
     theirs = bench.get("run") or {}
-    changed = [k for k in SAME_RUN if theirs.get(k) != spec.get(k)]
+    changed = [k for k in SAME_RUN if k != "hyperparameters" and theirs.get(k) != spec.get(k)]
+    ours_hp, their_hp = spec.get("hyperparameters") or {}, theirs.get("hyperparameters") or {}
+    # A field only one side knows is one a newer pgrad added (at its default) or dropped:
+    # it does not make this another run; a value both sides hold and that differs does.
+    changed += [f"hyperparameter {k}" for k in sorted(set(ours_hp) & set(their_hp))
+                if ours_hp[k] != their_hp[k]]
     if changed:
         raise SystemExit(f"error: {path} is a checkpoint of this run with other "
                          f"{', '.join(changed)}; delete {ckpt} to start the run again.")

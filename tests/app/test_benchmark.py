@@ -342,6 +342,14 @@ def test_a_checkpoint_of_other_settings_is_refused_and_kept(tmp_path):
             single_run.resume(agent, spec, ckpt)
         assert list(ckpt.glob("step-*"))  # nothing deleted
         theirs["budget"] = spec["budget"]
+        theirs["hyperparameters"] = {**spec["hyperparameters"], "gamma": 0.5}
+        save_checkpoint(agent, ckpt, {**progress_meta(agent),
+                                      "bench": {"run": theirs, "episodes": []}})
+        with pytest.raises(SystemExit, match="other hyperparameter gamma; delete"):
+            single_run.resume(agent, spec, ckpt)
+        # A field a newer pgrad added (or dropped) does not make it another run.
+        theirs["hyperparameters"] = {**spec["hyperparameters"], "field_of_the_future": 1}
+        del theirs["hyperparameters"]["gamma"]
         save_checkpoint(agent, ckpt, {**progress_meta(agent),
                                       "bench": {"run": theirs, "episodes": [[10, 9.0]]}})
         assert single_run.resume(agent, spec, ckpt) == ([(10, 9.0)], [int(agent.env_steps)])
