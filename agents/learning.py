@@ -278,7 +278,7 @@ class Loop:
     def _warn_about_decays(self) -> None:
         """One line per legacy decay (absolute env steps) that ends before this run does: past
         its end the value is 0 (a learning rate of 0 trains nothing)."""
-        decays = getattr(self.agent.cfg, "absolute_decays", dict)()
+        decays: dict[str, int] = getattr(self.agent.cfg, "absolute_decays", dict)()
         for name, steps in sorted(decays.items()):
             if steps and steps < self.until:
                 flag = "clip_decay_steps" if name == "clip_range" else "lr_decay_steps"

@@ -326,7 +326,8 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
         user's own ``encoder=`` if the agent was built with one).
     """
     if registry is None:
-        from agents import get as registry
+        from agents import get as default_registry
+        registry = default_registry
     record = read_description(path)
     try:
         cls = registry(str(record["agent"]))

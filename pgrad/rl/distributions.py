@@ -44,7 +44,7 @@ class ActionHead(keras.layers.Layer):
         return self.param_size
 
     def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
-                     ) -> tfd.Distribution:
+                     ) -> tfp.distributions.Distribution:
         """The distribution at ``[N, param_size]`` params; ``action_mask`` ``[N, n]`` bool (the
         legal actions, :mod:`pgrad.rl.masks`) for the heads that take one."""
         raise NotImplementedError
@@ -190,6 +190,7 @@ class GaussianHead(ActionHead):
         """``[N, param_size]`` -> ``([N, A]`` mean, ``[N, A]`` log-std)."""
         if self.uses_latent:  # gSDE: std from the (fixed) features and the [latent, A] log-std
             mean, latent = params[:, : self.size], tf.stop_gradient(params[:, self.size:])
+            assert self.log_std is not None  # made in __init__ whenever the std is not per state
             var = tf.matmul(tf.square(latent), tf.exp(2.0 * self.log_std)) + SDE_EPS
             return mean, 0.5 * tf.math.log(var)
         if self.state_dependent_std:
@@ -209,8 +210,8 @@ class GaussianHead(ActionHead):
         return tfd.Independent(tfd.Normal(mean, tf.exp(log_std)), reinterpreted_batch_ndims=1)
 
     def to_env(self, actions):
-        a = np.asarray(actions, np.float32)
-        if self.squash:
+        a: np.ndarray = np.asarray(actions, np.float32)
+        if self.center is not None and self.half_range is not None:  # squash
             a = self.center + self.half_range * np.tanh(a)
         return np.clip(a.reshape((-1, *self.space_shape)), self.low, self.high)
 

@@ -332,7 +332,8 @@ def make_vec_env(env_id, num_envs: int, mode: str = "sync",
                                 vector_kwargs=same_step, **kwargs)
         else:
             cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-            envs = cls([factory] * num_envs, **same_step)
+            envs = cls([factory] * num_envs,
+                       autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     except MemoryError:
         raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory "
                        f"building {num_envs} of it{_space_of(env_id, kwargs)}.") from None

@@ -132,6 +132,8 @@ class NumpyPolicy(NumpySampling):
         ``([N, param_size], [N, S] next state)``; rows that start an episode start from zeros."""
         from pgrad.rl import recurrent
 
+        if self._core_kind is None:
+            raise ValueError("a feed-forward policy acts without a state: NumpyPolicy.forward")
         state = recurrent.reset_rows(state, episode_start)
         h, state = recurrent.numpy_step(self._core_kind, self._core,
                                         np.asarray(obs, np.float32), state)

@@ -37,6 +37,8 @@ class NumpySampling:
 
     def sde_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``[n, latent, A]`` gSDE exploration matrices ``W ~ N(0, exp(log_std)^2)``."""
+        if self.log_std is None:
+            raise ValueError("gSDE noise needs the Gaussian head's log-std; this head has none.")
         std = np.exp(self.log_std)
         return (std * rng.standard_normal((n, *std.shape))).astype(np.float32)
 
@@ -58,7 +60,7 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
     Returns ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probabilities).
     """
     h = head
-    n = params.shape[0]
+    n: int = params.shape[0]
     if action_mask is not None:
         _check_maskable(h)
     if isinstance(h, dist_lib.CategoricalHead):
@@ -73,7 +75,7 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
         lp = _gauss_log_prob(u, mean, step_log_std)
         if h.squash:  # density of the squashed action: minus the log-det-jacobian
             lp = lp - (dist_lib.log1m_tanh_sq(u.astype(np.float64)).sum(1)
-                       + np.log(h.half_range).sum()).astype(np.float32)
+                       + np.log(np.asarray(h.half_range)).sum()).astype(np.float32)
         return u, lp.astype(np.float32)
     if isinstance(h, dist_lib.MultiCategoricalHead):
         u = rng.random((n, len(h.nvec)))
