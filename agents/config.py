@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 from agents import schedules
 from pgrad.engine import PATHS
 from pgrad.rl import encoders
 from pgrad.rl.rollout import VECTOR_MODES
 
+_T = TypeVar("_T")
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
 ROLLOUTS = ("steps", "episodes")
 RECURRENT = ("", "lstm", "gru")
@@ -289,7 +291,7 @@ class ActorCriticConfig:
              "(the critic trains on whole sequences)")
 
 
-def preset(name: str, value) -> object:
+def preset(name: str, value: _T) -> _T:
     """A preset's own default for an :class:`ActorCriticConfig` field, keeping its help text.
 
     ``num_envs: int = preset("num_envs", 16)`` in a subclass changes the default only.

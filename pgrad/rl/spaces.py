@@ -27,7 +27,7 @@ vector env returns, where a TensorFlow call would cost far more than the arithme
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 import gymnasium as gym
@@ -329,7 +329,7 @@ class ObsLayout:
     def copy(self, obs):
         return obs.copy() if self.single else tuple(x.copy() for x in obs)
 
-    def set_row(self, obs, i: int, one) -> None:
+    def set_row(self, obs, i: int | np.integer, one) -> None:
         """``obs[i] = one[0]`` in every part (``one`` a batch of one)."""
         if self.single:
             obs[i] = one[0]
@@ -337,7 +337,7 @@ class ObsLayout:
             for x, y in zip(obs, one):
                 x[i] = y[0]
 
-    def stack(self, steps: list):
+    def stack(self, steps: Sequence[Any]):
         """``[T]`` observations ``[B, ...]`` -> ``[T, B, ...]`` (each part in its own dtype)."""
         if self.single:
             return np.array(steps)
