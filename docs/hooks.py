@@ -16,5 +16,34 @@ def _reference(match: re.Match) -> str:
     return f'<autoref identifier="{name}" optional><code>{title}{call}</code></autoref>'
 
 
+# reST's literal-block marker: "a paragraph::" before a code block reads "a paragraph:".
+_LITERAL = re.compile(r"::</p>(\s*<div class=\"highlight\">)")
+
+
 def on_page_content(html: str, **kwargs) -> str:
-    return _ROLE.sub(_reference, html)
+    return _LITERAL.sub(r":</p>\1", _ROLE.sub(_reference, html))
+
+
+# benchmarks.md (the comparison with the published numbers) and benchmarks/README.md (the files
+# scripts/benchmark.py writes) both become benchmarks/index.html: the second overwrote the first.
+_MOVED = {"benchmarks/README.md": "benchmarks/files/"}
+
+
+def on_files(files, config, **kwargs):
+    for file in files:
+        url = _MOVED.get(file.src_uri)
+        if url is not None:
+            file.url, file.dest_uri = url, url + "index.html"
+            file.abs_dest_path = f"{config['site_dir']}/{file.dest_uri}"
+    return files
+
+
+# Pages whose tables are wider than the text column: no table of contents on the right, so the
+# table gets its width (benchmarks.md's TOC has two entries).
+_WIDE = {"benchmarks.md"}
+
+
+def on_page_markdown(markdown, page, **kwargs):
+    if page.file.src_uri in _WIDE:
+        page.meta.setdefault("hide", []).append("toc")
+    return markdown
