@@ -56,7 +56,7 @@ MAX_EPISODES = 10_000
 DEFAULT_MAX_EPISODE_STEPS = 100_000
 
 
-def episode_cap(env) -> int:
+def episode_cap(env: gym.Env | gym.vector.VectorEnv) -> int:
     """The step cap of an evaluation episode in ``env``: its spec's ``max_episode_steps``, else
     :data:`DEFAULT_MAX_EPISODE_STEPS`."""
     spec = getattr(env, "spec", None)
@@ -258,7 +258,7 @@ def run_episodes(
     return returns, lengths
 
 
-def attack_function(policy: Policy, kind: str, pgd_steps: int = 10):
+def attack_function(policy: Policy, kind: str, pgd_steps: int = 10) -> Callable[..., Any]:
     """``tf.function (flat raw obs [B, d], epsilon []) -> perturbed flat raw obs [B, d]``."""
     import tensorflow as tf
 
@@ -411,8 +411,9 @@ def evaluate(
     return result
 
 
-def robustness(policy: Policy, make_env, kind: str, epsilons: Sequence[float], episodes: int,
-               seed: int, deterministic: bool, pgd_steps: int = 10,
+def robustness(policy: Policy, make_env: Callable[[int], Any], kind: str,
+               epsilons: Sequence[float], episodes: int, seed: int, deterministic: bool,
+               pgd_steps: int = 10,
                name: str = "env") -> dict[str, Any]:
     """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes."""
     import tensorflow as tf
