@@ -46,4 +46,26 @@ _WIDE = {"benchmarks.md"}
 def on_page_markdown(markdown, page, **kwargs):
     if page.file.src_uri in _WIDE:
         page.meta.setdefault("hide", []).append("toc")
-    return markdown
+    return _raise_headings(markdown)
+
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^(#{2,6}) ")
+
+
+def _raise_headings(markdown: str) -> str:
+    """A page whose only ``##`` heading is its first (a README section moved to its own page)
+    gets every heading one level up: else the theme adds the nav title as a ``#`` above it, and
+    the title shows twice. Anchors come from the heading text, so links are unchanged. Fenced
+    code is skipped (its ``#`` lines are comments)."""
+    lines, fenced, levels = markdown.split("\n"), False, []
+    for i, line in enumerate(lines):
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            levels.append((i, len(line) - len(line.lstrip("#"))))
+    if not levels or levels[0][1] != 2 or sum(level <= 2 for _, level in levels) != 1:
+        return markdown  # an "#" title already, or several "##" sections under the nav title
+    for i, _ in levels:
+        lines[i] = _HEADING.sub(lambda m: m.group(1)[1:] + " ", lines[i])
+    return "\n".join(lines)
