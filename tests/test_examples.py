@@ -97,9 +97,9 @@ def test_continuous_tuned():
 
 def test_tuning_run(tmp_path, capsys):
     results = tmp_path / "tune"
-    out = run_example("tuning_run", "--trials", "2", "--steps", "500", "--evaluations", "1",
+    out = run_example("tuning_run", "--trials", "1", "--steps", "500", "--evaluations", "1",
                       "--results", str(results))
-    assert out["trials"] == 2 and out["counted"] == 2
+    assert out["trials"] == 1 and out["counted"] == 1
     assert out["retrained"] == out["best_value"]  # best.yaml reproduces the best trial
     assert {"study.db", "best.yaml", "README.md"} <= {p.name for p in results.iterdir()}
     assert "a second call ran 0 more" in capsys.readouterr().out
