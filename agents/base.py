@@ -285,7 +285,7 @@ class ActorCriticAgent:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
         mirror, head, layout = self.mirror, self.head, self.layout
-        sde = {"noise": None, "steps": 0}
+        sde: dict[str, Any] = {"noise": None, "steps": 0}
         freq = int(self.cfg.sde_sample_freq)
 
         if self.net.recurrent:  # the state carried across steps and rollouts, reset at starts
@@ -301,7 +301,7 @@ class ActorCriticAgent:
 
         # No critic here: the update computes V on the same weights, so storing it would only
         # add a forward pass per env step.
-        def policy_fn(obs, action_mask=None):  # action_mask [B, n]: the env's legal actions
+        def policy_fn(obs, action_mask=None):  # type: ignore[no-redef]  # [B, n] legal actions
             params, _ = mirror.forward(obs)
             if head.uses_latent:  # gSDE: exploration matrices held per env, resampled on time
                 if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):

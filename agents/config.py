@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 from agents import schedules
 
+_T = TypeVar("_T")
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
 ROLLOUTS = ("steps", "episodes")
 RECURRENT = ("", "lstm", "gru")
@@ -302,7 +304,7 @@ class ActorCriticConfig:
              "(the critic trains on whole sequences)")
 
 
-def preset(name: str, value) -> object:
+def preset(name: str, value: _T) -> _T:
     """A preset's own default for an :class:`ActorCriticConfig` field, keeping its help text.
 
     ``num_envs: int = preset("num_envs", 16)`` in a subclass changes the default only.

@@ -110,6 +110,7 @@ class IMPALA(ActorCriticAgent):
     """
 
     Config = IMPALAConfig
+    cfg: IMPALAConfig
     name = "impala"
     #: The compiled update passes the behaviour and current log-probs to :meth:`targets`.
     off_policy = True

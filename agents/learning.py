@@ -22,9 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from agents.base import ActorCriticAgent
 
 ROLLING = 20  # episodes in the rolling return (CartPole's "solved" criterion uses 20)
 HISTORY = 100  # recent episode returns kept (and saved) for rolling windows
@@ -70,7 +73,7 @@ class LearnStats:
             self.recent_successes.extend(float(s) for s in meta["recent_successes"])
 
 
-def progress_meta(agent) -> dict[str, Any]:
+def progress_meta(agent: ActorCriticAgent) -> dict[str, Any]:
     """The agent's counters and :class:`LearnStats` as a checkpoint's meta.json records them."""
     return {"env_steps": int(agent.env_steps), "updates": int(agent.updates_var.numpy()),
             **agent.learn_stats.meta()}
@@ -186,7 +189,7 @@ class ProgressBar(Callback):
 
 
 
-def says_stop(result) -> bool:
+def says_stop(result: bool | None) -> bool:
     """Whether a callback's result asks to stop: ``False`` (Python's, NumPy's or a 0-d boolean
     array's; ``None`` and anything else carry on)."""
     import numpy as np
@@ -210,7 +213,8 @@ class Loop:
       in_step: true while ``agent.step()`` runs (an error then came from the agent or its env).
     """
 
-    def __init__(self, agent, until: int, callbacks: Any = None, progress: bool = True):
+    def __init__(self, agent: ActorCriticAgent, until: int, callbacks: Any = None,
+                 progress: bool = True):
         self.agent, self.until = agent, int(until)
         self.callbacks = ([ProgressBar()] if progress else []) + as_callbacks(callbacks)
         self.stats: LearnStats = agent.learn_stats
@@ -285,7 +289,7 @@ class Loop:
     def _warn_about_decays(self) -> None:
         """One line per legacy decay (absolute env steps) that ends before this run does: past
         its end the value is 0 (a learning rate of 0 trains nothing)."""
-        decays = getattr(self.agent.cfg, "absolute_decays", dict)()
+        decays: dict[str, int] = getattr(self.agent.cfg, "absolute_decays", dict)()
         for name, steps in sorted(decays.items()):
             if steps and steps < self.until:
                 flag = "clip_decay_steps" if name == "clip_range" else "lr_decay_steps"

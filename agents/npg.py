@@ -27,6 +27,7 @@ class NPG(ActorCriticAgent):
     """NPG: the actor-critic agent with a natural-gradient chain and a separate critic."""
 
     Config = NPGConfig
+    cfg: NPGConfig
     name = "npg"
 
     def default_transform(self) -> pgrad.GradientTransform:

@@ -19,6 +19,7 @@ class Reinforce(ActorCriticAgent):
     """REINFORCE with optional baseline. See ``agents/__init__.py`` for the interface."""
 
     Config = ReinforceConfig
+    cfg: ReinforceConfig
     name = "reinforce"
 
     def default_transform(self) -> pgrad.GradientTransform:

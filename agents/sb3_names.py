@@ -77,7 +77,7 @@ def hyperparameters(given: dict[str, Any], fields: set[str]) -> dict[str, Any]:
 
 
 def _policy_kwargs(kw: dict[str, Any], fields: set[str]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     if "net_arch" in kw:
         out.update(net_arch(kw.pop("net_arch")))
     if "activation_fn" in kw:

@@ -10,6 +10,7 @@ actor's new flat weights in one tensor, so a step costs one host fetch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -78,7 +79,7 @@ def flat_caller(concrete: Any) -> Any:
     with ``FLAT_CALLS = False``, this is the public call. A mismatch that shows only when called
     (a ``TypeError`` while binding, before anything runs) falls back to the public call too.
     """
-    call_flat = getattr(concrete, "_call_flat", None)
+    call_flat: Any = getattr(concrete, "_call_flat", None)
     if not FLAT_CALLS or not flat_call_supported(concrete):
         return concrete
     state = {"flat": True}
@@ -98,7 +99,7 @@ def flat_call_supported(concrete: Any) -> bool:
     """Whether ``concrete._call_flat`` has the signature :func:`flat_caller` relies on."""
     import inspect
 
-    call_flat = getattr(concrete, "_call_flat", None)
+    call_flat: Any = getattr(concrete, "_call_flat", None)
     if call_flat is None or not hasattr(concrete, "captured_inputs"):
         return False
     try:
@@ -368,8 +369,8 @@ class CompiledUpdate:
             keep = flat(mask) > 0
             data = {k: _map(lambda x: tf.boolean_mask(x, keep), v) for k, v in data.items()}
         data = {k: _map(tf.stop_gradient, v) for k, v in data.items()}
-        extra_out = ()
-        diag = {}
+        extra_out: tuple[tf.Tensor, ...] = ()
+        diag: dict[str, tf.Tensor] = {}
         if cfg.diagnostics:  # the rollout's per-step gradients, before this update changes them
             acts = (data["actions"] if action_mask is None  # the masks ride with the actions
                     else (data["actions"], data["action_mask"]))
@@ -526,17 +527,21 @@ class CompiledUpdate:
 
         length = int(cfg.n_steps) if net.recurrent else None
 
-        def log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
+        def step_log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
             dist = head.distribution(net.params(o), action_mask)
             return dist.log_prob(a), {"entropy": dist.entropy()}  # [M], [M]
 
-        inputs = (mb["obs"], mb["actions"])
+        log_prob_fn: Callable[..., tuple[tf.Tensor, dict[str, tf.Tensor]]] = step_log_prob_fn
+        inputs: tuple[tf.Tensor, ...] = (mb["obs"], mb["actions"])
         if net.recurrent:  # row t through its sequence's prefix: d log pi(a_t | o_1..t)
-            def log_prob_fn(o, starts, state0, a, action_mask=None):  # noqa: F811
-                params = net.params_sequence(o, starts, _firsts(state0, length), length)
+            steps = int(cfg.n_steps)  # = length
+
+            def sequence_log_prob_fn(o, starts, state0, a, action_mask=None):
+                params = net.params_sequence(o, starts, _firsts(state0, steps), steps)
                 dist = head.distribution(params, action_mask)
                 return dist.log_prob(a), {"entropy": dist.entropy()}
 
+            log_prob_fn = sequence_log_prob_fn
             inputs = (mb["obs"], mb["episode_starts"], mb["state0"], mb["actions"])
         if "action_mask" in mb:
             inputs += (mb["action_mask"],)

@@ -36,6 +36,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -55,7 +56,7 @@ MAX_EPISODES = 10_000
 DEFAULT_MAX_EPISODE_STEPS = 100_000
 
 
-def episode_cap(env) -> int:
+def episode_cap(env: gym.Env | gym.vector.VectorEnv) -> int:
     """The step cap of an evaluation episode in ``env``: its spec's ``max_episode_steps``, else
     :data:`DEFAULT_MAX_EPISODE_STEPS`."""
     spec = getattr(env, "spec", None)
@@ -68,14 +69,15 @@ def eval_seed(train_seed: int) -> int:
     return int(train_seed) + EVAL_SEED_OFFSET
 
 
-def as_policy(target: Any, env_id: str | None,
-              env_kwargs: dict | None = None) -> tuple[Policy, str]:
+def as_policy(target: Any, env_id: Any,
+              env_kwargs: dict | None = None) -> tuple[Policy, Any]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
     from pgrad.rl import export, named_code
 
     if isinstance(target, (str, os.PathLike)):
-        found = export.find_export(target)
-        meta = export.read_metadata(found or target)
+        path = Path(target)
+        found = export.find_export(path)
+        meta = export.read_metadata(found or path)
         given, env_id = env_id, env_id if env_id is not None else meta.get("env_id")
         if not env_id:
             raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
@@ -91,7 +93,7 @@ def as_policy(target: Any, env_id: str | None,
             env_id = EnvRecipe(env_id, meta["env_kwargs"])
         probe = _probe(env_id, env_kwargs)
         try:
-            policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)
+            policy = export.ExportedPolicy(path, probe.observation_space, probe.action_space)
         finally:
             probe.close()
         return policy, env_id
@@ -256,7 +258,7 @@ def run_episodes(
     return returns, lengths
 
 
-def attack_function(policy: Policy, kind: str, pgd_steps: int = 10):
+def attack_function(policy: Policy, kind: str, pgd_steps: int = 10) -> Callable[..., Any]:
     """``tf.function (flat raw obs [B, d], epsilon []) -> perturbed flat raw obs [B, d]``."""
     import tensorflow as tf
 
@@ -293,7 +295,7 @@ def _summary(returns: Sequence[float], lengths: Sequence[int]) -> dict[str, Any]
 
 def evaluate(
     target: Any,
-    env_id: str | None = None,
+    env_id: Any = None,
     episodes: int = 10,
     deterministic: bool = True,
     seed: int = 0,
@@ -425,8 +427,9 @@ def evaluate(
     return result
 
 
-def robustness(policy: Policy, make_env, kind: str, epsilons: Sequence[float], episodes: int,
-               seed: int, deterministic: bool, pgd_steps: int = 10,
+def robustness(policy: Policy, make_env: Callable[[int], Any], kind: str,
+               epsilons: Sequence[float], episodes: int, seed: int, deterministic: bool,
+               pgd_steps: int = 10,
                name: str = "env") -> dict[str, Any]:
     """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes."""
     import tensorflow as tf

@@ -17,6 +17,7 @@ Layout of :class:`ActorCritic`, ``params = actor(trunk(encoder(obs)))`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -84,6 +85,7 @@ class ActorCritic:
                 self.critic_core = RecurrentCore(recurrent, core_units, obs_dim,
                                                  seed=seed + 6000, name="critic_core")
             obs_dim = int(core_units)
+        widths: tuple[int, ...]
         if self.shared:
             self.trunk = mlp(obs_dim, hidden, None, activation, 1.0, "trunk", seed=seed,
                              ortho_init=ortho_init)
@@ -254,7 +256,7 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
     if recurrent:
         raise ValueError("recurrent policies read vector observations with the mlp encoder "
                          "for now (no CNN / custom encoder before the core)")
-    opts = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
+    opts: dict[str, Any] = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
     enc = encoders.ObservationEncoder(layout, encoder, seed=seed + 3000, name="encoder", **opts)
     critic_enc = None
     if critic and not share_encoder:

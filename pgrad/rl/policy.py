@@ -11,9 +11,13 @@ CNN, the user's own) act through one compiled TensorFlow call instead
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import gymnasium as gym
 import keras
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl.networks import ActorCritic
@@ -30,7 +34,7 @@ def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.maximum(x, 0.0, out=out)
 
 
-def np_activation(name: str):
+def np_activation(name: str) -> Callable[..., np.ndarray]:
     """The numpy activation ``f(x, out=None)`` of a Dense layer's ``tanh`` / ``relu``."""
     return np.tanh if name == "tanh" else _relu
 
@@ -127,17 +131,21 @@ class NumpyPolicy(NumpySampling):
                 act(x, out=x)
         return x
 
-    def step(self, obs: np.ndarray, state: np.ndarray, episode_start=None):
+    def step(self, obs: np.ndarray, state: np.ndarray, episode_start: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
         """Recurrent: ``([N, obs_dim], [N, S] state, [N] episode starts or None)`` ->
         ``([N, param_size], [N, S] next state)``; rows that start an episode start from zeros."""
         from pgrad.rl import recurrent
 
+        if self._core_kind is None:
+            raise ValueError("a feed-forward policy acts without a state: NumpyPolicy.forward")
         state = recurrent.reset_rows(state, episode_start)
         h, state = recurrent.numpy_step(self._core_kind, self._core,
                                         np.asarray(obs, np.float32), state)
         return self._head_params(h), state
 
-    def forward(self, obs: np.ndarray, with_value: bool = False):
+    def forward(self, obs: np.ndarray, with_value: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
         """``[N, obs_dim]`` -> ``([N, param_size], [N] values or None)``."""
         if self._core_kind is not None:
             raise ValueError("a recurrent policy acts with its state: NumpyPolicy.step")
@@ -182,7 +190,8 @@ class Policy:
     #: Width ``S`` of one env's recurrent state; 0 for a feed-forward policy.
     state_size = 0
 
-    def __init__(self, observation_space, action_space, head: dist_lib.ActionHead):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 head: dist_lib.ActionHead):
         from pgrad.rl import spaces
 
         self.observation_space, self.action_space, self.head = (observation_space, action_space,
@@ -200,7 +209,7 @@ class Policy:
         (TensorFlow, differentiable)."""
         raise NotImplementedError
 
-    def distribution(self, flat: tf.Tensor):
+    def distribution(self, flat: tf.Tensor) -> tfp.distributions.Distribution:
         """The action distribution at flat raw observations (differentiable in ``flat``)."""
         return self.head.distribution(self.params(flat))
 

@@ -48,7 +48,7 @@ __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 #: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
 #: ``policy_fn(obs, action_mask=[B, n] bool)`` and must act legally).
-PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
+PolicyFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
 
 class Trajectory(NamedTuple):
@@ -364,6 +364,7 @@ class Collector:
         begun in the previous call.
         """
         steps: list[tuple] = []
+        masks: list[np.ndarray]
         masks, episodes = [], []
         open_ = np.ones(self.num_envs, bool)
         count = 0
