@@ -210,6 +210,11 @@ class Policy:
         """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts);
         ``action_mask`` ``[N, n]`` bool: only legal actions (:mod:`pgrad.rl.masks`)."""
         params = self.params(self.layout.to_tensors(flat)).numpy()
+        return self._env_actions(params, deterministic, rng, action_mask)
+
+    def _env_actions(self, params: np.ndarray, deterministic: bool,
+                     rng: np.random.Generator | None, action_mask) -> np.ndarray:
+        """Env-ready actions ``[N, ...]`` from distribution parameters ``[N, param_size]``."""
         if deterministic:
             actions = mode_numpy(self.head, params, action_mask)
         else:
