@@ -338,7 +338,7 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     tf.saved_model.save(module, str(path), signatures=module.signatures())
     meta = {"format": 1, "observation_space": str(obs_space), "head": head_options(net.head),
             "noise_size": module._context.noise_size, **(metadata or {})}
-    if net.recurrent:
+    if net.core is not None:
         meta.update(recurrent=net.core.kind, state_size=net.core.state_size)
     layout = spaces.obs_layout(obs_space)
     if not layout.flat:  # what the inputs are (see the module docstring)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import export, export_heads
+from pgrad.rl import export, export_heads, recurrent
 from pgrad.rl.networks import ActorCritic
 
 STATE = "state"
@@ -47,36 +47,40 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
     @staticmethod
     def _sources(net: ActorCritic) -> list:
         enc = list(net.encoder.variables) if net.encoder is not None else []
-        return enc + list(net.core.variables) + list(net.actor.variables)
+        core = net.core
+        if core is None:
+            raise ValueError("ExportedRecurrentPolicy exports recurrent networks only")
+        return enc + list(core.variables) + list(net.actor.variables)
 
     def _functions(self, obs_spec, params_spec) -> None:
         ctx = self._context
         ctx.obs_spec, ctx.params_spec = obs_spec, params_spec
         ctx.noise_size = export_heads.noise_size(ctx.head)
-        ctx.state_size = ctx.net.core.state_size
+        ctx.state_size = ctx.net.state_sizes[0]
         obs = tf.nest.map_structure(lambda s: tf.TensorSpec(None, s.dtype, s.name), obs_spec)
         carry = [tf.TensorSpec(None, tf.float32, name=STATE), tf.TensorSpec(None, tf.bool,
                                                                             name=START)]
         noise = tf.TensorSpec(None, tf.float32, name="noise")
-        self.action = tf.function(self._action, input_signature=[obs, *carry])
-        self.sample = tf.function(self._sample, input_signature=[obs, *carry, export.SEED_SPEC])
-        self.sample_with_noise = tf.function(self._sample_with_noise,
+        self.action = tf.function(self._carry_action, input_signature=[obs, *carry])
+        self.sample = tf.function(self._carry_sample,
+                                  input_signature=[obs, *carry, export.SEED_SPEC])
+        self.sample_with_noise = tf.function(self._carry_sample_with_noise,
                                              input_signature=[obs, *carry, noise])
-        self.distribution_params = tf.function(self._distribution_params,
+        self.distribution_params = tf.function(self._carry_distribution_params,
                                                input_signature=[obs, *carry])
         self.params = tf.function(self._flat_params, input_signature=[params_spec,
-                                                                      *self._carry_specs()])
+                                                                      *self._state_specs()])
         self.action_masked = None
         if isinstance(ctx.head, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
             ctx.mask_width = ctx.head.param_size
-            self.action_masked = tf.function(self._action_masked, input_signature=[
+            self.action_masked = tf.function(self._carry_action_masked, input_signature=[
                 obs, *carry, tf.TensorSpec(None, tf.bool, name="action_mask")])
 
     def signatures(self) -> dict:
         """As :meth:`pgrad.rl.export._ExportedPolicy.signatures`, with ``state [N, S]`` and
         ``episode_start [N]`` after the observation."""
         ctx = self._context
-        carry = self._carry_specs()
+        carry = self._state_specs()
         noise = tf.TensorSpec([None, ctx.noise_size], tf.float32, name="noise")
         obs = ctx.obs_spec
         inputs = {"action": [obs, *carry], "sample": [obs, *carry, export.SEED_SPEC],
@@ -85,10 +89,10 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
         if self.action_masked is not None:
             inputs["action_masked"] = [obs, *carry, tf.TensorSpec(
                 [None, ctx.mask_width], tf.bool, name="action_mask")]
-        return {name: tf.function(getattr(self, f"_{name}")).get_concrete_function(*specs)
-                for name, specs in inputs.items()}
+        return {name: tf.function(getattr(self, f"_carry_{name}")).get_concrete_function(
+            *specs) for name, specs in inputs.items()}
 
-    def _carry_specs(self) -> list[tf.TensorSpec]:
+    def _state_specs(self) -> list[tf.TensorSpec]:
         """``state [N, S]`` float32 and ``episode_start [N]`` bool: batched, of fixed rank."""
         return [tf.TensorSpec([None, self._context.state_size], tf.float32, name=STATE),
                 tf.TensorSpec([None], tf.bool, name=START)]
@@ -96,13 +100,10 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
     def _step(self, x, state, episode_start):
         """``([N, ...] preprocessed rows, [N, S], [N] bool)`` -> ``([N, param_size]`` params,
         ``[N, S]`` the state after the step)."""
-        net = self._context.net
         keep = 1.0 - tf.cast(tf.reshape(episode_start, [-1, 1]), tf.float32)  # [N, 1]
         x = self._normalised(x)
         with self._copies_scope():
-            features = net.encoder(x) if net.encoder is not None else x
-            h, state = net.core.step(features, state * keep)
-            return net._actor_params(h), state
+            return recurrent.actor_step(self._context.net, x, state * keep)
 
     def _forward_carry(self, observation, state, episode_start):
         """One observation (``state [S]``, ``episode_start []``) or a batch -> ``(params
@@ -123,23 +124,23 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
     def _out(self, name: str, value, lead, state) -> dict:
         return {name: export._unrows(value, lead), NEXT: export._unrows(state, lead)}
 
-    def _action(self, observation, state, episode_start):
+    def _carry_action(self, observation, state, episode_start):
         x, lead, state = self._forward_carry(observation, state, episode_start)
         return self._out("action", self._mode(x), lead, state)
 
-    def _action_masked(self, observation, state, episode_start, action_mask):
+    def _carry_action_masked(self, observation, state, episode_start, action_mask):
         x, lead, state = self._forward_carry(observation, state, episode_start)
         return self._out("action", self._masked_mode(x, action_mask), lead, state)
 
-    def _sample_with_noise(self, observation, state, episode_start, noise):
+    def _carry_sample_with_noise(self, observation, state, episode_start, noise):
         x, lead, state = self._forward_carry(observation, state, episode_start)
         return self._out("action", self._noise_sample(x, noise), lead, state)
 
-    def _sample(self, observation, state, episode_start, seed):
+    def _carry_sample(self, observation, state, episode_start, seed):
         x, lead, state = self._forward_carry(observation, state, episode_start)
         return self._out("action", self._seeded_sample(x, seed), lead, state)
 
-    def _distribution_params(self, observation, state, episode_start):
+    def _carry_distribution_params(self, observation, state, episode_start):
         x, lead, state = self._forward_carry(observation, state, episode_start)
         out = {k: export._unrows(v, lead) for k, v in self._dist(x).items()}
         out[NEXT] = export._unrows(state, lead)

@@ -164,9 +164,14 @@ def make_actor(net: ActorCritic, layout=None):
     TensorFlow call (same interface: ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
     if net.encoder is None:
         return NumpyPolicy(net)
+    layout = layout if layout is not None else net.encoder.layout
+    if net.recurrent:  # encoder -> core -> actor (pgrad.rl.recurrent_actor)
+        from pgrad.rl.recurrent_actor import CompiledRecurrentActor
+
+        return CompiledRecurrentActor(net, layout)
     from pgrad.rl.compiled_actor import CompiledActor
 
-    return CompiledActor(net, layout if layout is not None else net.encoder.layout)
+    return CompiledActor(net, layout)
 
 
 class Policy:
