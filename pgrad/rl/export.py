@@ -409,22 +409,9 @@ class ExportedPolicy(Policy):
         return tf.cast(flat, tf.float32)
 
     def params(self, flat) -> tf.Tensor:
-        if self.state_size:
-            raise ValueError("a recurrent policy's distribution depends on its state; "
-                             "observation attacks and params() apply to feed-forward policies")
+        self._feed_forward_only()
         return self._module.params(self._inputs(flat))
 
-    def act_with_state(self, flat, state, episode_start, deterministic: bool,
-                       rng: np.random.Generator | None = None,
-                       action_mask: np.ndarray | None = None):
-        if not self.state_size:
-            return super().act_with_state(flat, state, episode_start, deterministic, rng,
-                                          action_mask)
-        rows = len(self.layout.split(flat)[0])
-        state = (np.zeros((rows, self.state_size), np.float32) if state is None
-                 else np.asarray(state, np.float32))
-        start = (np.zeros(rows, bool) if episode_start is None
-                 else np.asarray(episode_start, bool).reshape(rows))
-        out = self._module.params(self._inputs(flat), state, start)
-        actions = self._env_actions(out["params"].numpy(), deterministic, rng, action_mask)
-        return actions, out["next_state"].numpy()
+    def step_params(self, flat, state, episode_start):
+        out = self._module.params(self._inputs(flat), state, episode_start)
+        return out["params"].numpy(), out["next_state"].numpy()
