@@ -316,19 +316,23 @@ class ActorCriticAgent:
         """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
         next :meth:`step` will, in numpy: ``weights`` ``[P]`` (the mirror's, for
         ``NumpyPolicy.load_flat``), ``sampler_key`` (the seed of that step's sampling
-        generator) and ``obs_norm`` / ``reward_norm``: ``(mean, var, count)`` or None.
+        generator) and ``obs_norm`` / ``reward_norm``: ``(mean, var, count)`` or None; a
+        recurrent policy's ``rollout_state`` ``[B, S]`` (the state before the next observation).
 
         A collector that runs elsewhere replaces ``agent.collector`` (same interface as
-        :class:`pgrad.rl.rollout.Collector`) and reads this at each collect; it leaves the
-        merged normaliser statistics in ``obs_norm.rms`` / ``reward_norm.rms``, which the
-        update then stores.
+        :class:`pgrad.rl.rollout.Collector`, ``episode_start`` included) and reads this at
+        each collect; it leaves the merged normaliser statistics in ``obs_norm.rms`` /
+        ``reward_norm.rms``, which the update then stores, and a recurrent policy's state after
+        the rollout in ``rollout_state``.
         """
         updates = self._sync()
         stats = {}
         for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm)):
             stats[key] = None if norm is None else (norm.rms.mean, norm.rms.var, norm.rms.count)
+        # a recurrent policy's state [B, S] before the next observation (each worker its rows)
+        carried = {"rollout_state": self.rollout_state} if self.net.recurrent else {}
         return {"weights": self.mirror.flat_numpy(), "sampler_key": [self.seed, updates],
-                **stats}
+                **stats, **carried}
 
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
@@ -346,7 +350,7 @@ class ActorCriticAgent:
         policy_fn = self.acting_fn(rng)
         # a recurrent policy's rollout starts from these (stored for the update)
         start = ((self.rollout_state, self.collector.episode_start.copy())
-                 if self.net.recurrent else None)  # (Ray's collectors keep no episode_start)
+                 if self.net.recurrent else None)
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
         traj, episodes = self._collect(policy_fn)

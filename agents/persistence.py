@@ -136,13 +136,10 @@ def _keep_others(old: Path, new: Path) -> None:
             _keep_others(entry, target)
 
 
-def export(agent, path: str | Path) -> Path | None:
+def export(agent, path: str | Path) -> Path:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
-    ``path`` that the export does not write are kept. A recurrent policy has no export (its
-    state is not an input of the SavedModel yet): None, nothing written; the checkpoint holds
-    it (``agents.load``, ``pgrad-evaluate`` read that)."""
-    if agent.net.recurrent:
-        return None
+    ``path`` that the export does not write are kept (a recurrent policy's export takes and
+    returns its state: :mod:`pgrad.rl.export_recurrent`)."""
     final = Path(path)
     tmp = temp_path(final)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -191,8 +188,7 @@ def save(agent: ActorCriticAgent, path: str | Path) -> Path:
         try:
             save_checkpoint(agent, stage / CHECKPOINTS, progress_meta(agent), keep=1)
             write_json_atomic(stage / AGENT_FILE, describe(agent))
-            if not agent.net.recurrent:  # no export yet (see export())
-                agent.export_policy(str(stage / POLICY))
+            agent.export_policy(str(stage / POLICY))
             for entry in path.iterdir():
                 if entry.name not in (AGENT_FILE, CHECKPOINTS, POLICY):
                     os.rename(entry, stage / entry.name)

@@ -253,16 +253,15 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
         raise ValueError("critic_hidden applies to MLP policies on vector observations; with an "
                          "encoder actor and critic read its features through one output layer "
                          "each")
-    if recurrent:
-        raise ValueError("recurrent policies read vector observations with the mlp encoder "
-                         "for now (no CNN / custom encoder before the core)")
     opts: dict[str, Any] = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
     enc = encoders.ObservationEncoder(layout, encoder, seed=seed + 3000, name="encoder", **opts)
     critic_enc = None
     if critic and not share_encoder:
         critic_enc = encoders.encoder_copy(encoder, layout, seed=seed + 4000,
                                            name="critic_encoder", **opts)
-    return ActorCritic(enc.feature_dim, head_fn(enc.feature_dim), (), activation, False, critic,
-                       trunk_grad_scale, seed, ortho_init, encoder=enc, critic_encoder=critic_enc)
+    return ActorCritic(enc.feature_dim, head_fn(core_units if recurrent else enc.feature_dim),
+                       (), activation, False, critic, trunk_grad_scale, seed, ortho_init,
+                       encoder=enc, critic_encoder=critic_enc, recurrent=recurrent,
+                       core_units=core_units)
 
 

@@ -172,9 +172,14 @@ def make_actor(net: ActorCritic, layout=None):
     TensorFlow call (same interface: ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
     if net.encoder is None:
         return NumpyPolicy(net)
+    layout = layout if layout is not None else net.encoder.layout
+    if net.recurrent:  # encoder -> core -> actor (pgrad.rl.recurrent_actor)
+        from pgrad.rl.recurrent_actor import CompiledRecurrentActor
+
+        return CompiledRecurrentActor(net, layout)
     from pgrad.rl.compiled_actor import CompiledActor
 
-    return CompiledActor(net, layout if layout is not None else net.encoder.layout)
+    return CompiledActor(net, layout)
 
 
 class Policy:
@@ -219,6 +224,11 @@ class Policy:
         """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts);
         ``action_mask`` ``[N, n]`` bool: only legal actions (:mod:`pgrad.rl.masks`)."""
         params = self.params(self.layout.to_tensors(flat)).numpy()
+        return self._env_actions(params, deterministic, rng, action_mask)
+
+    def _env_actions(self, params: np.ndarray, deterministic: bool,
+                     rng: np.random.Generator | None, action_mask) -> np.ndarray:
+        """Env-ready actions ``[N, ...]`` from distribution parameters ``[N, param_size]``."""
         if deterministic:
             actions = mode_numpy(self.head, params, action_mask)
         else:
@@ -234,8 +244,26 @@ class Policy:
         """``(env-ready actions [N, ...], next state [N, S] or None)``: :meth:`act_flat` with the
         recurrent state carried (``state`` None: zeros; ``episode_start [N]``: rows whose state
         is reset first). A feed-forward policy ignores both and returns None."""
-        masked = {} if action_mask is None else {"action_mask": action_mask}
-        return self.act_flat(flat, deterministic, rng, **masked), None
+        if not self.state_size:
+            masked = {} if action_mask is None else {"action_mask": action_mask}
+            return self.act_flat(flat, deterministic, rng, **masked), None
+        rows = len(self.layout.split(flat)[0])
+        state = (np.zeros((rows, self.state_size), np.float32) if state is None
+                 else np.asarray(state, np.float32).reshape(rows, self.state_size))
+        start = (np.zeros(rows, bool) if episode_start is None
+                 else np.asarray(episode_start, bool).reshape(rows))
+        params, state = self.step_params(flat, state, start)
+        return self._env_actions(params, deterministic, rng, action_mask), state
+
+    def step_params(self, flat, state: np.ndarray, episode_start: np.ndarray):
+        """A recurrent policy's ``([N, param_size]`` parameters, ``[N, S]`` next state) at flat
+        raw observations (or the layout's parts), ``state [N, S]``, ``episode_start [N]``."""
+        raise NotImplementedError
+
+    def _feed_forward_only(self) -> None:
+        if self.state_size:
+            raise ValueError("a recurrent policy's distribution depends on its state; "
+                             "observation attacks and params() apply to feed-forward policies")
 
 
 class NetworkPolicy(Policy):
@@ -252,9 +280,7 @@ class NetworkPolicy(Policy):
         self.state_size = getattr(mirror, "state_size", 0)
 
     def params(self, flat) -> tf.Tensor:
-        if self.state_size:
-            raise ValueError("a recurrent policy's distribution depends on its state; "
-                             "observation attacks and params() apply to feed-forward policies")
+        self._feed_forward_only()
         layout = self.layout
         vector = layout.vector(flat)
         if vector is not None:  # the normaliser sees the vector part only
@@ -276,19 +302,8 @@ class NetworkPolicy(Policy):
                                            action_mask=action_mask)[0])
         return self.head.to_env(actions)
 
-    def act_with_state(self, flat, state, episode_start, deterministic: bool,
-                       rng: np.random.Generator | None = None,
-                       action_mask: np.ndarray | None = None):
-        if not self.state_size:
-            return super().act_with_state(flat, state, episode_start, deterministic, rng,
-                                          action_mask)
+    def step_params(self, flat, state, episode_start):
         layout = self.layout
         x = flat if self.obs_norm is None else layout.with_vector(
             flat, self.obs_norm(layout.vector(flat)))
-        if state is None:
-            state = np.zeros((len(layout.split(x)[0]), self.state_size), np.float32)
-        params, state = self.mirror.step(x, state, episode_start)
-        actions = (self.mirror.mode(params, action_mask) if deterministic
-                   else self.mirror.sample(params, rng or np.random.default_rng(),
-                                           action_mask=action_mask)[0])
-        return self.head.to_env(actions), state
+        return self.mirror.step(x, state, episode_start)
