@@ -45,7 +45,8 @@ OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "a2c_mujoco_vs_sb3": sb3.a2c_mujoco_vs_sb3,
                                "command_overhead": sb3.command_overhead,
                                "naive_acting_ratio": collection.naive_acting_ratio,
-                               "async_scaling": async_scaling.async_scaling}
+                               "async_scaling": async_scaling.async_scaling,
+                               "ppo_minatar_vs_sb3": sb3.ppo_minatar_vs_sb3}
 
 
 def run_figure(name: str, args) -> list[dict]:
@@ -54,7 +55,8 @@ def run_figure(name: str, args) -> list[dict]:
     kwargs = {}
     if name == "a2c_cartpole":
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
-    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead"):
+    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead",
+                  "ppo_minatar_vs_sb3"):
         kwargs = {"steps": args.steps}
     repeats = args.repeats
     if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one

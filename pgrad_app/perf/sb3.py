@@ -188,3 +188,35 @@ def command_overhead(repeats: int, steps: int = 50_000, seed: int = 22) -> dict:
                   note="one after the other (agent.learn first); wall from building the agent "
                   "to the end, the command's includes its run directory, final checkpoint, "
                   "export and learning curve")
+
+
+def minatar_settings(agent: str = "ppo") -> tuple[dict, dict]:
+    """``(pgrad hp, SB3 settings)`` from pgrad's tuned ``minatar`` family entry: the same
+    envs, rollout, epochs, minibatch and coefficients on both sides (SB3's names), and SB3 given
+    pgrad's ``minatar_cnn`` as its features extractor (the heads one linear layer each)."""
+    from agents.sb3_names import RENAMED
+    from pgrad_app.config import tuned
+
+    hp = {k: v for k, v in tuned.load_table(agent)["minatar"].items() if k != tuned.BUDGET_KEY}
+    to_sb3 = {v: k for k, v in RENAMED.items()}
+    sb3_hp = {to_sb3.get(k, k): v for k, v in hp.items()}
+    n_envs = sb3_hp.pop("n_envs")
+    return hp, {"n_envs": n_envs, "hp": sb3_hp, "network": "minatar_cnn"}
+
+
+def ppo_minatar_vs_sb3(repeats: int, steps: int = 65_536, seed: int = 0,
+                       env: str = "MinAtar/Breakout-v1") -> dict:
+    """PPO on MinAtar Breakout, ``pgrad-train`` then SB3 then the bare ``agent.learn`` (opt-in).
+
+    pgrad's tuned ``minatar`` entry on both sides (64 envs x 128 steps, 3 epochs of minibatches
+    of 1024, Adam 3e-4, clip 0.2, ent 0.01, vf 0.5, grad norm 0.5) and the same network (the
+    MinAtar paper's conv 16 3x3 + 128 units, shared by actor and critic; SB3 gets it as a
+    features extractor, :mod:`pgrad_app.perf.sb3_networks`). Goal (issue 22): >= 2x SB3's env
+    steps/s, i.e. the command's wall per env step <= 0.5 x SB3's.
+    """
+    del repeats
+    hp, sb3_settings = minatar_settings("ppo")
+    return side_by_side_vs_sb3(
+        "ppo_minatar_vs_sb3", "<= 0.5 x SB3's wall per env step (>= 2x its env steps/s)",
+        {"agent": "ppo", "env": env, "seed": seed, "hp": hp, "sb3_settings": sb3_settings},
+        steps, steps)

@@ -19,7 +19,9 @@ checkpoints, export, plot) on ``max_steps`` (with ``--stop-at-return target`` if
 ``episodes.csv``.
 
 Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config
-fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS); the Stable-Baselines3
+fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS or over the spec's own
+``sb3_settings``: ``{"n_envs", "hp", "network"}``, ``network`` naming one of pgrad's encoders
+as an SB3 features extractor, :mod:`pgrad_app.perf.sb3_networks`); the Stable-Baselines3
 side never imports TensorFlow (it is blocked before ``stable_baselines3`` is imported, whose
 TensorBoard hook would load it otherwise) and runs PyTorch with one thread (``torch_threads``,
 default 1: with PyTorch's default of one thread per core, on this shared 2-core machine its
@@ -136,7 +138,16 @@ def sb3_run(spec: dict) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    settings = SB3_SETTINGS.get((spec["agent"], spec["env"]), {"n_envs": 1, "hp": {}})
+    # The spec's own settings (the MinAtar figure builds them from pgrad's tuned entry), else the
+    # table's, else SB3's defaults on one env.
+    settings = spec.get("sb3_settings") or SB3_SETTINGS.get((spec["agent"], spec["env"]),
+                                                            {"n_envs": 1, "hp": {}})
+    if spec["env"].startswith("MinAtar/"):  # MinAtar registers its ids on demand (as pgrad does)
+        import gymnasium as gym
+        import minatar.gym
+
+        if spec["env"] not in gym.registry:
+            minatar.gym.register_envs()
     target = spec.get("target")
     returns: list[float] = []
 
@@ -154,7 +165,12 @@ def sb3_run(spec: dict) -> dict:
 
         envs = VecNormalize(envs)
     algo = {"a2c": sb3.A2C, "ppo": sb3.PPO}[spec["agent"]]
-    model = algo("MlpPolicy", envs, seed=spec["seed"], device="cpu",
+    policy_kwargs = {}
+    if settings.get("network"):  # one of pgrad's encoders as an SB3 features extractor
+        from pgrad_app.perf.sb3_networks import POLICY_KWARGS
+
+        policy_kwargs = {"policy_kwargs": POLICY_KWARGS[settings["network"]]()}
+    model = algo("MlpPolicy", envs, seed=spec["seed"], device="cpu", **policy_kwargs,
                  **{**settings["hp"], **spec.get("sb3_hp", {})})
     model.learn(spec["max_steps"], callback=Stop())
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
@@ -165,15 +181,19 @@ def sb3_run(spec: dict) -> dict:
             "episodes": len(returns), "peak_rss_mb": peak_rss_mb(),
             "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__},
             "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"],
-            "vec_normalize": bool(settings.get("normalize")),
+            "vec_normalize": bool(settings.get("normalize")), "network": settings.get("network"),
             "tensorflow_loaded": tensorflow_loaded()}
 
 
 def tensorflow_loaded() -> bool:
     """Whether any TensorFlow module got loaded here (``tensorflow`` itself is blocked by a
-    ``None`` entry, so a module under it or a TensorFlow package beside it is what would show)."""
+    ``None`` entry, so a module under it or a TensorFlow package beside it is what would show).
+
+    The ``tensorboard`` package alone is not counted: SB3's logger imports it through
+    ``torch.utils.tensorboard`` whenever it is installed (without TensorFlow, on tensorboard's
+    own ``tensorflow_stub``), as it would for any SB3 user who has it."""
     return any(mod is not None and (name.split(".")[0] in ("tensorflow", "tensorflow_probability",
-                                                            "tf_keras", "tensorboard"))
+                                                            "tf_keras"))
                for name, mod in list(sys.modules.items()))
 
 
