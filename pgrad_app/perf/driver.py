@@ -46,7 +46,8 @@ OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "command_overhead": sb3.command_overhead,
                                "naive_acting_ratio": collection.naive_acting_ratio,
                                "async_scaling": async_scaling.async_scaling,
-                               "ppo_minatar_vs_sb3": sb3.ppo_minatar_vs_sb3}
+                               "ppo_minatar_vs_sb3": sb3.ppo_minatar_vs_sb3,
+                               "ppo_atari_rss_vs_sb3": sb3.ppo_atari_rss_vs_sb3}
 
 
 def run_figure(name: str, args) -> list[dict]:
@@ -58,6 +59,8 @@ def run_figure(name: str, args) -> list[dict]:
     elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead",
                   "ppo_minatar_vs_sb3"):
         kwargs = {"steps": args.steps}
+    elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
+        kwargs = {"steps": min(args.steps, 8192)}
     repeats = args.repeats
     if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one
         repeats = max(3, repeats // 8)

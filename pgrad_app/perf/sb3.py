@@ -220,3 +220,38 @@ def ppo_minatar_vs_sb3(repeats: int, steps: int = 65_536, seed: int = 0,
         "ppo_minatar_vs_sb3", "<= 0.5 x SB3's wall per env step (>= 2x its env steps/s)",
         {"agent": "ppo", "env": env, "seed": seed, "hp": hp, "sb3_settings": sb3_settings},
         steps, steps)
+
+
+def ppo_atari_rss_vs_sb3(repeats: int, steps: int = 4096, seed: int = 0,
+                         env: str = "ALE/Breakout-v5") -> dict:
+    """Peak memory of a PPO Atari run: ``pgrad-train``, SB3 and the bare ``agent.learn``, each in
+    its own process, on the same settings (opt-in; issue 22: within 1.5x of SB3's).
+
+    rl-zoo's Atari PPO on both sides (pgrad's ``atari`` entry): 8 envs x 128 steps, 4 epochs of
+    minibatches of 256, clip 0.1, vf 0.5, ent 0.01, the NatureCNN shared by actor and critic,
+    the standard preprocessing (SB3: ``make_atari_env`` + ``VecFrameStack(4)``); the learning
+    rate constant at 2.5e-4 (rl-zoo's is linear from there: no difference to memory). The value
+    is the command's peak RSS over SB3's; ``bare`` beside it. A short budget measures the peak:
+    the rollout and update buffers are the same size at every update.
+    """
+    del repeats
+    hp = {"num_envs": 8, "n_steps": 128, "epochs": 4, "minibatch_size": 256,
+          "learning_rate": 2.5e-4, "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01}
+    to_sb3 = {"epochs": "n_epochs", "minibatch_size": "batch_size"}
+    sb3_hp = {to_sb3.get(k, k): v for k, v in hp.items() if k != "num_envs"}
+    name, goal = "ppo_atari_rss_vs_sb3", "<= 1.5 x SB3's peak RSS"
+    if not sb3_available():
+        return figure(name, float("nan"), goal, False,
+                      skipped="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+    spec = {"agent": "ppo", "env": env, "seed": seed, "hp": hp, "max_steps": steps,
+            "sb3_settings": {"n_envs": 8, "hp": sb3_hp, "atari": True}}
+    runs = [train_run(side, spec) for side in ("command", "sb3", "pgrad")]
+    rss = {r["side"]: r["peak_rss_mb"] for r in runs}
+    value = rss["command"] / rss["sb3"]
+    return figure(name, value, goal, value <= 1.5, peak_rss_mb=rss,
+                  bare_ratio=round(rss["pgrad"] / rss["sb3"], 3),
+                  env_steps={r["side"]: r["env_steps"] for r in runs},
+                  env_steps_per_s={r["side"]: round(r["env_steps"] / r["wall_s"], 1)
+                                   for r in runs}, runs=runs,
+                  note="one process per side (command, SB3, bare), one after the other; "
+                  "VmHWM of each (the command's from its ru_maxrss)")
