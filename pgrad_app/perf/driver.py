@@ -32,6 +32,7 @@ FIGURES: dict[str, Callable] = {
     "diagnostics_ratio": gradients.diagnostics_ratio,
     "conv_ratios": conv_figures.conv_figures,
     "rollout_ratio": collection.rollout_ratio,
+    "cnn_collection_ratio": collection.cnn_collection_ratio,
     "update_overhead": speed.update_overhead,
     "a2c_speed_ratio": speed.a2c_speed_ratio,
     "collection_envpool_cartpole": collection.collection_backends,

@@ -75,12 +75,13 @@ def pgrad_run(spec: dict) -> dict:
     agent.learn(spec["max_steps"], callbacks=callbacks, progress=False)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     steps, loop_wall = agent.env_steps, agent.learn_stats.wall_s
+    parameters = sum(int(v.shape.num_elements()) for v in agent.net.variables)
     agent.close()
     solved = target is not None and len(returns) >= 20 and last20(returns) >= target
     return {"side": "pgrad", "solved": solved,
             "env_steps": int(steps), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "loop_wall_s": round(float(loop_wall), 2), "last20_return": last20(returns),
-            "episodes": len(returns),
+            "episodes": len(returns), "parameters": parameters,
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -187,6 +188,7 @@ def sb3_run(spec: dict) -> dict:
     return {"side": "sb3", "solved": bool(solved), "env_steps": int(model.num_timesteps),
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "last20_return": last20(returns),
             "episodes": len(returns), "peak_rss_mb": peak_rss_mb(),
+            "parameters": sum(p.numel() for p in model.policy.parameters()),
             "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__},
             "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"],
             "vec_normalize": bool(settings.get("normalize")), "network": settings.get("network"),
