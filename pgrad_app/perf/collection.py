@@ -145,17 +145,21 @@ def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: in
     if importlib.util.find_spec("ale_py") is None:
         return figure(name, float("nan"), ">= 0.7", False,
                       skipped="ale-py is not installed (pip install 'pgrad[atari]')")
+    import gymnasium as gym
+
     import agents
 
     agent = agents.make("ppo", env_id, seed=0, num_envs=num_envs, n_steps=128)
     envs, rng = agent.collector.envs, np.random.default_rng(0)
     space = envs.single_action_space
+    assert isinstance(space, gym.spaces.Discrete), space  # Atari's actions
+    actions = int(space.n)
     policy_fn = agent.acting_fn(rng)
     agent.collector.collect(policy_fn, 2)  # trace the acting call
 
     def raw():
         for _ in range(vector_steps):
-            envs.step(rng.integers(0, space.n, num_envs))
+            envs.step(rng.integers(0, actions, num_envs))
 
     times = interleaved({"raw": raw,
                          "collect": lambda: agent.collector.collect(policy_fn, vector_steps)},
@@ -163,7 +167,7 @@ def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: in
     value = ratio(times, "raw", "collect")
     steps_per_s = {k: round(vector_steps * num_envs / float(np.median(v)))
                    for k, v in times.items()}
-    encoder = agent.net.encoder.kind
+    encoder = getattr(agent.net.encoder, "kind", None)
     agent.close()
     return figure(name, value, ">= 0.7", value >= 0.7, env=env_id, num_envs=num_envs,
                   encoder=encoder, vector_steps_per_round=vector_steps,

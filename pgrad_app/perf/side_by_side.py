@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 #: Stable-Baselines3 settings per (agent, env): rl-zoo's where it has them, else SB3's defaults.
 SB3_SETTINGS = {
@@ -145,8 +146,8 @@ def sb3_run(spec: dict) -> dict:
 
     # The spec's own settings (the MinAtar figure builds them from pgrad's tuned entry), else the
     # table's, else SB3's defaults on one env.
-    settings = spec.get("sb3_settings") or SB3_SETTINGS.get((spec["agent"], spec["env"]),
-                                                            {"n_envs": 1, "hp": {}})
+    settings: dict[str, Any] = spec.get("sb3_settings") or SB3_SETTINGS.get(
+        (spec["agent"], spec["env"]), {"n_envs": 1, "hp": {}})
     if spec["env"].startswith("MinAtar/"):  # MinAtar registers its ids on demand (as pgrad does)
         import gymnasium as gym
         import minatar.gym
