@@ -4,6 +4,8 @@
     python scripts/bench.py --only clip_ratio --repeats 50
     python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
     python scripts/bench.py --only command_overhead --steps 5000       # pgrad-train vs learn
+    python scripts/bench.py --only ppo_minatar_vs_sb3 --steps 50000    # opt-in, PPO MinAtar
+    python scripts/bench.py --only ppo_atari_rss_vs_sb3 --steps 2048   # opt-in, peak RSS (<= 8192)
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. Each figure runs in a fresh process, whose peak memory (VmHWM)
