@@ -138,10 +138,13 @@ class AsyncSource:
       workers: number of actors.
       env_spec: what each actor builds its envs from (default ``agent.env_id``).
       max_restarts: restarts per actor before a death stops the run.
+      actors: the first ``workers`` of these :class:`TrajectoryActor` handles instead of new
+        actors (built for the same agent class, config and env; sides of a benchmark whose
+        rounds never overlap share them, saving start-ups).
     """
 
     def __init__(self, agent, workers: int, env_spec: Any = None,
-                 max_restarts: int = MAX_RESTARTS):
+                 max_restarts: int = MAX_RESTARTS, actors: list | None = None):
         import ray
 
         from agents.impala import Batch
@@ -149,12 +152,15 @@ class AsyncSource:
         self._ray, self._batch, self.agent = ray, Batch, agent
         self.max_restarts = int(max_restarts)
         self.per_actor = max(1, int(agent.cfg.queue_size) // workers)
-        cls = ray.remote(TrajectoryActor).options(
-            num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
-            runtime_env=worker_runtime_env())
-        spec = agent.env_id if env_spec is None else env_spec
-        self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k)
-                       for k in range(workers)]
+        if actors is not None:  # another source's actors (scripts/bench.py shares them)
+            self.actors = list(actors[:workers])
+        else:
+            cls = ray.remote(TrajectoryActor).options(
+                num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
+                runtime_env=worker_runtime_env())
+            spec = agent.env_id if env_spec is None else env_spec
+            self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k)
+                           for k in range(workers)]
         for k, a in enumerate(self.actors):
             self._get(k, a.ready.remote())  # constructor errors show here
         self.pending: dict = {}  # object ref -> (actor index, generation)
