@@ -13,8 +13,13 @@ from pgrad_app.perf.common import figure, interleaved, rounds
 
 SLOW = "pgrad_app.perf.slow_env:SlowCartPole-v1"
 WORKERS = (1, 2, 4)
+#: Requests each actor keeps in flight.
+PER_ACTOR = 2
 #: (label, env spec, updates per timed round): a slow-env update collects 256 ms of env steps.
-ENVS = (("cartpole", "CartPole-v1", 10), ("slow_1ms", SLOW, 3))
+#: Multiples of every side's queue (PER_ACTOR x W): a round takes the requests finished in the
+#: previous round's drain, asks each actor for as many new ones and drains them, so the actors
+#: are evenly loaded (a round of 3 updates on 2 actors would wait for one actor's 2 in a row).
+ENVS = (("cartpole", "CartPole-v1", 16), ("slow_1ms", SLOW, 8))
 
 
 class _AsyncRound:
@@ -70,7 +75,7 @@ def _one_env(spec: str, updates: int, repeats: int, cfg: dict, per_update: int) 
     """Env steps/s of every side (rounds interleaved), and where the asynchronous learner's
     time goes: learner work per update (its time not waiting for trajectories), the actors'
     collection time per env step, the fraction of the round the learner waited, the policy lag."""
-    sides = _sides(spec, cfg, queue_per_actor=2)
+    sides = _sides(spec, cfg, queue_per_actor=PER_ACTOR)
     try:
         fns: dict[str, Callable[[], object]] = {k: rounds(a.step, updates)
                                                 for k, a in sides.items()}
@@ -112,13 +117,13 @@ def async_scaling(repeats: int, num_envs: int = 8, n_steps: int = 32) -> dict:
     workers, IMPALA on 1/2/4 asynchronous Ray actors, on CartPole-v1 and SlowCartPole-v1.
 
     Every side learns from ``num_envs x n_steps`` env steps per update (the IMPALA actors run
-    ``num_envs`` envs each and each keeps 2 requests in flight; the synchronous workers split
-    ``num_envs``), with the learner busy updating as on a real run. The value is IMPALA on 2
-    actors over A2C on 2 synchronous workers on CartPole-v1 (the issue's goal: >= 1.5 on this
-    2-core machine); the details hold every side, the same ratios at 1 and 4 workers and on
-    the slow env, and the costs docs/distributed.md's model takes. The sides of an env exist at
-    once and their rounds interleave, so load shared by all cancels; the load average is
-    recorded before and after.
+    ``num_envs`` envs each and each keeps :data:`PER_ACTOR` requests in flight; the synchronous
+    workers split ``num_envs``), with the learner busy updating as on a real run. The value is
+    IMPALA on 2 actors over A2C on 2 synchronous workers on CartPole-v1 (the issue's goal:
+    >= 1.5 on this 2-core machine); the details hold every side, the same ratios at 1 and 4
+    workers and on the slow env, and the costs docs/distributed.md's model takes. The sides of
+    an env exist at once and their rounds interleave, so load shared by all cancels; the load
+    average is recorded before and after.
     """
     try:
         import ray  # noqa: F401
