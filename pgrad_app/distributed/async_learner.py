@@ -164,7 +164,8 @@ class AsyncSource:
         for k, a in enumerate(self.actors):
             self._get(k, a.ready.remote())  # constructor errors show here
         self.pending: dict = {}  # object ref -> (actor index, generation)
-        self.state_ref, self.version = None, 0
+        self.state_ref: Any = None  # the object-store copy of the last broadcast
+        self.version = 0
         self.generation = 0  # + 1 at every reset: what was asked for before is stale
         #: Trajectories thrown away because a reset (a restore) made them stale.
         self.dropped = 0

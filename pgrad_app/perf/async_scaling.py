@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +63,8 @@ def _sides(spec: str, cfg: dict, queue_per_actor: int) -> dict:
         agents.make("impala", env_id, seed=0, queue_size=queue_per_actor * most, **cfg), most,
         env_spec=spec)
     for w in WORKERS:
-        if w == most:
-            agent = biggest
-        else:
+        agent: Any = biggest
+        if w != most:
             agent = agents.make("impala", env_id, seed=0, queue_size=queue_per_actor * w, **cfg)
             agent.use_source(async_learner.AsyncSource(agent, w, actors=biggest.source.actors))
         sides[f"impala_{w}_async"] = agent
