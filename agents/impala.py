@@ -118,6 +118,7 @@ class IMPALA(ActorCriticAgent):
     def __init__(self, *args, **kwargs):
         self._source = None
         self._stale_source = True
+        self._snapshot: tuple | None = None  # (updates, flat weights) at trackables()
         super().__init__(*args, **kwargs)
 
     def default_transform(self) -> pgrad.GradientTransform:
@@ -150,14 +151,26 @@ class IMPALA(ActorCriticAgent):
         self._source, self._stale_source = source, True
 
     def trackables(self) -> dict[str, Any]:
-        self._stale_source = True  # a restore may follow: the actors get the restored weights
+        # A restore may follow (or a save: every checkpoint asks): the next step compares the
+        # state with this snapshot and resets the source only if a restore changed it.
+        updates = self._sync()
+        self._snapshot = (updates, self.mirror.flat_numpy().copy())
         return super().trackables()
+
+    def _restored(self, updates: int) -> bool:
+        """Whether a restore changed the state since :meth:`trackables` was last called."""
+        if self._snapshot is None:
+            return False
+        before, self._snapshot = self._snapshot, None
+        return updates != before[0] or not np.array_equal(self.mirror.flat_numpy(), before[1])
 
     def step(self) -> dict[str, Any]:
         """Takes the next trajectory from the source and updates on it; broadcasts the weights
         every ``broadcast_interval`` updates. See ``agents/__init__.py``."""
         updates = self._sync()
         source = self.source
+        if self._restored(updates):  # the actors get the restored weights; in flight: dropped
+            self._stale_source = True
         if self._stale_source:
             source.reset(updates, self.acting_state())
             self._stale_source = False
