@@ -358,7 +358,8 @@ class ActorCriticAgent:
             traj = hooks.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
         scheduled = self.schedules.values(base + taken, self.budget, updates)
-        recurrent = (*start, self.rollout_state) if self.net.recurrent else None
+        recurrent = ((*start, self.rollout_state) if start is not None and self.net.recurrent
+                     else None)
         args = self.updater.inputs(traj, taken, scheduled, recurrent)
         out, *step_norms = self.updater(args, fixed_shape=traj.mask is None)
         out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)

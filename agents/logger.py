@@ -215,7 +215,8 @@ class Cadence:
     def due(self, loop: Loop) -> bool:
         """Counts this update; true if a row is due now."""
         self._since += 1
-        return (self._first or self._since >= self.every
+        every = self.every if self.every is not None else default_log_every(loop.agent)
+        return (self._first or self._since >= every
                 or time.monotonic() - self._last_t >= self.seconds)
 
     def written(self) -> None:
@@ -262,10 +263,15 @@ class TensorBoardLog(Callback):
         self.writer = TensorBoardWriter(self.directory)
         self.cadence.start(loop)
 
+    def _writer(self) -> TensorBoardWriter:
+        if self.writer is None:
+            raise RuntimeError("TensorBoardLog: written to before on_start or after close")
+        return self.writer
+
     def on_update(self, loop: Loop) -> None:
         self.interval.add(loop.metrics)
         if loop.evaluation is not None:
-            self.writer.scalars(loop.env_steps, eval_tags(loop.evaluation))
+            self._writer().scalars(loop.env_steps, eval_tags(loop.evaluation))
         if self.cadence.due(loop):
             self.write(loop)
 
@@ -273,8 +279,9 @@ class TensorBoardLog(Callback):
         if not self.interval.count:
             return
         scalars, arrays = self.interval.row()
-        self.writer.scalars(loop.env_steps, tags(scalars, loop, self.cadence.fps(loop)))
-        self.writer.histograms(loop.env_steps, {f"train/{k}": a for k, a in arrays.items()})
+        writer = self._writer()
+        writer.scalars(loop.env_steps, tags(scalars, loop, self.cadence.fps(loop)))
+        writer.histograms(loop.env_steps, {f"train/{k}": a for k, a in arrays.items()})
         self.cadence.written()
 
     def on_end(self, loop: Loop) -> None:

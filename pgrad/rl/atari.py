@@ -234,6 +234,7 @@ class FrameStack(gym.Wrapper):
         h, w, c = (*space.shape, 1)[:3]
         self.k, self.padding = int(k), padding
         self.observation_space = gym.spaces.Box(0, 255, (h, w, c * self.k), space.dtype)
+        self._frame_shape = (h, w, -1)  # one frame as the stack holds it
         self._frames: list[np.ndarray] = []
 
     def _obs(self) -> np.ndarray:
@@ -241,14 +242,14 @@ class FrameStack(gym.Wrapper):
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
-        frame = obs.reshape(self.observation_space.shape[:2] + (-1,))
+        frame = obs.reshape(self._frame_shape)
         pad = frame if self.padding == "reset" else np.zeros_like(frame)
         self._frames = [pad] * (self.k - 1) + [frame]
         return self._obs(), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._frames = self._frames[1:] + [obs.reshape(self.observation_space.shape[:2] + (-1,))]
+        self._frames = self._frames[1:] + [obs.reshape(self._frame_shape)]
         return self._obs(), reward, terminated, truncated, info
 
 

@@ -269,6 +269,8 @@ class _ExportedEncodedPolicy(_ExportedPolicy):
     @staticmethod
     def _sources(net: ActorCritic) -> list:
         """The Keras variables the traced forward pass reads (each gets a copy)."""
+        if net.encoder is None:
+            raise ValueError("an encoder policy's export needs its encoder")
         return list(net.encoder.variables) + list(net.actor.variables)
 
     def _normalised(self, x):

@@ -17,7 +17,7 @@ Layout of :class:`ActorCritic`, ``params = actor(trunk(encoder(obs)))`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
@@ -25,6 +25,9 @@ import tensorflow as tf
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl.dense import mlp  # noqa: F401 (pgrad.mlp; re-exported)
 from pgrad.tools.ops import scale_gradient
+
+if TYPE_CHECKING:
+    from pgrad.rl.recurrent import RecurrentCore
 
 ACTIVATIONS = ("tanh", "relu")
 
@@ -116,25 +119,39 @@ class ActorCritic:
         if self.encoder is None:
             return obs
         own = critic and self.critic_encoder is not None
-        return (self.critic_encoder if own else self.encoder)(obs)
+        encoder = self.critic_encoder if own else self.encoder
+        assert encoder is not None
+        return encoder(obs)
 
     def params_sequence(self, obs, episode_starts, state0, length) -> tf.Tensor:
         """Recurrent: ``[B L]`` env-major rows (see :mod:`pgrad.rl.recurrent`) ->
         ``[B L, param_size]``, each row through its sequence's prefix from ``state0 [B, S]``."""
-        h, _ = self.core.sequence(self._encoded(obs), episode_starts, state0, length)
+        h, _ = self._recurrent(self.core).sequence(self._encoded(obs), episode_starts, state0,
+                                                   length)
         return self._actor_params(h)
 
     def value_sequence(self, obs, episode_starts, state0, length):
         """Recurrent: ``([B L] values, [B L, S] critic states after each step)``."""
-        h, states = self.critic_core.sequence(self._encoded(obs, True), episode_starts, state0,
-                                              length)
-        return self.critic(h)[:, 0], states
+        h, states = self._recurrent(self.critic_core).sequence(
+            self._encoded(obs, True), episode_starts, state0, length)
+        return self._critic_net(h)[:, 0], states
 
     def value_after(self, obs, states) -> tf.Tensor:
         """Recurrent: ``[N]`` values of observations that follow the ``[N, S]`` critic states
         (no reset: the final observation of an episode, ``V(o_{t+1})``)."""
-        h, _ = self.critic_core.step(self._encoded(obs, True), states)
-        return self.critic(h)[:, 0]
+        h, _ = self._recurrent(self.critic_core).step(self._encoded(obs, True), states)
+        return self._critic_net(h)[:, 0]
+
+    @staticmethod
+    def _recurrent(core: RecurrentCore | None) -> RecurrentCore:
+        if core is None:
+            raise ValueError("not a recurrent network: it has no core")
+        return core
+
+    def _critic_net(self, x) -> tf.Tensor:
+        if self.critic is None:
+            raise ValueError("this network has no critic")
+        return self.critic(x)
 
     def _actor_params(self, x) -> tf.Tensor:
         if not self.head.uses_latent:
@@ -145,8 +162,7 @@ class ActorCritic:
 
     def _features(self, obs, critic: bool = False) -> tf.Tensor:
         if self.encoder is not None:
-            own = critic and self.critic_encoder is not None
-            obs = (self.critic_encoder if own else self.encoder)(obs)
+            obs = self._encoded(obs, critic)
         return obs if self.trunk is None else self.trunk(obs)
 
     @property
@@ -174,7 +190,7 @@ class ActorCritic:
         feat = self._features(obs, critic=True)
         if self.trunk is not None and self.trunk_grad_scale != 1.0:
             feat = scale_gradient(feat, self.trunk_grad_scale)
-        return self.critic(feat)[:, 0]
+        return self._critic_net(feat)[:, 0]
 
     @property
     def policy_variables(self) -> list[tf.Variable]:

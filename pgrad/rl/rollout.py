@@ -238,7 +238,9 @@ class Collector:
         """
         if self._raw_obs is None:
             self.reset()
-        obs = self._norm(self._raw_obs)
+        raw = self._raw_obs
+        assert raw is not None  # reset() sets it
+        obs = self._norm(raw)
         action_mask = self._action_mask
         if action_mask is None:
             actions, env_actions, log_probs, values = policy_fn(obs)
