@@ -23,7 +23,8 @@ deterministically (``pgrad.evaluate``, the evaluation protocol of
      "resumed_from": [env_step, ...]  (the checkpoints this run continued from; [] if none)}
 
 Long runs survive being stopped: every ``checkpoint_every_s`` seconds of training (spec key,
-default :data:`CHECKPOINT_EVERY_S`), and when SIGTERM or SIGINT stops the run, the agent and the
+default :data:`CHECKPOINT_EVERY_S`), when SIGTERM or SIGINT stops the run, and once the budget is
+trained (a stop during the evaluation then costs only the evaluation), the agent and the
 episodes recorded so far are written to ``RESULTS/checkpoints/NAME/`` (verified checkpoints,
 :mod:`pgrad.rl.checkpoint`, the newest two kept). Launching the run again continues from the
 newest good one (a damaged one is skipped with a warning, the previous one is used) up to the
@@ -216,6 +217,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 print(f"stopped by {name} at env step {int(agent.env_steps):,}; checkpoint in "
                       f"{ckpt} (run the command again to continue)", file=sys.stderr, flush=True)
                 raise SystemExit(128 + stop.signal)
+            if not resumed or resumed[-1] < budget:  # trained here: keep it before evaluating
+                save(episodes, resumed)  # (a stop during the evaluation then costs only that)
         wall = agent.learn_stats.wall_s  # every stretch of this run, resumed ones included
         steps = int(agent.env_steps)
         start = time.perf_counter()

@@ -277,7 +277,7 @@ def test_a_stopped_run_continues_from_its_checkpoint_past_a_damaged_one(tmp_path
     import signal
     import time
 
-    budget = 16_000
+    budget = 40_000
     (spec,) = benchmark.plan(["a2c"], ["CartPole-v1"], [3], steps=budget, eval_episodes=3)
     results = tmp_path / "results"
     out = launch.result_path(results, spec)
