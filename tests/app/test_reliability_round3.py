@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import one_error_line, train
 
@@ -327,3 +328,76 @@ def test_an_env_whose_close_raises_loses_no_result(saved_agent, tmp_path, monkey
         assert len(result["returns"]) == 2
     finally:
         agent.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# predict's input: one clear line for what does not fit the space, never a silent action.
+# ---------------------------------------------------------------------------------------------
+
+BAD_DISCRETE = '''
+import gymnasium as gym
+
+
+class BadDiscrete(gym.Env):
+    """Discrete(4) observations; the third step emits 4 (outside the space)."""
+
+    observation_space = gym.spaces.Discrete(4)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return 0, {}
+
+    def step(self, action):
+        self.t += 1
+        return (4 if self.t == 3 else 1), 1.0, self.t >= 10, False, {}
+
+
+gym.register("R3/BadDiscrete-v0", entry_point=BadDiscrete)
+'''
+
+
+@pytest.mark.parametrize("obs, message", [
+    (np.zeros((4, 1)), r"predict: observation of shape \(4, 1\) fits neither one observation "
+                       r"\(4,\) nor a batch \[N, 4\]"),
+    (np.zeros(3), r"predict: observation of shape \(3,\) fits neither"),
+    (np.array([0.0, np.nan, 0.0, 0.0]), r"predict: the observation holds NaN or inf \(at index "
+                                        r"\(1,\): nan\)"),
+    (np.array([[0.0] * 4, [0.0, 0.0, np.inf, 0.0]]), r"holds NaN or inf \(at index \(1, 2\)"),
+])
+def test_predict_refuses_a_box_observation_that_does_not_fit(saved_agent, obs, message):
+    agent = agents.load(saved_agent, acting_only=True)
+    try:
+        with pytest.raises(ValueError, match=message) as err:
+            agent.predict(obs)
+        assert "\n" not in str(err.value)
+        assert agent.predict(np.zeros((2, 4)))[0].shape == (2,)  # a real batch still acts
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("obs, value, index", [(16, 16, 0), (-1, -1, 0), ([1, 20], 20, 1)])
+def test_predict_refuses_a_discrete_value_outside_the_space(obs, value, index):
+    agent = agents.make("a2c", "FrozenLake-v1", seed=1, num_envs=1, hidden=(8,))
+    try:
+        assert agent.predict(15)[0] in (0, 1, 2, 3)
+        # -1 once indexed the last category and 16 an IndexError: both are one line now
+        with pytest.raises(ValueError, match=rf"^predict: observation value {value} \(at index "
+                                             rf"\({index},\)\) is outside Discrete\(16\)'s "
+                                             r"values 0\.\.15\.$"):
+            agent.predict(np.asarray(obs))
+    finally:
+        agent.close()
+
+
+def test_training_stops_at_an_env_emitting_a_discrete_value_outside_its_space(
+        tmp_path, monkeypatch, capsys):
+    (tmp_path / "r3_bad_discrete.py").write_text(BAD_DISCRETE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _, err = train("--agent", "a2c", "--env", "r3_bad_discrete:R3/BadDiscrete-v0",
+                         "--total-steps", 100, "--num-envs", 1, "--out", tmp_path / "run",
+                         "--quiet", capsys=capsys)
+    line = one_error_line(err)
+    assert code != 0 and "unusable observation at env step 3" in line
+    assert "observation value 4 (at index (0,)) is outside Discrete(4)'s values 0..3" in line
