@@ -26,6 +26,7 @@ from pgrad.rl.files import write_json_atomic
 from pgrad_app.config.settings import RunSettings, dump_run_config
 from pgrad_app.errors import RunError, UserError, one_line
 from pgrad_app.run import directory as rundir
+from pgrad_app.run import resume as resume_lib
 from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import RunLog, plot_learning_curve
 
@@ -76,6 +77,7 @@ class RunRecorder(Checkpoint):
         return {**super().meta(loop), "nonfinite_total": self.nonfinite_total,
                 "consecutive_skips": self.consecutive_skips, "agent": s.agent, "env": s.env,
                 "seed": s.seed, "transform": s.transform,
+                **{key: resume_lib.as_recorded(getattr(s, key)) for key in resume_lib.ARGUMENTS},
                 "update_columns": self.log.update_columns if self.log is not None else None}
 
     def save(self, loop: Loop) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import one_error_line, train
+from cli_helpers import one_error_line, snapshot, train
 
 import agents
 import pgrad
@@ -401,3 +401,44 @@ def test_training_stops_at_an_env_emitting_a_discrete_value_outside_its_space(
     line = one_error_line(err)
     assert code != 0 and "unusable observation at env step 3" in line
     assert "observation value 4 (at index (0,)) is outside Discrete(4)'s values 0..3" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Resume: an edited transform_args (or env_kwargs) in config.yaml is refused, naming both values.
+# ---------------------------------------------------------------------------------------------
+
+SCALED = '''
+import pgrad
+
+
+def scaled(factor=1.0):
+    return pgrad.transforms.chain(pgrad.transforms.weight_by("advantages"),
+                                  pgrad.transforms.scale(factor), pgrad.transforms.mean_steps())
+'''
+
+
+def test_resume_refuses_edited_transform_args(tmp_path, monkeypatch, capsys):
+    (tmp_path / "r3_scaled.py").write_text(SCALED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    code, _, _ = train("--agent", "a2c", "--env", "CartPole-v1", "--total-steps", 32,
+                       "--num-envs", 1, "--set", "n_steps=16", "--set", "hidden=[8]",
+                       "--transform", "r3_scaled:scaled", "--transform-arg", "factor=1.0",
+                       "--out", out, "--quiet", capsys=capsys)
+    assert code == 0
+    config = out / "config.yaml"
+    text = config.read_text()
+    assert "transform_args: {factor: 1.0}" in text
+    config.write_text(text.replace("transform_args: {factor: 1.0}",
+                                   "transform_args: {factor: 100.0}"))
+    before = snapshot(out)
+    code, _, err = train("--resume", out, "--transform", "r3_scaled:scaled", "--total-steps",
+                         64, "--quiet", capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and "says transform_args {'factor': 100.0} but the run recorded " \
+                         "{'factor': 1.0}" in line and "meta.json" in line
+    assert snapshot(out) == before  # nothing touched
+    config.write_text(text)  # restored: the resume goes on
+    code, _, _ = train("--resume", out, "--transform", "r3_scaled:scaled", "--total-steps", 64,
+                       "--quiet", capsys=capsys)
+    assert code == 0
