@@ -442,3 +442,40 @@ def test_resume_refuses_edited_transform_args(tmp_path, monkeypatch, capsys):
     code, _, _ = train("--resume", out, "--transform", "r3_scaled:scaled", "--total-steps", 64,
                        "--quiet", capsys=capsys)
     assert code == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV repair on resume validates values, survives a field over 128 KiB and a non-file log.
+# ---------------------------------------------------------------------------------------------
+
+def test_resume_repair_drops_rows_whose_values_are_garbage_with_one_warning(tmp_path):
+    from pgrad_app.run.logs import RunLog, read_episodes
+
+    huge = "9" * (200 * 1024)  # over the csv module's 128 KiB field limit
+    (tmp_path / "episodes.csv").write_text(
+        "step,wall_s,return,length\n10,0.5,12.0,12\n20,0.7,abc,9\n30,nan,1.0,3\n"
+        f"40,1.0,5.0,2.5\n50,1.0,{huge},3\n60,1.1,7.0,-7\n70,1.2,8.0,8\n900,2.0,9.0,9\n")
+    (tmp_path / "updates.csv").write_text(
+        f"step,loss,entropy\n16,1.5,0.6\n32,nan,\n48,x,0.5\n64,{huge},0.4\n80,0.25,inf\n")
+    warnings: list[str] = []
+    log = RunLog(tmp_path, resume_step=100, tensorboard=False, warn=warnings.append,
+                 update_columns=["loss", "entropy"])
+    log.episode(110, 3.0, 10.0, 10)
+    log.close()
+    assert warnings == [f"{tmp_path / name}: dropped {n} damaged line(s) while resuming."
+                        for name, n in (("episodes.csv", 5), ("updates.csv", 2))]
+    assert (tmp_path / "episodes.csv").read_text() == (
+        "step,wall_s,return,length\n10,0.5,12.0,12\n70,1.2,8.0,8\n110,3.000,10.0,10\n")
+    # nan and an empty field are what pgrad writes for a metric; kept
+    assert (tmp_path / "updates.csv").read_text() == (
+        "step,loss,entropy\n16,1.5,0.6\n32,nan,\n80,0.25,inf\n")
+    assert read_episodes(tmp_path / "episodes.csv")[0].tolist() == [10, 70, 110]
+
+
+def test_a_log_that_is_not_a_regular_file_is_one_error_on_resume(tmp_path):
+    from pgrad_app.run.logs import RunLog, read_episodes
+
+    (tmp_path / "episodes.csv").symlink_to("/dev/zero")  # reading it would never end
+    with pytest.raises(OSError, match="episodes.csv is not a regular file"):
+        RunLog(tmp_path, resume_step=100, tensorboard=False)
+    assert read_episodes(tmp_path / "episodes.csv")[0].size == 0
