@@ -276,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         if resume:
             out = Path(args.resume)
             rundir.check_path(out, f"--resume {out}")
+            if RunLayout(out).replaced.is_dir():  # an --overwrite killed before a checkpoint
+                with rundir.RunLock(out):
+                    rundir.settle(out)
             settings, cfg, agent_cls = resolve_resume(args)
             tuned_path = None  # a resumed run's config.yaml holds every value already
             lock = rundir.RunLock(out)  # before anything in the run changes
@@ -348,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 ray_run.close()
     finally:
         if lock is not None:
+            rundir.settle_quietly(out)  # an --overwrite that stopped before its first checkpoint
             lock.release()
     print(summary(result))
     return 0

@@ -10,6 +10,7 @@ writes and ``agents.load`` reads) plus the run's own files::
     tb/                  TensorBoard events              checkpoints/   resumable checkpoints
     policy/              the exported SavedModel         learning_curve.png, robustness.png
     wandb-run-id         the tracked run (--track)       .pgrad-run, .pgrad-lock  marker, lock
+    .pgrad-replaced/     the run --overwrite replaces, until the new run's first checkpoint
 
 :meth:`RunLayout.owned` -- what ``--overwrite`` may delete -- is derived from these names and
 from what the layers below say they write (:data:`pgrad.rl.checkpoint.FILES`,
@@ -63,6 +64,8 @@ class RunLayout:
     TENSORBOARD = "tb"
     TRACKER_ID = "wandb-run-id"
     MARKER = ".pgrad-run"
+    #: What ``--overwrite`` replaced, kept until the new run's first checkpoint.
+    REPLACED = ".pgrad-replaced"
     LOCK = dirlock.LOCK
     #: Names whose presence means a directory holds (part of) a run.
     RUN_NAMES = (CONFIG, AGENT, EPISODES, UPDATES, CHECKPOINTS, POLICY)
@@ -87,6 +90,7 @@ class RunLayout:
     tensorboard = property(lambda self: self.root / self.TENSORBOARD)
     tracker_id = property(lambda self: self.root / self.TRACKER_ID)
     marker = property(lambda self: self.root / self.MARKER)
+    replaced = property(lambda self: self.root / self.REPLACED)
     lock = property(lambda self: self.root / self.LOCK)
 
     def evaluation_of(self, variant: str | None) -> Path:

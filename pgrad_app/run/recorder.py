@@ -68,6 +68,7 @@ class RunRecorder(Checkpoint):
         self.interval = logger.Interval()
         self.last_row: dict[str, float] | None = None  # the last row's TensorBoard values
         self._loop: Loop | None = None
+        self._replaced = False  # an --overwrite's old run waits in .pgrad-replaced/
         self._say = lambda text: print(text, file=sys.stderr, flush=True)
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -88,9 +89,13 @@ class RunRecorder(Checkpoint):
             self.write_row(loop)
             self.log.flush()
         try:
-            return super().save(loop)
+            path = super().save(loop)
         except (NonFiniteCheckpoint, CheckpointWriteError) as err:
             raise RunError(f"{one_line(err)}; {self.where()}.") from err
+        if self._replaced:  # the first checkpoint of an --overwrite: the old run may go now
+            self._replaced = False
+            rundir.settle(self.out, say=self._say)
+        return path
 
     def restore(self, agent) -> None:
         """Restores the newest good checkpoint of ``out`` into ``agent`` (resuming)."""
@@ -131,6 +136,7 @@ class RunRecorder(Checkpoint):
         super().on_start(loop)
         self._say = loop.say
         self._loop = loop
+        self._replaced = RunLayout(self.out).replaced.is_dir()
         self.cadence.start(loop)
         try:
             write_json_atomic(RunLayout(self.out).agent,
@@ -261,5 +267,6 @@ class RunDirectory(RunRecorder):
     def close(self) -> None:
         super().close()
         if self.lock is not None:
+            rundir.settle_quietly(self.out)  # stopped before its first checkpoint: the old run
             self.lock.release()
             self.lock = None

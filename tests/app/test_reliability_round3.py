@@ -479,3 +479,69 @@ def test_a_log_that_is_not_a_regular_file_is_one_error_on_resume(tmp_path):
     with pytest.raises(OSError, match="episodes.csv is not a regular file"):
         RunLog(tmp_path, resume_step=100, tensorboard=False)
     assert read_episodes(tmp_path / "episodes.csv")[0].size == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# --overwrite keeps the old run until the new one's first checkpoint.
+# ---------------------------------------------------------------------------------------------
+
+FAILS_AT_FIRST_UPDATE = ("--transform", "pgrad.transforms:clip_per_step", "--transform-arg",
+                         "max_norm=1.0")  # keeps the step axis: an error at update 1
+
+
+def _without_lock(files: dict) -> dict:
+    return {k: v for k, v in files.items() if k != ".pgrad-lock"}
+
+
+def test_an_overwrite_that_fails_at_its_first_update_leaves_the_old_run(run_copy, capsys):
+    (run_copy / "notes.txt").write_text("mine")
+    before = _without_lock(snapshot(run_copy))
+    code, _, err = train("--out", run_copy, "--overwrite", "--total-steps", 80, "--quiet",
+                         *FAILS_AT_FIRST_UPDATE, capsys=capsys)
+    assert code == 1 and "error: chain 'clip_per_step(1.0)' returned a gradient" in err
+    assert "the run --overwrite replaced is back in place" in err
+    assert _without_lock(snapshot(run_copy)) == before
+    code, _, err = train("--out", run_copy, "--overwrite", "--total-steps", 80, "--quiet",
+                         capsys=capsys)  # a new run that gets to its checkpoint replaces it
+    assert code == 0, err
+    assert not (run_copy / ".pgrad-replaced").exists() and (run_copy / "notes.txt").exists()
+    assert [p.name for p in (run_copy / "checkpoints").iterdir()] == ["step-000000000080"]
+
+
+@pytest.mark.subprocess
+def test_kill_9_before_an_overwrites_first_checkpoint_gives_the_old_run_back(run_copy,
+                                                                              capsys):
+    import os
+    import signal
+    import time
+
+    from cli_helpers import popen_train
+
+    before = _without_lock(snapshot(run_copy))
+    proc = popen_train("--out", run_copy, "--overwrite", "--total-steps", 10**7,
+                       "--checkpoint-every", 10**7, "--quiet")
+    state = run_copy / ".pgrad-replaced" / ".pgrad-state"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            # the old run is aside and the new one is writing its logs: the moment to kill
+            if state.is_file() and state.read_text() == "replaced" and (
+                    run_copy / "episodes.csv").is_file() and (run_copy / "tb").is_dir():
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert not (run_copy / "checkpoints").exists() or not any(
+        (run_copy / "checkpoints").iterdir())
+    code, _, err = train("--resume", run_copy, "--more-steps", 80, "--quiet", capsys=capsys)
+    assert code == 0, err
+    assert "the run --overwrite replaced is back in place" in err
+    assert "resuming" in err and "from env step 560" in err
+    after = snapshot(run_copy)
+    name = "checkpoints/step-000000000560/meta.json"
+    assert after[name] == before[name]
+    assert after["episodes.csv"].startswith(before["episodes.csv"])  # the old run's rows, then on
+    assert not (run_copy / ".pgrad-replaced").exists()
