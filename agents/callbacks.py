@@ -20,10 +20,11 @@ import csv
 import io
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents import persistence
+from agents import best_policy, persistence
 from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
 from pgrad.rl.evaluation import eval_seed
 from pgrad.rl.files import write_atomic
@@ -138,6 +139,7 @@ class EvalCallback(Callback):
                          else Path(log_dir) / BEST if log_dir is not None else None)
         self.best: float | None = None
         self.rows: list[dict[str, Any]] = []
+        self._say: Callable[[str], None] = print
 
     def on_start(self, loop: Loop) -> None:
         agent = loop.agent
@@ -148,6 +150,7 @@ class EvalCallback(Callback):
             self.env_id = agent.env_id
         if self.seed is None:
             self.seed = eval_seed(agent.seed)
+        self._say = loop.say
         self._next = (loop.env_steps // self.every + 1) * self.every
         if self.log_path is not None:
             self._continue_log(loop.env_steps)
@@ -160,17 +163,26 @@ class EvalCallback(Callback):
                 for row in csv.DictReader(f):
                     try:
                         if int(row["step"]) <= step:
+                            float(row["return_mean"])
                             kept.append(row)
-                            mean = float(row["return_mean"])
-                            self.best = mean if self.best is None else max(self.best, mean)
                     except (KeyError, TypeError, ValueError):
                         continue
+        if self.best_dir is not None:  # best/ agrees with the rows kept (see best_policy)
+            kept = best_policy.settle(self.best_dir, step, kept, self._warn)
+        for row in kept:
+            mean = float(row["return_mean"])
+            self.best = mean if self.best is None else max(self.best, mean)
+        if self.best_dir is not None and not self.best_dir.exists():
+            self.best = None  # no policy kept: the next evaluation's goes to best/
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         text = io.StringIO()
         writer = csv.DictWriter(text, EVAL_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(kept)
         write_atomic(self.log_path, text.getvalue())
+
+    def _warn(self, text: str) -> None:
+        self._say(f"warning: {text}")
 
     def evaluate(self, loop: Loop) -> dict[str, Any]:
         """Runs one evaluation now; logs it, keeps the best policy; returns its row."""
@@ -179,14 +191,14 @@ class EvalCallback(Callback):
         r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
                            deterministic=self.deterministic, seed=self.seed)
         improved = self.best is None or r["return_mean"] > self.best
-        if improved:
-            self.best = r["return_mean"]
-            if self.best_dir is not None:
-                loop.agent.save(self.best_dir)
         row = {"step": loop.env_steps, "wall_s": round(loop.wall_s(), 3),
                "return_mean": r["return_mean"], "return_std": r["return_std"],
                "length_mean": r["length_mean"], "episodes": self.episodes,
                "deterministic": int(self.deterministic), "best": int(improved)}
+        if improved:
+            if self.best_dir is not None:  # the policy with its row, swapped in whole
+                best_policy.keep(loop.agent, self.best_dir, row)
+            self.best = r["return_mean"]
         self.rows.append(row)
         loop.evaluation = row
         if self.log_path is not None:

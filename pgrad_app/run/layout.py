@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents import callbacks, persistence
+from agents import best_policy, callbacks, persistence
 from pgrad.rl import checkpoint, dirlock, export
 from pgrad.rl.files import temp_glob
 
@@ -116,7 +116,8 @@ class RunLayout:
                 cls.TENSORBOARD: {"events.out.tfevents.*": None},
                 # best/ is a saved agent: agent.save leaves its lock file (the run's own lock,
                 # held by the writer that clears the run, is never deleted).
-                cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None, cls.LOCK: None}}
+                cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None, cls.LOCK: None,
+                           best_policy.ROW_FILE: None}}
         owned = with_temps(tree)
         owned[temp_glob(cls.MARKER)] = None
         return {**owned, **LEGACY_TEMPS, cls.BEST: {**owned[cls.BEST], **LEGACY_TEMPS}}

@@ -545,3 +545,57 @@ def test_kill_9_before_an_overwrites_first_checkpoint_gives_the_old_run_back(run
     assert after[name] == before[name]
     assert after["episodes.csv"].startswith(before["episodes.csv"])  # the old run's rows, then on
     assert not (run_copy / ".pgrad-replaced").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# best/: the policy and the evaluation row that chose it, one unit, in agreement with eval.csv.
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.subprocess
+def test_best_from_a_stretch_abandoned_by_kill_9_is_not_kept_after_resume(tmp_path, capsys):
+    import os
+    import signal
+    import time
+
+    from cli_helpers import popen_train, read_rows
+
+    out = tmp_path / "run"
+    code, _, err = train("--total-steps", 80, "--out", out, "--quiet", capsys=capsys)
+    assert code == 0, err  # a checkpoint at 80, no evaluation yet
+    proc = popen_train("--resume", out, "--total-steps", 10**7, "--eval-every", 80,
+                       "--eval-episodes", 2, "--checkpoint-every", 10**6, "--quiet")
+    row = out / "best" / "best.json"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None and not row.is_file():
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)  # best/ of step 160 written, no checkpoint after 80
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert json.loads(row.read_text())["step"] >= 160
+    code, _, err = train("--resume", out, "--more-steps", 80, "--quiet", capsys=capsys)
+    assert code == 0, err
+    assert "after the checkpoint resumed from (env step 80), which eval.csv no longer " \
+           "records; removed it" in err
+    rows = read_rows(out / "eval.csv")
+    chosen = json.loads(row.read_text())
+    assert [(int(r["step"]), r["best"]) for r in rows] == [(160, "1")] == [
+        (chosen["step"], str(chosen["best"]))]
+    assert (out / "best" / "checkpoints").is_dir() and (out / "best" / "policy").is_dir()
+
+
+def test_best_settle_finishes_a_cut_swap_and_restores_a_lost_row(tmp_path):
+    from agents import best_policy
+
+    best = tmp_path / "best"
+    old = tmp_path / ".best.tmp-123-old"  # killed between the swap's two renames
+    old.mkdir()
+    (old / "best.json").write_text(json.dumps({"step": 40, "return_mean": 9.0, "best": 1}))
+    (tmp_path / ".best.tmp-123-new").mkdir()  # never swapped in
+    warnings: list[str] = []
+    rows = best_policy.settle(best, 80, [{"step": "20", "return_mean": "5.0"}], warnings.append)
+    assert json.loads((best / "best.json").read_text())["step"] == 40
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    assert [int(r["step"]) for r in rows] == [20, 40] and warnings == []
