@@ -21,7 +21,7 @@ from pgrad_app.cli import OneLineParser
 from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
-from pgrad_app.errors import UserError, command, one_line
+from pgrad_app.errors import RunError, UserError, command, one_line
 
 # TensorFlow (through pgrad, agents and the run modules) is imported only after the arguments
 # are parsed: --bogus or a missing value is answered at once (issue 24, item 5).
@@ -337,7 +337,11 @@ def main(argv: list[str] | None = None) -> int:
             if resume:  # restored: only now may the run's files change
                 config = RunLayout(out).config
                 if not config.is_file() or text != config.read_text():  # a new --total-steps
-                    write_atomic(config, text)
+                    try:
+                        write_atomic(config, text)
+                    except OSError as err:  # atomic: the old config.yaml is as it was
+                        raise RunError(f"cannot write {config}: {err.strerror or err}; the run "
+                                       "is as it was.") from None
                 if not rundir.is_run(out):  # a run of an older pgrad
                     rundir.write_marker(out)
                 print(f"resuming {out} from env step {trainer.resumed_from:,} "

@@ -24,6 +24,7 @@ import csv
 import errno
 import io
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -160,6 +161,39 @@ def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = 
     return head, len(kept), dropped
 
 
+class _TensorBoard:
+    """:class:`agents.logger.TensorBoardWriter` whose failures are ``OSError`` s, as the CSV
+    files' are: TensorFlow reports a full disk as ``ResourceExhaustedError`` (an ``OpError``),
+    which the run's one-line handling of failed writes would not recognise."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._writer = self._call(TensorBoardWriter, directory)
+
+    def _call(self, fn, *args):
+        import tensorflow as tf
+
+        try:
+            return fn(*args)
+        except tf.errors.OpError as err:
+            text = str(err.message or err)
+            code = errno.ENOSPC if "No space left on device" in text else errno.EIO
+            raise OSError(code, f"{os.strerror(code)} (TensorBoard events in "
+                                f"{self.directory})") from None
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        self._call(self._writer.scalars, step, values)
+
+    def histograms(self, step: int, arrays: Mapping[str, Any]) -> None:
+        self._call(self._writer.histograms, step, arrays)
+
+    def flush(self) -> None:
+        self._call(self._writer.flush)
+
+    def close(self) -> None:
+        self._call(self._writer.close)
+
+
 class RunLog:
     """Writes the CSV and TensorBoard logs of one run.
 
@@ -205,9 +239,9 @@ class RunLog:
         self._flushed = time.monotonic()
         if self._update_columns is not None and self.updates_path.stat().st_size == 0:
             self._head_updates(["step", *self._update_columns])  # resumed after it was lost
-        self._tb: TensorBoardWriter | None = None
+        self._tb: _TensorBoard | None = None
         if tensorboard:
-            self._tb = TensorBoardWriter(RunLayout(self.out).tensorboard)
+            self._tb = _TensorBoard(RunLayout(self.out).tensorboard)
 
     def episode(self, step: int, wall_s: float, ret: float, length: int) -> None:
         """Logs one finished training episode (buffered: :meth:`flush`, at least every

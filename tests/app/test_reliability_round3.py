@@ -599,3 +599,61 @@ def test_best_settle_finishes_a_cut_swap_and_restores_a_lost_row(tmp_path):
     assert json.loads((best / "best.json").read_text())["step"] == 40
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
     assert [int(r["step"]) for r in rows] == [20, 40] and warnings == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A full disk: one line that says what was lost, at eval.json, TensorBoard and config.yaml.
+# ---------------------------------------------------------------------------------------------
+
+def _disk_full(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_at_eval_json_puts_the_unsaved_results_in_the_line(saved_agent, tmp_path,
+                                                                        monkeypatch, capsys):
+    from cli_helpers import evaluate
+
+    from pgrad_app.run import evaluate as run_evaluate
+
+    path = tmp_path / "agent"
+    shutil.copytree(saved_agent, path)
+    monkeypatch.setattr(run_evaluate, "write_json_atomic", _disk_full)
+    code, out, err = evaluate(path, "--episodes", 2, capsys=capsys)
+    line = one_error_line(err)
+    assert code == 1 and out == ""  # nothing printed before: the line carries the results
+    assert f"cannot write {path / 'eval.json'}: No space left on device; the results were not " \
+           "saved: return " in line and "over 2 episodes." in line
+    assert not (path / "eval.json").exists()
+
+
+def test_a_full_disk_at_tensorboard_is_an_os_error_like_the_csv_files(tmp_path, monkeypatch):
+    import errno
+
+    import tensorflow as tf
+
+    from pgrad_app.run import logs
+
+    class Full:
+        def __init__(self, directory):
+            raise tf.errors.ResourceExhaustedError(
+                None, None, f"{directory}/events.out.tfevents.1; No space left on device")
+
+    monkeypatch.setattr(logs, "TensorBoardWriter", Full)
+    with pytest.raises(OSError) as err:
+        logs.RunLog(tmp_path)
+    assert err.value.errno == errno.ENOSPC
+    assert str(err.value.strerror) == (f"No space left on device (TensorBoard events in "
+                                       f"{tmp_path / 'tb'})")
+
+
+def test_a_full_disk_at_config_yaml_on_resume_is_one_line_and_changes_nothing(
+        run_copy, monkeypatch, capsys):
+    before = _without_lock(snapshot(run_copy))
+    monkeypatch.setattr("pgrad.rl.files.write_atomic", _disk_full)  # what train.main imports
+    code, _, err = train("--resume", run_copy, "--more-steps", 80, "--quiet", capsys=capsys)
+    line = one_error_line(err)
+    assert code == 1 and f"cannot write {run_copy / 'config.yaml'}: No space left on " \
+                         "device; the run is as it was." in line
+    assert _without_lock(snapshot(run_copy)) == before
