@@ -36,6 +36,13 @@ EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "e
                 "deterministic", "best")
 
 
+class EvaluationInterrupted(BaseException):
+    """Raised inside an evaluation by a signal handler that must not wait for it to end (an
+    env whose episodes run long): :class:`EvalCallback` drops that evaluation and the run
+    stops as the signal asks. A BaseException, as KeyboardInterrupt: no handler of env errors
+    inside the evaluation may take it for one."""
+
+
 class StopAtReturn(Callback):
     """Stops once the mean return of the last ``window`` training episodes is ``>= threshold``
     (and at least ``window`` episodes have finished)."""
@@ -140,6 +147,7 @@ class EvalCallback(Callback):
         self.best: float | None = None
         self.rows: list[dict[str, Any]] = []
         self._say: Callable[[str], None] = print
+        self.running = False  # inside pgrad.evaluate (see EvaluationInterrupted)
 
     def on_start(self, loop: Loop) -> None:
         agent = loop.agent
@@ -188,8 +196,12 @@ class EvalCallback(Callback):
         """Runs one evaluation now; logs it, keeps the best policy; returns its row."""
         import pgrad
 
-        r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
-                           deterministic=self.deterministic, seed=self.seed)
+        self.running = True  # a signal handler may interrupt it (EvaluationInterrupted)
+        try:
+            r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
+                               deterministic=self.deterministic, seed=self.seed)
+        finally:
+            self.running = False
         improved = self.best is None or r["return_mean"] > self.best
         row = {"step": loop.env_steps, "wall_s": round(loop.wall_s(), 3),
                "return_mean": r["return_mean"], "return_std": r["return_std"],
@@ -216,5 +228,9 @@ class EvalCallback(Callback):
         if loop.env_steps < self._next:
             return True
         self._next = (loop.env_steps // self.every + 1) * self.every
-        row = self.evaluate(loop)
+        try:
+            row = self.evaluate(loop)
+        except EvaluationInterrupted:  # a signal: no row, no best/; the run stops next
+            loop.say(f"evaluation at env step {loop.env_steps:,} interrupted: not recorded")
+            return True
         return self.target is None or row["return_mean"] < self.target

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from pgrad_app.cli import OneLineParser
 from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
-from pgrad_app.errors import RunError, UserError, command, one_line
+from pgrad_app.errors import EXIT_SIGTERM, Interrupted, RunError, UserError, command, one_line
 
 # TensorFlow (through pgrad, agents and the run modules) is imported only after the arguments
 # are parsed: --bogus or a missing value is answered at once (issue 24, item 5).
@@ -246,6 +247,15 @@ def _resumed_budget(args, trainer, settings, cfg, text: str):
 # ---------------------------------------------------------------------------------------------
 
 
+class _StartupSignal(BaseException):
+    """SIGTERM before training started; a BaseException, as KeyboardInterrupt, so that no
+    handler of env or plug-in errors on the way takes it for one of theirs."""
+
+
+def _startup_sigterm(signum, frame) -> None:
+    raise _StartupSignal
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is not None and any(a in ("-h", "--help") for a in argv):
         build_parser(with_epilog=True).print_help()
@@ -272,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--trust-run-code only applies to --resume (a new run imports only "
                         "what you name).")
     lock = ray_run = None
+    # Until training starts (its own handler checkpoints), SIGTERM ends start-up cleanly: the
+    # lock released, an --overwrite's old run put back; a re-run replaces what was written.
+    previous = signal.signal(signal.SIGTERM, _startup_sigterm)
     try:
         if resume:
             out = Path(args.resume)
@@ -353,7 +366,11 @@ def main(argv: list[str] | None = None) -> int:
             agent.close()
             if ray_run is not None:
                 ray_run.close()
+    except _StartupSignal:
+        raise Interrupted("SIGTERM during start-up: nothing was trained; run the same command "
+                          "again (it replaces what start-up wrote).", EXIT_SIGTERM) from None
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if lock is not None:
             rundir.settle_quietly(out)  # an --overwrite that stopped before its first checkpoint
             lock.release()

@@ -76,6 +76,20 @@ def is_run(path: Path) -> bool:
         return False
 
 
+def is_stub(path: Path) -> bool:
+    """Whether ``path`` is a run that stopped before its first checkpoint (SIGTERM or kill -9
+    during start-up): nothing in it can be resumed, so starting the run again replaces it."""
+    from pgrad.rl.checkpoint import CheckpointStore
+
+    layout = RunLayout(path)
+    try:
+        return (is_run(path) and not CheckpointStore(layout.checkpoints).checkpoints()
+                and not layout.policy.exists() and not layout.best.exists()
+                and not layout.replaced.exists())
+    except OSError:
+        return False
+
+
 def run_names(path: Path) -> list[str]:
     """The names of a run's files and folders that ``path`` already holds."""
     try:
@@ -95,7 +109,7 @@ def check_new(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a directory.")
     if is_run(out):
-        if not overwrite:
+        if not overwrite and not is_stub(out):
             raise UserError(f"--out {out} already holds a run; use --resume {out} to continue "
                             "it, --overwrite to replace it, or another --out.")
     else:
@@ -187,6 +201,8 @@ def create(out: Path, overwrite: bool, config_text: str) -> tuple[RunLock, list[
         check_new(out, overwrite)
         if overwrite and is_run(out):
             kept = set_aside(out)
+        elif is_stub(out):  # a start-up that was killed: nothing there to keep
+            clear(out)
         write_marker(out)
         write_atomic(RunLayout(out).config, config_text)
     except OSError as err:

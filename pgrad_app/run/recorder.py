@@ -101,7 +101,9 @@ class RunRecorder(Checkpoint):
         """Restores the newest good checkpoint of ``out`` into ``agent`` (resuming)."""
         skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
         if not self.store.checkpoints():
-            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet.")
+            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet (it "
+                           "stopped during start-up); start it again with the same command "
+                           "and --out, which replaces what it wrote.")
         try:  # the one restore of pgrad (agents.load and pgrad-evaluate use it too)
             meta, path = persistence.restore(agent, self.directory, warn=skipped.append)
         except ValueError as err:

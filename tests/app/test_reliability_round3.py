@@ -657,3 +657,121 @@ def test_a_full_disk_at_config_yaml_on_resume_is_one_line_and_changes_nothing(
     assert code == 1 and f"cannot write {run_copy / 'config.yaml'}: No space left on " \
                          "device; the run is as it was." in line
     assert _without_lock(snapshot(run_copy)) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Signals during start-up and during an evaluation; what a killed start-up leaves behind.
+# ---------------------------------------------------------------------------------------------
+
+SIGNAL_ENVS = '''
+import os
+import time
+
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+
+
+class SlowStart(CartPoleEnv):
+    def __init__(self, **kwargs):
+        open(os.environ["R3_MARKER"], "w").write("constructing")
+        time.sleep(120)
+        super().__init__(**kwargs)
+
+
+class Endless(CartPoleEnv):
+    """Episodes never end; an evaluation env (seeded from 10000 on) says when it starts."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and seed >= 10000:
+            open(os.environ["R3_MARKER"], "w").write("evaluating")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, _, _, info = super().step(action)
+        self.state = self.np_random.uniform(-0.05, 0.05, size=(4,))
+        return obs, reward, False, False, info
+
+
+gym.register("R3/SlowStart-v0", entry_point=SlowStart)
+gym.register("R3/Endless-v0", entry_point=Endless)
+'''
+
+
+def _signal_when(proc, marker: Path, sig, timeout: float = 180) -> tuple[int, str, float]:
+    """Sends ``sig`` once ``marker`` exists; ``(exit code, stderr, seconds to exit)``."""
+    import os
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not marker.exists():
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1]
+    os.kill(proc.pid, sig)
+    sent = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"{sig} was not acted on within 60 s") from None
+    return proc.returncode, err, time.monotonic() - sent
+
+
+@pytest.mark.subprocess
+def test_sigterm_during_start_up_and_during_an_endless_evaluation(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from cli_helpers import PY, ROOT
+
+    (tmp_path / "r3_signal_envs.py").write_text(SIGNAL_ENVS)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", R3_MARKER=str(tmp_path / "marker"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+
+    def start(*args):
+        return subprocess.Popen([PY, str(ROOT / "scripts" / "train.py"), *map(str, args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+
+    out = tmp_path / "slow"
+    code, err, _ = _signal_when(start("--env", "r3_signal_envs:R3/SlowStart-v0", "--out", out,
+                                      "--quiet"), tmp_path / "marker", signal.SIGTERM)
+    assert code == 143 and err.strip().endswith(
+        "SIGTERM during start-up: nothing was trained; run the same command again (it "
+        "replaces what start-up wrote)."), err
+    assert "Traceback" not in err and not out.exists()
+    (tmp_path / "marker").unlink()
+
+    out = tmp_path / "endless"  # evaluation episodes capped at 100,000 steps: minutes
+    code, err, took = _signal_when(start("--env", "r3_signal_envs:R3/Endless-v0", "--out", out,
+                                         "--eval-every", 80, "--eval-episodes", 5,
+                                         "--checkpoint-every", 10**6, "--total-steps", 10**6,
+                                         "--quiet"), tmp_path / "marker", signal.SIGTERM)
+    assert code == 143 and took < 30, err
+    assert "evaluation at env step 80 interrupted: not recorded" in err
+    assert "SIGTERM: saved a checkpoint at env step 80" in err
+    assert (out / "checkpoints" / "step-000000000080").is_dir()
+    assert (out / "eval.csv").read_text().count("\n") == 1 and not (out / "best").exists()
+
+
+@pytest.mark.subprocess
+def test_a_start_up_killed_before_its_first_checkpoint_is_replaced_by_a_rerun(tmp_path,
+                                                                              capsys):
+    import signal
+
+    from cli_helpers import popen_train
+
+    out = tmp_path / "run"
+    proc = popen_train("--out", out, "--total-steps", 10**7, "--checkpoint-every", 10**7,
+                       "--quiet")
+    code, _, _ = _signal_when(proc, out / "episodes.csv", signal.SIGKILL)
+    assert code == -9 and (out / ".pgrad-run").is_file() and (out / "config.yaml").is_file()
+    code, _, err = train("--resume", out, "--total-steps", 80, "--quiet", capsys=capsys)
+    assert code == 1 and "it has no checkpoint yet (it stopped during start-up); start it " \
+                         "again with the same command and --out" in one_error_line(err)
+    code, _, err = train("--out", out, "--total-steps", 80, "--quiet", capsys=capsys)
+    assert code == 0, err  # the stub is replaced, no --overwrite needed
+    assert (out / "checkpoints" / "step-000000000080").is_dir()
+    code, _, err = train("--out", out, "--total-steps", 80, "--quiet", capsys=capsys)
+    assert code == 2 and "already holds a run" in one_error_line(err)  # a real run is not
