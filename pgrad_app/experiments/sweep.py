@@ -109,6 +109,46 @@ def plan(agents: Sequence[str], envs: Sequence[str], seeds: Sequence[int],
     return trials
 
 
+def _resumes(out: Path) -> bool:
+    """Whether :func:`run_trial` resumes the run in ``out`` (an earlier attempt checkpointed)."""
+    checkpoints = RunLayout(out).checkpoints
+    return checkpoints.is_dir() and any(checkpoints.iterdir())
+
+
+def check_started(trials: Sequence[Trial], results: Path) -> None:
+    """Refuses trials whose run directory an earlier sweep started with other settings (other
+    ``--set`` values, another budget): resuming it would train on under the old settings and
+    label the result with the new ones. Checked before anything starts (files only).
+
+    Raises:
+      UserError: naming the first such run directory and what differs.
+    """
+    from pgrad_app.config import yamlfile
+
+    for trial in trials:
+        out = Path(results) / "runs" / trial.name
+        if not _resumes(out):
+            continue  # run_trial starts it afresh (--overwrite)
+        config = RunLayout(out).config
+        try:
+            values = yamlfile.load_yaml(config)
+            stored = dict(values.get(config_lib.HYPER_KEY) or {})
+        except (UserError, OSError, AttributeError, TypeError, ValueError):
+            raise UserError(f"{config}: unreadable, so the trial {trial.name} cannot be resumed "
+                            "safely; delete its run directory to rerun it.") from None
+        plain = json.loads(json.dumps(stored, default=str))  # YAML's lists, the plan's tuples
+        ours = json.loads(json.dumps(trial.hyperparameters, default=str))
+        keys = [k for k in ours if plain.get(k) != ours[k]]
+        diff = (f"hyperparameter {keys[0]} {plain.get(keys[0])!r} there, {ours[keys[0]]!r} now"
+                if keys else None)
+        if values.get("total_steps") != trial.budget:
+            diff = f"budget {values.get('total_steps')!r} there, {trial.budget!r} now"
+        if diff:
+            raise UserError(f"{out} was started with other settings ({diff}); resuming it "
+                            "would mix them. Use another --results folder, or delete it to "
+                            "rerun.")
+
+
 def _run(cmd: list[str], log, threads: int) -> int:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
@@ -159,8 +199,7 @@ def run_trial(trial: Trial, results: Path, threads: int, context: dict) -> bench
     log_path = logs / f"{trial.name}.log"
     py = sys.executable
     with open(log_path, "w") as log:
-        checkpoints = RunLayout(out).checkpoints
-        if checkpoints.is_dir() and any(checkpoints.iterdir()):
+        if _resumes(out):  # check_started made sure it has this trial's settings
             train = [py, "-m", "pgrad_app", "train", "--resume", str(out), "--quiet"]
         else:  # --no-tuned: the config already holds every resolved value
             train = [py, "-m", "pgrad_app", "train", "--config", str(config), "--no-tuned",

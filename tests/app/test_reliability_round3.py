@@ -775,3 +775,37 @@ def test_a_start_up_killed_before_its_first_checkpoint_is_replaced_by_a_rerun(tm
     assert (out / "checkpoints" / "step-000000000080").is_dir()
     code, _, err = train("--out", out, "--total-steps", 80, "--quiet", capsys=capsys)
     assert code == 2 and "already holds a run" in one_error_line(err)  # a real run is not
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps: a re-run with other --set values never resumes a trial started with the old ones.
+# ---------------------------------------------------------------------------------------------
+
+def test_a_sweep_rerun_with_other_set_values_refuses_the_started_trials(tmp_path, capsys):
+    import yaml
+
+    from pgrad_app.config.settings import HYPER_KEY
+    from pgrad_app.errors import UserError
+    from pgrad_app.experiments import sweep
+
+    sets = ["learning_rate=0.001", "num_envs=1", "n_steps=16", "hidden=[8]"]
+    (trial,) = sweep.plan(["a2c"], ["CartPole-v1"], [0], steps=32, sets=sets)
+    config = tmp_path / "trial.yaml"  # as run_trial writes it, then pgrad-train as it runs it
+    config.write_text(yaml.safe_dump({"agent": trial.agent, "env": trial.env, "seed": 0,
+                                      "total_steps": 32,
+                                      HYPER_KEY: trial.hyperparameters}, sort_keys=False))
+    out = tmp_path / "runs" / trial.name
+    code, _, err = train("--config", config, "--no-tuned", "--out", out, "--quiet",
+                         capsys=capsys)
+    assert code == 0, err
+    sweep.check_started([trial], tmp_path)  # the same settings: it resumes
+    (other,) = sweep.plan(["a2c"], ["CartPole-v1"], [0], steps=32,
+                          sets=["learning_rate=0.01", *sets[1:]])
+    assert other.name == trial.name  # --set values are not in the name: the same directory
+    with pytest.raises(UserError, match=rf"{out} was started with other settings "
+                                        r"\(hyperparameter learning_rate 0.001 there, 0.01 "
+                                        r"now\); resuming it would mix them"):
+        sweep.check_started([other], tmp_path)
+    (longer,) = sweep.plan(["a2c"], ["CartPole-v1"], [0], steps=64, sets=sets)
+    with pytest.raises(UserError, match=r"budget 32 there, 64 now"):
+        sweep.check_started([longer], tmp_path)
