@@ -809,3 +809,26 @@ def test_a_sweep_rerun_with_other_set_values_refuses_the_started_trials(tmp_path
     (longer,) = sweep.plan(["a2c"], ["CartPole-v1"], [0], steps=64, sets=sets)
     with pytest.raises(UserError, match=r"budget 32 there, 64 now"):
         sweep.check_started([longer], tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray: a dead --ray-address is one line at once (Ray itself retries it for minutes).
+# ---------------------------------------------------------------------------------------------
+
+def test_ray_address_at_a_dead_port_is_one_line_at_once(tmp_path, capsys):
+    import socket
+    import time
+
+    pytest.importorskip("ray")
+    with socket.socket() as s:  # a port nothing listens on (bound, then released)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    code, _, err = train("--workers", 1, "--ray-address", f"127.0.0.1:{port}", "--total-steps",
+                         80, "--num-envs", 2, "--out", tmp_path / "run", "--quiet",
+                         capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and time.monotonic() - start < 60
+    assert f"cannot connect to the Ray cluster at 127.0.0.1:{port}: 127.0.0.1:{port} does not " \
+           "accept connections (Connection refused)" in line
+    assert not (tmp_path / "run").exists()
