@@ -150,7 +150,7 @@ class RolloutWorker:
             delta.start()
         key = list(state["sampler_key"]) + ([self.index] if self.index else [])
         policy_fn = agent.acting_fn(np.random.default_rng(key))
-        self.collector.env_steps = 0
+        start = self.collector.env_steps = int(state.get("env_steps", 0))  # errors: run's step
         began = time.perf_counter()
         if episodes:
             traj, eps = self.collector.collect_episodes(policy_fn, num_steps)
@@ -159,9 +159,9 @@ class RolloutWorker:
         stats = {k: ((d.rms.mean, d.rms.var, d.rms.count), d.state())
                  for k, d in self.deltas.items()}
         restarted, self.restarted = self.restarted, False
-        return {"traj": traj, "steps": self.collector.env_steps, "stats": stats,
+        return {"traj": traj, "steps": self.collector.env_steps - start, "stats": stats,
                 "collect_s": time.perf_counter() - began,
-                "episodes": [(step // self.count - 1, r, n) for step, r, n in eps],
+                "episodes": [((step - start) // self.count - 1, r, n) for step, r, n in eps],
                 "restarted": restarted}
 
     def close(self) -> None:
@@ -287,7 +287,7 @@ class RemoteCollector:
     def _rollout(self, num_steps: int, episodes: bool) -> tuple[Trajectory, list]:
         B = self.num_envs
         began = time.perf_counter()
-        state = self._ray.put(self.agent.acting_state())
+        state = self._ray.put({**self.agent.acting_state(), "env_steps": self.env_steps})
         self._calls = [
             functools.partial(a.collect.remote, state,
                               self._share(num_steps, count) if episodes else num_steps, episodes)

@@ -832,3 +832,42 @@ def test_ray_address_at_a_dead_port_is_one_line_at_once(tmp_path, capsys):
     assert f"cannot connect to the Ray cluster at 127.0.0.1:{port}: 127.0.0.1:{port} does not " \
            "accept connections (Connection refused)" in line
     assert not (tmp_path / "run").exists()
+
+
+LATE_FAIL = '''
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+
+
+class LateFail(CartPoleEnv):
+    """Raises at its 100th step (an env instance's own count, across episodes)."""
+
+    def step(self, action):
+        self.count = getattr(self, "count", 0) + 1
+        if self.count >= 100:
+            raise RuntimeError("sensor offline")
+        return super().step(action)
+
+
+gym.register("R3/LateFail-v0", entry_point=LateFail, max_episode_steps=500)
+'''
+
+
+@pytest.mark.subprocess
+def test_a_ray_workers_env_error_names_the_runs_env_step(tmp_path):
+    import os
+    import re
+
+    from cli_helpers import run
+
+    pytest.importorskip("ray")
+    (tmp_path / "r3_late_fail.py").write_text(LATE_FAIL)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = run("train.py", "--env", "r3_late_fail:R3/LateFail-v0", "--workers", 1,
+               "--num-envs", 2, "--set", "n_steps=16", "--total-steps", 10_000, "--out",
+               tmp_path / "run", "--quiet", env=env, timeout=400)
+    assert proc.returncode == 1, proc.stderr
+    found = re.search(r"failed at env step (\d+)", proc.stderr)
+    assert found and "sensor offline" in proc.stderr, proc.stderr
+    # each of the two envs fails at its own 100th step: the run is at env step ~200, not 2
+    assert 160 <= int(found.group(1)) <= 200, proc.stderr
