@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from typing import Any
 import yaml
 
 from pgrad_app.config import settings as config_lib
-from pgrad_app.errors import UserError
+from pgrad_app.errors import EXIT_SIGTERM, Interrupted, UserError
 from pgrad_app.experiments import launch as benchmark
 from pgrad_app.experiments import plan as planning
 from pgrad_app.experiments import single_run as bench_run
@@ -262,9 +263,21 @@ def launch(trials: Sequence[Trial], results: Path, cpus_per_trial: int = 1, comm
                                          runtime_env=worker_runtime_env())
     pending = {task.remote(t, results, cpus_per_trial, context): t for t in trials}
     finished = []
+    # SIGTERM ends the sweep as Ctrl-C does (tasks cancelled, Ray shut down, one line, 143);
+    # left to Ray's own handler it aborts the driver with a C++ stack dump (exit 134).
+    # The handler only notes the signal: raised inside ray.wait's C code it would surface as a
+    # SystemError; the loop raises it between waits of at most a second.
+    signals: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signals.append(signum))
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            if signals:
+                raise Interrupted("SIGTERM: the sweep stopped; its unfinished trials were "
+                                  "cancelled (their run directories resume when the sweep "
+                                  "runs again).", EXIT_SIGTERM)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not ready:
+                continue
             trial = pending.pop(ready[0])
             try:
                 done = ray.get(ready[0])
@@ -274,10 +287,12 @@ def launch(trials: Sequence[Trial], results: Path, cpus_per_trial: int = 1, comm
                 echo(f"task of {trial.name} failed: {type(err).__name__}")
             finished.append(done)
             echo(f"[{len(finished)}/{len(trials)}] {describe(done)}")
-    except BaseException:  # Ctrl-C: cancel what has not finished (their logs stay)
+    except BaseException:  # Ctrl-C, SIGTERM: cancel what has not finished (their logs stay)
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return finished
 
 

@@ -871,3 +871,27 @@ def test_a_ray_workers_env_error_names_the_runs_env_step(tmp_path):
     assert found and "sensor offline" in proc.stderr, proc.stderr
     # each of the two envs fails at its own 100th step: the run is at env step ~200, not 2
     assert 160 <= int(found.group(1)) <= 200, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_sigterm_to_a_sweep_is_one_line_and_exit_143(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from cli_helpers import PY, ROOT
+
+    pytest.importorskip("ray")
+    results = tmp_path / "sw"
+    proc = subprocess.Popen([PY, str(ROOT / "scripts" / "sweep.py"), "--agents", "a2c",
+                             "--envs", "CartPole-v1", "--seeds", "0", "--steps", str(10**7),
+                             "--results", str(results)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    code, err, took = _signal_when(proc, results / "logs" / "a2c__CartPole-v1__seed0.log",
+                                   signal.SIGTERM, timeout=300)
+    assert code == 143 and took < 60, err  # was: Ray's C++ stack dump, exit 134
+    assert "error" not in err.lower() and "SIGTERM: the sweep stopped; its unfinished trials " \
+                                          "were cancelled" in err, err
+    assert "Traceback" not in err and "*** SIG" not in err
