@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(tuned_note(settings.agent, settings.env, tuned_path), flush=True)
             result = trainer.run()
         finally:
+            signal.signal(signal.SIGTERM, previous)  # start-up is over: not "during start-up"
             agent.close()
             if ray_run is not None:
                 ray_run.close()
