@@ -53,33 +53,71 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from agents import callbacks, learning
-from agents.a2c import A2C, A2CConfig
-from agents.base import ActorCriticAgent
 from agents.config import ActorCriticConfig
-from agents.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
-from agents.npg import NPG, NPGConfig
-from agents.persistence import load
-from agents.ppo import PPO, PPOConfig
-from agents.reinforce import Reinforce, ReinforceConfig
+from agents.preset_configs import (
+    CONFIGS,
+    A2CConfig,
+    APPOConfig,
+    IMPALAConfig,
+    NPGConfig,
+    PPOConfig,
+    ReinforceConfig,
+)
 
-_REGISTRY: dict[str, type[ActorCriticAgent]] = {
-    "a2c": A2C, "appo": APPO, "impala": IMPALA, "npg": NPG, "ppo": PPO, "reinforce": Reinforce}
+if TYPE_CHECKING:
+    from agents import callbacks, learning
+    from agents.a2c import A2C
+    from agents.base import ActorCriticAgent
+    from agents.impala import APPO, IMPALA
+    from agents.npg import NPG
+    from agents.persistence import load
+    from agents.ppo import PPO
+    from agents.reinforce import Reinforce
+
+# The agents import TensorFlow; their configs (above) do not. So ``import agents`` is data only
+# and the classes load on first use: ``pgrad-train --help`` lists every agent's hyperparameters
+# without TensorFlow's seconds of start-up.
+_LAZY = {
+    "A2C": "agents.a2c", "APPO": "agents.impala", "IMPALA": "agents.impala", "NPG": "agents.npg",
+    "PPO": "agents.ppo", "Reinforce": "agents.reinforce", "ActorCriticAgent": "agents.base",
+    "load": "agents.persistence"}
+_SUBMODULES = ("callbacks", "learning")
+_CLASSES = {"a2c": "A2C", "appo": "APPO", "impala": "IMPALA", "npg": "NPG", "ppo": "PPO",
+            "reinforce": "Reinforce"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"agents.{name}")
+    else:
+        raise AttributeError(f"module 'agents' has no attribute {name!r}")
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
 
 
 def names() -> list[str]:
     """Registered agent names."""
-    return sorted(_REGISTRY)
+    return sorted(CONFIGS)
+
+
+def config_class(name: str) -> type[ActorCriticConfig]:
+    """The hyperparameter dataclass of the agent registered as ``name`` (case-insensitive),
+    without importing the agent (nor TensorFlow)."""
+    try:
+        return CONFIGS[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(names())}.") from None
 
 
 def get(name: str) -> type[ActorCriticAgent]:
     """The agent class registered as ``name`` (case-insensitive)."""
-    try:
-        return _REGISTRY[name.lower()]
-    except (KeyError, AttributeError):
-        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(names())}.") from None
+    config_class(name)  # an unknown name: one line listing the known ones
+    return __getattr__(_CLASSES[name.lower()])
 
 
 def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, *,
@@ -124,7 +162,6 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, 
 
 __all__ = [
     "A2C", "A2CConfig", "APPO", "APPOConfig", "ActorCriticAgent", "ActorCriticConfig", "IMPALA",
-    "IMPALAConfig", "NPG", "NPGConfig", "PPO",
-    "PPOConfig",
-    "Reinforce", "ReinforceConfig", "callbacks", "get", "learning", "load", "make", "names",
+    "IMPALAConfig", "NPG", "NPGConfig", "PPO", "PPOConfig", "Reinforce", "ReinforceConfig",
+    "callbacks", "config_class", "get", "learning", "load", "make", "names",
 ]

@@ -102,7 +102,8 @@ class ActorCriticAgent:
                                     critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
                                     seed=self.seed, ortho_init=cfg.ortho_init,
                                     recurrent=cfg.recurrent or None,
-                                    core_units=cfg.lstm_units)
+                                    core_units=cfg.lstm_units,
+                                    critic_hidden=tuple(cfg.critic_hidden) or None)
             self.head = self.net.head
         except Exception:
             envs.close()
@@ -293,7 +294,7 @@ class ActorCriticAgent:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
         mirror, head, layout = self.mirror, self.head, self.layout
-        sde = {"noise": None, "steps": 0}
+        sde: dict[str, Any] = {"noise": None, "steps": 0}
         freq = int(self.cfg.sde_sample_freq)
 
         if self.net.recurrent:  # the state carried across steps and rollouts, reset at starts
@@ -309,7 +310,7 @@ class ActorCriticAgent:
 
         # No critic here: the update computes V on the same weights, so storing it would only
         # add a forward pass per env step.
-        def policy_fn(obs, action_mask=None):  # action_mask [B, n]: the env's legal actions
+        def policy_fn(obs, action_mask=None):  # type: ignore[no-redef]  # [B, n] legal actions
             params, _ = mirror.forward(obs)
             if head.uses_latent:  # gSDE: exploration matrices held per env, resampled on time
                 if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
@@ -324,19 +325,23 @@ class ActorCriticAgent:
         """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
         next :meth:`step` will, in numpy: ``weights`` ``[P]`` (the mirror's, for
         ``NumpyPolicy.load_flat``), ``sampler_key`` (the seed of that step's sampling
-        generator) and ``obs_norm`` / ``reward_norm``: ``(mean, var, count)`` or None.
+        generator) and ``obs_norm`` / ``reward_norm``: ``(mean, var, count)`` or None; a
+        recurrent policy's ``rollout_state`` ``[B, S]`` (the state before the next observation).
 
         A collector that runs elsewhere replaces ``agent.collector`` (same interface as
-        :class:`pgrad.rl.rollout.Collector`) and reads this at each collect; it leaves the
-        merged normaliser statistics in ``obs_norm.rms`` / ``reward_norm.rms``, which the
-        update then stores.
+        :class:`pgrad.rl.rollout.Collector`, ``episode_start`` included) and reads this at
+        each collect; it leaves the merged normaliser statistics in ``obs_norm.rms`` /
+        ``reward_norm.rms``, which the update then stores, and a recurrent policy's state after
+        the rollout in ``rollout_state``.
         """
         updates = self._sync()
         stats = {}
         for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm)):
             stats[key] = None if norm is None else (norm.rms.mean, norm.rms.var, norm.rms.count)
+        # a recurrent policy's state [B, S] before the next observation (each worker its rows)
+        carried = {"rollout_state": self.rollout_state} if self.net.recurrent else {}
         return {"weights": self.mirror.flat_numpy(), "sampler_key": [self.seed, updates],
-                **stats}
+                **stats, **carried}
 
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
@@ -354,7 +359,7 @@ class ActorCriticAgent:
         policy_fn = self.acting_fn(rng)
         # a recurrent policy's rollout starts from these (stored for the update)
         start = ((self.rollout_state, self.collector.episode_start.copy())
-                 if self.net.recurrent else None)  # (Ray's collectors keep no episode_start)
+                 if self.net.recurrent else None)
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
         traj, episodes = self._collect(policy_fn)
@@ -362,7 +367,8 @@ class ActorCriticAgent:
             traj = hooks.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
         scheduled = self.schedules.values(base + taken, self.budget, updates)
-        recurrent = (*start, self.rollout_state) if self.net.recurrent else None
+        recurrent = ((*start, self.rollout_state) if start is not None and self.net.recurrent
+                     else None)
         args = self.updater.inputs(traj, taken, scheduled, recurrent)
         out, *step_norms = self.updater(args, fixed_shape=traj.mask is None)
         out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)

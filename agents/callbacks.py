@@ -59,7 +59,8 @@ class StopAtReturn(Callback):
     def on_update(self, loop: Loop) -> bool:
         recent = loop.stats.recent_returns
         rolling = loop.rolling_return(self.window)
-        return not (len(recent) >= self.window and rolling >= self.threshold)
+        return not (len(recent) >= self.window and rolling is not None
+                    and rolling >= self.threshold)
 
 
 class Checkpoint(Callback):
@@ -161,13 +162,13 @@ class EvalCallback(Callback):
         self._say = loop.say
         self._next = (loop.env_steps // self.every + 1) * self.every
         if self.log_path is not None:
-            self._continue_log(loop.env_steps)
+            self._continue_log(self.log_path, loop.env_steps)
 
-    def _continue_log(self, step: int) -> None:
+    def _continue_log(self, log_path: Path, step: int) -> None:
         """Keeps the rows of an earlier run up to ``step`` (a resumed run) and their best."""
         kept = []
-        if self.log_path.exists():
-            with open(self.log_path, newline="", errors="replace") as f:
+        if log_path.exists():
+            with open(log_path, newline="", errors="replace") as f:
                 for row in csv.DictReader(f):
                     try:
                         if int(row["step"]) <= step:
@@ -182,12 +183,12 @@ class EvalCallback(Callback):
             self.best = mean if self.best is None else max(self.best, mean)
         if self.best_dir is not None and not self.best_dir.exists():
             self.best = None  # no policy kept: the next evaluation's goes to best/
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
         text = io.StringIO()
         writer = csv.DictWriter(text, EVAL_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(kept)
-        write_atomic(self.log_path, text.getvalue())
+        write_atomic(log_path, text.getvalue())
 
     def _warn(self, text: str) -> None:
         self._say(f"warning: {text}")

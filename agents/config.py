@@ -1,20 +1,21 @@
-"""Hyperparameters: one dataclass for the actor-critic agent, one subclass of defaults per preset.
+"""Hyperparameters: one dataclass for the actor-critic agent (the presets' are in preset_configs).
 
 Every field documents itself in ``metadata["help"]`` (``pgrad-train --help`` lists them, ``--set
 NAME=VALUE`` sets them). ``validate()`` refuses, before anything runs, values that cannot work or
 would poison a run: non-finite numbers, out-of-range ones, and sizes past sane limits.
+The module is data: it imports no TensorFlow (``pgrad-train --help`` lists it before TensorFlow
+loads); ``validate`` imports the lists of names it checks against from the layers that own them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 from agents import schedules
-from pgrad.engine import PATHS
-from pgrad.rl import encoders
-from pgrad.rl.rollout import VECTOR_MODES
 
+_T = TypeVar("_T")
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
 ROLLOUTS = ("steps", "episodes")
 RECURRENT = ("", "lstm", "gru")
@@ -79,6 +80,9 @@ class ActorCriticConfig:
     hidden: tuple[int, ...] = field(default=(64, 64), metadata=doc(
         "hidden layer widths of the MLP (vector observations; with a CNN, the vector part of a "
         "Dict observation)"))
+    critic_hidden: tuple[int, ...] = field(default=(), metadata=doc(
+        "hidden layer widths of the critic's MLP when it differs from the actor's (separate "
+        "networks on vector observations; SB3's net_arch=dict(pi=[...], vf=[...])); () = hidden"))
     activation: str = field(default="tanh", metadata=doc("'tanh' or 'relu'"))
     shared_trunk: bool = field(default=False, metadata=doc(
         "MLP policies on vector observations: actor and critic share the hidden layers (else "
@@ -185,6 +189,11 @@ class ActorCriticConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first field out of range (checked before anything runs)."""
+        # The owners of these names import TensorFlow: imported here, not with the data.
+        from pgrad.engine import PATHS
+        from pgrad.rl import encoders
+        from pgrad.rl.rollout import VECTOR_MODES
+
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -206,12 +215,18 @@ class ActorCriticConfig:
              f"<= {MAX_BATCH_STEPS:,} env steps per update; got {self.steps_per_update():,}")
         need(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}")
         need(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1]; got {self.gae_lambda}")
-        need(len(self.hidden) <= 16 and all(0 < int(h) <= MAX_WIDTH for h in self.hidden),
-             f"hidden widths must be in [1, {MAX_WIDTH}] (at most 16 layers); got {self.hidden}")
-        weights = sum(int(a) * int(b) for a, b in zip(self.hidden, self.hidden[1:]))
-        need(weights <= MAX_HIDDEN_PARAMS,
-             f"hidden {list(self.hidden)} needs {weights:,} weights between its layers; at most "
-             f"{MAX_HIDDEN_PARAMS:,} fit in memory with their optimizer state (narrow the layers)")
+        for name in ("hidden", "critic_hidden"):
+            widths = getattr(self, name)
+            need(len(widths) <= 16 and all(0 < int(h) <= MAX_WIDTH for h in widths),
+                 f"{name} widths must be in [1, {MAX_WIDTH}] (at most 16 layers); got {widths}")
+            weights = sum(int(a) * int(b) for a, b in zip(widths, widths[1:]))
+            need(weights <= MAX_HIDDEN_PARAMS,
+                 f"{name} {list(widths)} needs {weights:,} weights between its layers; at most "
+                 f"{MAX_HIDDEN_PARAMS:,} fit in memory with their optimizer state (narrow the "
+                 "layers)")
+        need(not (self.critic_hidden and self.shared_trunk),
+             "critic_hidden gives the critic its own widths; with shared_trunk actor and critic "
+             "share the hidden layers (choose one)")
         need(self.activation in ("tanh", "relu"),
              f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
         encoders.check_name(self.encoder)
@@ -289,7 +304,7 @@ class ActorCriticConfig:
              "(the critic trains on whole sequences)")
 
 
-def preset(name: str, value) -> object:
+def preset(name: str, value: _T) -> _T:
     """A preset's own default for an :class:`ActorCriticConfig` field, keeping its help text.
 
     ``num_envs: int = preset("num_envs", 16)`` in a subclass changes the default only.

@@ -35,58 +35,16 @@ target network).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import schedules
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, doc, preset, scheduled
+from agents.preset_configs import APPOConfig, IMPALAConfig
 from pgrad.rl.policy import NumpyPolicy
 from pgrad.rl.rollout import Trajectory
-
-MAX_LAG = 1000
-
-
-@dataclass
-class IMPALAConfig(ActorCriticConfig):
-    """IMPALA hyperparameters (every field of the actor-critic agent, plus V-trace's and the
-    actor-learner schedule's). Defaults: A2C's CartPole settings with IMPALA's truncations."""
-
-    num_envs: int = preset("num_envs", 16)
-    learning_rate: float = preset("learning_rate", 1.4e-3)
-    rho_bar: float = field(default=1.0, metadata=doc(
-        "V-trace: truncation of the importance weights in the value targets (rho-bar)"))
-    c_bar: float = field(default=1.0, metadata=doc(
-        "V-trace: truncation of the trace coefficients c_t (c-bar)"))
-    pg_rho_bar: float = field(default=1.0, metadata=doc(
-        "V-trace: truncation of the importance weight of the policy gradient"))
-    lag: int = field(default=0, metadata=doc(
-        "in-process actor (no --workers): updates between the weights that act and those that "
-        "learn (a deterministic schedule, for tests and studies)"))
-    broadcast_interval: int = field(default=1, metadata=doc(
-        "broadcast the learner's weights to the actors every this many updates"))
-    queue_size: int = field(default=4, metadata=doc(
-        "with --workers: trajectories requested from the actors and not yet learned from, at "
-        "most (a slow learner throttles the actors)"))
-
-    def validate(self) -> None:
-        super().validate()
-        if self.rollout != "steps":
-            raise ValueError("impala learns from fixed-length trajectories: rollout must be "
-                             f"'steps'; got {self.rollout!r}")
-        for name in ("rho_bar", "c_bar", "pg_rho_bar"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
-        if not 0 <= int(self.lag) <= MAX_LAG:
-            raise ValueError(f"lag must be in [0, {MAX_LAG}]; got {self.lag}")
-        if int(self.broadcast_interval) < 1:
-            raise ValueError(f"broadcast_interval must be >= 1; got {self.broadcast_interval}")
-        if int(self.queue_size) < 1:
-            raise ValueError(f"queue_size must be >= 1; got {self.queue_size}")
 
 
 class Batch(NamedTuple):
@@ -152,6 +110,7 @@ class IMPALA(ActorCriticAgent):
     """
 
     Config = IMPALAConfig
+    cfg: IMPALAConfig
     name = "impala"
     #: The compiled update passes the behaviour and current log-probs to :meth:`targets`.
     off_policy = True
@@ -159,6 +118,7 @@ class IMPALA(ActorCriticAgent):
     def __init__(self, *args, **kwargs):
         self._source = None
         self._stale_source = True
+        self._snapshot: tuple | None = None  # (updates, flat weights) at trackables()
         super().__init__(*args, **kwargs)
 
     def default_transform(self) -> pgrad.GradientTransform:
@@ -191,14 +151,26 @@ class IMPALA(ActorCriticAgent):
         self._source, self._stale_source = source, True
 
     def trackables(self) -> dict[str, Any]:
-        self._stale_source = True  # a restore may follow: the actors get the restored weights
+        # A restore may follow (or a save: every checkpoint asks): the next step compares the
+        # state with this snapshot and resets the source only if a restore changed it.
+        updates = self._sync()
+        self._snapshot = (updates, self.mirror.flat_numpy().copy())
         return super().trackables()
+
+    def _restored(self, updates: int) -> bool:
+        """Whether a restore changed the state since :meth:`trackables` was last called."""
+        if self._snapshot is None:
+            return False
+        before, self._snapshot = self._snapshot, None
+        return updates != before[0] or not np.array_equal(self.mirror.flat_numpy(), before[1])
 
     def step(self) -> dict[str, Any]:
         """Takes the next trajectory from the source and updates on it; broadcasts the weights
         every ``broadcast_interval`` updates. See ``agents/__init__.py``."""
         updates = self._sync()
         source = self.source
+        if self._restored(updates):  # the actors get the restored weights; in flight: dropped
+            self._stale_source = True
         if self._stale_source:
             source.reset(updates, self.acting_state())
             self._stale_source = False
@@ -233,21 +205,6 @@ class IMPALA(ActorCriticAgent):
         if self._source is not None:
             self._source.close()
         super().close()
-
-
-@dataclass
-class APPOConfig(IMPALAConfig):
-    """APPO hyperparameters: IMPALA's plus PPO's clip range (RLlib's APPO defaults where they
-    fit the actor-critic agent)."""
-
-    clip_range: float | str = field(default=0.4, metadata=scheduled(
-        "APPO's clip range epsilon of the ratio pi / mu", floor=1e-3))
-
-    def validate(self) -> None:
-        super().validate()
-        self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
-        if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
-            raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
 
 
 class APPO(IMPALA):

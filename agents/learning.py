@@ -22,9 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from agents.base import ActorCriticAgent
 
 ROLLING = 20  # episodes in the rolling return (CartPole's "solved" criterion uses 20)
 HISTORY = 100  # recent episode returns kept (and saved) for rolling windows
@@ -38,6 +41,9 @@ class LearnStats:
     wall_s: float = 0.0  # training wall time, over every learn()
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     recent_lengths: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    #: ``info["is_success"]`` (1.0 / 0.0) of recent episodes whose env reports it (SB3's
+    #: ``ep_success_buffer``: ``rollout/success_rate`` is their mean).
+    recent_successes: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def rolling_return(self, window: int = ROLLING) -> float | None:
         """Mean return of the last ``window`` episodes (``None`` before the first one)."""
@@ -49,7 +55,8 @@ class LearnStats:
         """JSON values for a checkpoint's meta.json."""
         return {"episodes": self.episodes, "wall_s": self.wall_s,
                 "recent_returns": [float(r) for r in self.recent_returns],
-                "recent_lengths": [int(n) for n in self.recent_lengths]}
+                "recent_lengths": [int(n) for n in self.recent_lengths],
+                "recent_successes": [float(s) for s in self.recent_successes]}
 
     def load_meta(self, meta: dict[str, Any]) -> None:
         """Restores what :meth:`meta` wrote (missing keys keep their values)."""
@@ -61,9 +68,12 @@ class LearnStats:
         if "recent_lengths" in meta:
             self.recent_lengths.clear()
             self.recent_lengths.extend(int(n) for n in meta["recent_lengths"])
+        if "recent_successes" in meta:
+            self.recent_successes.clear()
+            self.recent_successes.extend(float(s) for s in meta["recent_successes"])
 
 
-def progress_meta(agent) -> dict[str, Any]:
+def progress_meta(agent: ActorCriticAgent) -> dict[str, Any]:
     """The agent's counters and :class:`LearnStats` as a checkpoint's meta.json records them."""
     return {"env_steps": int(agent.env_steps), "updates": int(agent.updates_var.numpy()),
             **agent.learn_stats.meta()}
@@ -179,7 +189,7 @@ class ProgressBar(Callback):
 
 
 
-def says_stop(result) -> bool:
+def says_stop(result: bool | None) -> bool:
     """Whether a callback's result asks to stop: ``False`` (Python's, NumPy's or a 0-d boolean
     array's; ``None`` and anything else carry on)."""
     import numpy as np
@@ -203,7 +213,8 @@ class Loop:
       in_step: true while ``agent.step()`` runs (an error then came from the agent or its env).
     """
 
-    def __init__(self, agent, until: int, callbacks: Any = None, progress: bool = True):
+    def __init__(self, agent: ActorCriticAgent, until: int, callbacks: Any = None,
+                 progress: bool = True):
         self.agent, self.until = agent, int(until)
         self.callbacks = ([ProgressBar()] if progress else []) + as_callbacks(callbacks)
         self.stats: LearnStats = agent.learn_stats
@@ -278,7 +289,7 @@ class Loop:
     def _warn_about_decays(self) -> None:
         """One line per legacy decay (absolute env steps) that ends before this run does: past
         its end the value is 0 (a learning rate of 0 trains nothing)."""
-        decays = getattr(self.agent.cfg, "absolute_decays", dict)()
+        decays: dict[str, int] = getattr(self.agent.cfg, "absolute_decays", dict)()
         for name, steps in sorted(decays.items()):
             if steps and steps < self.until:
                 flag = "clip_decay_steps" if name == "clip_range" else "lr_decay_steps"
@@ -296,3 +307,8 @@ class Loop:
             self.stats.episodes += 1
             self.stats.recent_returns.append(ret)
             self.stats.recent_lengths.append(length)
+        # the env's info["is_success"] at the episodes' ends, where it reports one (the
+        # in-process collector records them; Ray workers' collectors do not)
+        take = getattr(getattr(self.agent, "collector", None), "take_successes", None)
+        if take is not None:
+            self.stats.recent_successes.extend(take())

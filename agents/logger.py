@@ -11,7 +11,9 @@ holds their **mean** over the interval and, for what a mean could hide (:data:`M
 gradient norms, the NaN/Inf skips, the KL), their **maximum** as ``KEY_max``.
 
 **Names** (:func:`tags`), as Stable-Baselines3 writes them: ``rollout/ep_rew_mean`` and
-``rollout/ep_len_mean`` over the last 100 training episodes, ``train/<metric>`` for the update's
+``rollout/ep_len_mean`` over the last 100 training episodes, ``rollout/success_rate`` (the mean
+``info["is_success"]`` of the last 100 that reported one, if the env reports it),
+``train/<metric>`` for the update's
 metrics (SB3's ``policy_loss``, ``value_loss``, ``entropy_loss`` = -entropy, ``approx_kl``,
 ``clip_fraction``, ``clip_range``, ``learning_rate``, ``explained_variance``, ``std``, plus
 pgrad's own: ``grad_norm``, ``pg_grad_norm``, ``nonfinite_skipped``, ...), ``train/n_updates``,
@@ -108,6 +110,13 @@ def episode_means(loop: Loop) -> tuple[float | None, float | None]:
             float(np.mean(lengths)) if lengths else None)
 
 
+def success_rate(loop: Loop) -> float | None:
+    """SB3's ``rollout/success_rate``: the mean ``info["is_success"]`` of the last
+    :data:`EPISODE_WINDOW` training episodes that reported one (``None`` before any did)."""
+    recent = list(getattr(loop.stats, "recent_successes", ()))[-EPISODE_WINDOW:]
+    return float(np.mean(recent)) if recent else None
+
+
 def policy_std(agent) -> float | None:
     """The Gaussian head's mean standard deviation ``exp(log_std)`` (SB3's ``train/std``), if
     it has a state-independent one."""
@@ -126,6 +135,9 @@ def tags(scalars: Mapping[str, float], loop: Loop, fps: float | None = None
         out["rollout/ep_rew_mean"] = rew
     if length is not None:
         out["rollout/ep_len_mean"] = length
+    success = success_rate(loop)
+    if success is not None:
+        out["rollout/success_rate"] = success
     for k, v in scalars.items():
         name, sign = SB3_NAMES.get(k, (f"train/{k}", 1.0))
         out[name] = sign * float(v)
@@ -203,7 +215,8 @@ class Cadence:
     def due(self, loop: Loop) -> bool:
         """Counts this update; true if a row is due now."""
         self._since += 1
-        return (self._first or self._since >= self.every
+        every = self.every if self.every is not None else default_log_every(loop.agent)
+        return (self._first or self._since >= every
                 or time.monotonic() - self._last_t >= self.seconds)
 
     def written(self) -> None:
@@ -250,10 +263,15 @@ class TensorBoardLog(Callback):
         self.writer = TensorBoardWriter(self.directory)
         self.cadence.start(loop)
 
+    def _writer(self) -> TensorBoardWriter:
+        if self.writer is None:
+            raise RuntimeError("TensorBoardLog: written to before on_start or after close")
+        return self.writer
+
     def on_update(self, loop: Loop) -> None:
         self.interval.add(loop.metrics)
         if loop.evaluation is not None:
-            self.writer.scalars(loop.env_steps, eval_tags(loop.evaluation))
+            self._writer().scalars(loop.env_steps, eval_tags(loop.evaluation))
         if self.cadence.due(loop):
             self.write(loop)
 
@@ -261,8 +279,9 @@ class TensorBoardLog(Callback):
         if not self.interval.count:
             return
         scalars, arrays = self.interval.row()
-        self.writer.scalars(loop.env_steps, tags(scalars, loop, self.cadence.fps(loop)))
-        self.writer.histograms(loop.env_steps, {f"train/{k}": a for k, a in arrays.items()})
+        writer = self._writer()
+        writer.scalars(loop.env_steps, tags(scalars, loop, self.cadence.fps(loop)))
+        writer.histograms(loop.env_steps, {f"train/{k}": a for k, a in arrays.items()})
         self.cadence.written()
 
     def on_end(self, loop: Loop) -> None:

@@ -18,56 +18,16 @@ and TRPO references. Per-env settings: ``configs/npg.yaml``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, doc, preset
-from pgrad.transforms.natural import SOLVERS
-
-
-@dataclass
-class NPGConfig(ActorCriticConfig):
-    """NPG hyperparameters (every field of the actor-critic agent; NPG's defaults)."""
-
-    num_envs: int = preset("num_envs", 16)
-    n_steps: int = preset("n_steps", 64)
-    gae_lambda: float = preset("gae_lambda", 0.95)
-    normalize_advantage: bool = preset("normalize_advantage", True)
-    optimizer: str = preset("optimizer", "sgd")
-    learning_rate: float = preset("learning_rate", 1.0)
-    max_grad_norm: float = preset("max_grad_norm", 0.0)
-    critic_updates: int = preset("critic_updates", 20)
-    damping: float = field(default=0.1, metadata=doc("Tikhonov damping of the Fisher, > 0"))
-    max_kl: float = field(default=0.01, metadata=doc(
-        "the KL of each step: scaled to exactly this (exact_kl) or at most this; 0 = unscaled "
-        "(then learning_rate is the step size)"))
-    exact_kl: bool = field(default=True, metadata=doc(
-        "scale every step to a measured KL of exactly max_kl (the normalised NPG/TRPO step); "
-        "false: max_kl only bounds it"))
-    damped_kl: bool = field(default=True, metadata=doc(
-        "measure a step's KL as 0.5 x^T (F + damping I) x, as TRPO and the NPG references do; "
-        "false: 0.5 x^T F x (longer steps, pgrad's convention before issue #27)"))
-    solver: str = field(default="auto", metadata=doc(
-        "'cholesky' (direct), 'cg' (conjugate gradient on Fisher-vector products) or 'auto'"))
-    cg_iters: int = field(default=10, metadata=doc("conjugate-gradient iterations at most"))
-
-    def validate(self) -> None:
-        super().validate()
-        if not self.damping > 0:
-            raise ValueError(f"damping must be > 0; got {self.damping}")
-        if self.max_kl < 0:
-            raise ValueError(f"max_kl must be >= 0; got {self.max_kl}")
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}")
-        if not 1 <= int(self.cg_iters) <= 1000:
-            raise ValueError(f"cg_iters must be in [1, 1000]; got {self.cg_iters}")
+from agents.preset_configs import NPGConfig
 
 
 class NPG(ActorCriticAgent):
     """NPG: the actor-critic agent with a natural-gradient chain and a separate critic."""
 
     Config = NPGConfig
+    cfg: NPGConfig
     name = "npg"
 
     def default_transform(self) -> pgrad.GradientTransform:

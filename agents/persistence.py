@@ -21,7 +21,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import schedules
 from pgrad.rl import named_code
@@ -29,13 +29,16 @@ from pgrad.rl.checkpoint import CheckpointStore
 from pgrad.rl.dirlock import RUN_MARKER, DirectoryInUse, DirectoryLock
 from pgrad.rl.files import temp_path, write_json_atomic
 
+if TYPE_CHECKING:
+    from agents.base import ActorCriticAgent
+
 AGENT_FILE = "agent.json"
 CHECKPOINTS = "checkpoints"
 POLICY = "policy"
 FORMAT = 1
 
 
-def describe(agent) -> dict[str, Any]:
+def describe(agent: ActorCriticAgent) -> dict[str, Any]:
     """The ``agent.json`` record of an agent (JSON values only).
 
     A user's own encoder (a function or Keras model, Python only) is recorded by name under
@@ -84,7 +87,7 @@ def _env_record(env_id) -> dict[str, Any]:
     return out
 
 
-def recorded_env(record: dict[str, Any], path) -> Any:
+def recorded_env(record: dict[str, Any], path: str | os.PathLike) -> Any:
     """The env an ``agent.json`` record names: its id, or an :class:`EnvRecipe` of its options
     and wrappers. Wrappers outside Gymnasium are code: refused (pass ``env_id`` again)."""
     from pgrad.rl.envs import EnvRecipe
@@ -115,8 +118,8 @@ def _plain(value):
     return value
 
 
-def save_checkpoint(agent, directory: str | Path, meta: dict[str, Any] | None = None,
-                    keep: int = 3) -> Path:
+def save_checkpoint(agent: ActorCriticAgent, directory: str | Path,
+                    meta: dict[str, Any] | None = None, keep: int = 3) -> Path:
     """Writes one checkpoint of ``agent`` into ``directory`` (a CheckpointStore); returns it."""
     record = {"agent": describe(agent), **(meta or {})}
     store = CheckpointStore(directory, keep=keep)
@@ -133,13 +136,10 @@ def _keep_others(old: Path, new: Path) -> None:
             _keep_others(entry, target)
 
 
-def export(agent, path: str | Path) -> Path | None:
+def export(agent, path: str | Path) -> Path:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
-    ``path`` that the export does not write are kept. A recurrent policy has no export (its
-    state is not an input of the SavedModel yet): None, nothing written; the checkpoint holds
-    it (``agents.load``, ``pgrad-evaluate`` read that)."""
-    if agent.net.recurrent:
-        return None
+    ``path`` that the export does not write are kept (a recurrent policy's export takes and
+    returns its state: :mod:`pgrad.rl.export_recurrent`)."""
     final = Path(path)
     tmp = temp_path(final)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -153,7 +153,7 @@ def export(agent, path: str | Path) -> Path | None:
     return final
 
 
-def save(agent, path: str | Path) -> Path:
+def save(agent: ActorCriticAgent, path: str | Path) -> Path:
     """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
 
     Only a new or empty directory, or one an earlier ``agent.save`` wrote, is saved into, under
@@ -188,8 +188,7 @@ def save(agent, path: str | Path) -> Path:
         try:
             save_checkpoint(agent, stage / CHECKPOINTS, progress_meta(agent), keep=1)
             write_json_atomic(stage / AGENT_FILE, describe(agent))
-            if not agent.net.recurrent:  # no export yet (see export())
-                agent.export_policy(str(stage / POLICY))
+            agent.export_policy(str(stage / POLICY))
             for entry in path.iterdir():
                 if entry.name not in (AGENT_FILE, CHECKPOINTS, POLICY):
                     os.rename(entry, stage / entry.name)
@@ -251,7 +250,7 @@ def read_description(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def config_from(cls, hyperparameters: dict[str, Any]):
+def config_from(cls: type[ActorCriticAgent], hyperparameters: dict[str, Any]) -> Any:
     """``cls.Config`` from a JSON dict (lists back to tuples where the field is a tuple)."""
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     unknown = sorted(set(hyperparameters) - set(fields))
@@ -288,7 +287,7 @@ def _check_type(key: str, value, default) -> None:
                          f"({type(value).__name__}); expected a {type(default).__name__}.")
 
 
-def restore(agent, directory: str | Path, acting_only: bool = False,
+def restore(agent: ActorCriticAgent, directory: str | Path, acting_only: bool = False,
             warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], Path]:
     """Restores the newest good checkpoint under ``directory`` into ``agent``.
 
@@ -308,8 +307,9 @@ def restore(agent, directory: str | Path, acting_only: bool = False,
     return found
 
 
-def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: bool = False,
-         registry: Callable[[str], type] | None = None, **overrides):
+def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
+         acting_only: bool = False, registry: Callable[[str], type] | None = None,
+         **overrides: Any) -> ActorCriticAgent:
     """The agent saved in ``path`` (``agent.save`` or a training run directory), restored.
 
     Args:
@@ -326,7 +326,8 @@ def load(path: str | Path, *, env_id: Any = None, transform=None, acting_only: b
         user's own ``encoder=`` if the agent was built with one).
     """
     if registry is None:
-        from agents import get as registry
+        from agents import get as default_registry
+        registry = default_registry
     record = read_description(path)
     try:
         cls = registry(str(record["agent"]))

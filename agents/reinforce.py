@@ -10,30 +10,16 @@ observation when there is a baseline, else counts as the end), and the chain
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.config import ActorCriticConfig, doc, preset
-
-
-@dataclass
-class ReinforceConfig(ActorCriticConfig):
-    """REINFORCE hyperparameters (every field of the actor-critic agent; REINFORCE's defaults)."""
-
-    rollout: str = preset("rollout", "episodes")
-    standardize: bool = field(default=True, metadata=doc(
-        "standardise the weights (returns or advantages) over each batch in the default chain"))
-    optimizer: str = preset("optimizer", "adam")
-    learning_rate: float = preset("learning_rate", 3e-3)
-    optimizer_eps: float = preset("optimizer_eps", 1e-7)
-    max_grad_norm: float = preset("max_grad_norm", 1.0)
+from agents.preset_configs import ReinforceConfig
 
 
 class Reinforce(ActorCriticAgent):
     """REINFORCE with optional baseline. See ``agents/__init__.py`` for the interface."""
 
     Config = ReinforceConfig
+    cfg: ReinforceConfig
     name = "reinforce"
 
     def default_transform(self) -> pgrad.GradientTransform:

@@ -36,16 +36,18 @@ def activation_name(fn: Any) -> str:
     return name
 
 
-def net_arch(arch: Any) -> tuple[int, ...]:
-    """SB3's ``net_arch`` (``[64, 64]`` or ``dict(pi=[...], vf=[...])``) -> ``hidden``."""
+def net_arch(arch: Any) -> dict[str, tuple[int, ...]]:
+    """SB3's ``net_arch`` -> pgrad's fields: ``[64, 64]`` -> ``hidden`` (actor and critic);
+    ``dict(pi=[64, 64], vf=[256, 256])`` -> ``hidden`` (the actor's) and ``critic_hidden``."""
     if isinstance(arch, dict):
-        pi, vf = list(arch.get("pi", [])), list(arch.get("vf", arch.get("qf", [])))
         if set(arch) - {"pi", "vf"}:
             raise ValueError(f"policy_kwargs net_arch: keys pi and vf only; got {sorted(arch)}.")
-        if pi != vf:
-            raise ValueError(f"policy_kwargs net_arch: pgrad's actor and critic have the same "
-                             f"hidden widths (hidden=...); got pi={pi}, vf={vf}.")
-        arch = pi
+        pi, vf = _widths(arch.get("pi", [])), _widths(arch.get("vf", []))
+        return {"hidden": pi, "critic_hidden": vf} if pi != vf else {"hidden": pi}
+    return {"hidden": _widths(arch)}
+
+
+def _widths(arch: Any) -> tuple[int, ...]:
     if not isinstance(arch, (list, tuple)) or not all(isinstance(h, int) for h in arch):
         raise ValueError(f"policy_kwargs net_arch must be a list of widths or dict(pi=..., "
                          f"vf=...); got {arch!r}.")
@@ -75,9 +77,9 @@ def hyperparameters(given: dict[str, Any], fields: set[str]) -> dict[str, Any]:
 
 
 def _policy_kwargs(kw: dict[str, Any], fields: set[str]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     if "net_arch" in kw:
-        out["hidden"] = net_arch(kw.pop("net_arch"))
+        out.update(net_arch(kw.pop("net_arch")))
     if "activation_fn" in kw:
         out["activation"] = activation_name(kw.pop("activation_fn"))
     for key in list(kw):

@@ -10,6 +10,7 @@ actor's new flat weights in one tensor, so a step costs one host fetch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from agents import hooks, schedules
 from agents import loss as loss_lib
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
+from pgrad.tools.ops import scale_gradient
 from pgrad.transforms import standardized
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
@@ -78,7 +80,7 @@ def flat_caller(concrete: Any) -> Any:
     with ``FLAT_CALLS = False``, this is the public call. A mismatch that shows only when called
     (a ``TypeError`` while binding, before anything runs) falls back to the public call too.
     """
-    call_flat = getattr(concrete, "_call_flat", None)
+    call_flat: Any = getattr(concrete, "_call_flat", None)
     if not FLAT_CALLS or not flat_call_supported(concrete):
         return concrete
     state = {"flat": True}
@@ -98,7 +100,7 @@ def flat_call_supported(concrete: Any) -> bool:
     """Whether ``concrete._call_flat`` has the signature :func:`flat_caller` relies on."""
     import inspect
 
-    call_flat = getattr(concrete, "_call_flat", None)
+    call_flat: Any = getattr(concrete, "_call_flat", None)
     if call_flat is None or not hasattr(concrete, "captured_inputs"):
         return False
     try:
@@ -106,6 +108,22 @@ def flat_call_supported(concrete: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return params == ["tensor_inputs", "captured_inputs"]
+
+
+#: Shared features (encoder or trunk): the value from the policy's own forward pass, its loss
+#: in the engine's aux loss (False: a second pass for the value; the tests compare the two).
+ONE_PASS = True
+
+
+def shared_pass(net: Any, obs) -> tuple[tf.Tensor, tf.Tensor]:
+    """``([N, param_size]`` distribution parameters, ``[N]`` values``)`` from one pass through
+    the features the actor and critic share (``net.params`` and ``net.value`` in one; the
+    critic's gradient into a shared trunk scaled as ``net.value`` scales it)."""
+    feat = net._features(obs)
+    critic_in = feat
+    if net.trunk is not None and net.trunk_grad_scale != 1.0:
+        critic_in = scale_gradient(feat, net.trunk_grad_scale)
+    return net._actor_params(feat), net.critic(critic_in)[:, 0]
 
 
 def _firsts(rows: tf.Tensor, length: int) -> tf.Tensor:
@@ -368,8 +386,8 @@ class CompiledUpdate:
             keep = flat(mask) > 0
             data = {k: _map(lambda x: tf.boolean_mask(x, keep), v) for k, v in data.items()}
         data = {k: _map(tf.stop_gradient, v) for k, v in data.items()}
-        extra_out = ()
-        diag = {}
+        extra_out: tuple[tf.Tensor, ...] = ()
+        diag: dict[str, tf.Tensor] = {}
         if cfg.diagnostics:  # the rollout's per-step gradients, before this update changes them
             acts = (data["actions"] if action_mask is None  # the masks ride with the actions
                     else (data["actions"], data["action_mask"]))
@@ -508,16 +526,26 @@ class CompiledUpdate:
         adv = mb["advantages"]
         if cfg.normalize_advantage:
             adv = standardized(adv)
+        # A critic that shares the policy's features (an encoder or trunk) and its optimizer:
+        # its values come out of the policy's forward pass and its loss joins the entropy term
+        # as the engine's aux loss, differentiated from that same pass (the sum of the same
+        # terms; docs/performance.md, "PPO on MinAtar": the encoder's second forward and
+        # backward for the value were a third of a CNN update).
+        one_pass = (ONE_PASS and net.critic is not None and net.shares_features
+                    and self.critic_optimizer is None and not net.recurrent)
+
+        def value_loss(values):  # [M] -> [] (PPO2's clipped form when clip_range_vf is on)
+            return loss_lib.value_loss(values, mb["returns"], mb["values"],
+                                       scalars["clip_range_vf"] if self.clip_values else 0.0)
+
         value_term = tf.constant(0.0)
         value_grads = []
         value_vars = net.variables if net.shares_features else net.value_only_variables
         if net.critic is not None and self.critic_optimizer is not None:
             value_term = loss_lib.value_loss(self._values(mb), mb["returns"])  # reported
-        elif net.critic is not None:
+        elif net.critic is not None and not one_pass:
             with tf.GradientTape() as tape:
-                value_term = loss_lib.value_loss(
-                    self._values(mb), mb["returns"], mb["values"],
-                    scalars["clip_range_vf"] if self.clip_values else 0.0)
+                value_term = value_loss(self._values(mb))
                 weighted = scalars["vf_coef"] * value_term
             value_grads = zeros_for_unconnected(tape.gradient(weighted, value_vars), value_vars)
         context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
@@ -526,33 +554,50 @@ class CompiledUpdate:
 
         length = int(cfg.n_steps) if net.recurrent else None
 
-        def log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
-            dist = head.distribution(net.params(o), action_mask)
-            return dist.log_prob(a), {"entropy": dist.entropy()}  # [M], [M]
+        def step_log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
+            if one_pass:
+                params, values = shared_pass(net, o)
+                extras = {"value": values}  # [M]
+            else:
+                params, extras = net.params(o), {}
+            dist = head.distribution(params, action_mask)
+            return dist.log_prob(a), {"entropy": dist.entropy(), **extras}  # [M], [M]
 
-        inputs = (mb["obs"], mb["actions"])
+        log_prob_fn: Callable[..., tuple[tf.Tensor, dict[str, tf.Tensor]]] = step_log_prob_fn
+        inputs: tuple[tf.Tensor, ...] = (mb["obs"], mb["actions"])
         if net.recurrent:  # row t through its sequence's prefix: d log pi(a_t | o_1..t)
-            def log_prob_fn(o, starts, state0, a, action_mask=None):  # noqa: F811
-                params = net.params_sequence(o, starts, _firsts(state0, length), length)
+            steps = int(cfg.n_steps)  # = length
+
+            def sequence_log_prob_fn(o, starts, state0, a, action_mask=None):
+                params = net.params_sequence(o, starts, _firsts(state0, steps), steps)
                 dist = head.distribution(params, action_mask)
                 return dist.log_prob(a), {"entropy": dist.entropy()}
 
+            log_prob_fn = sequence_log_prob_fn
             inputs = (mb["obs"], mb["episode_starts"], mb["state0"], mb["actions"])
         if "action_mask" in mb:
             inputs += (mb["action_mask"],)
         aux = None
-        if self.entropy_bonus:
+        if self.entropy_bonus or one_pass:
             def aux(log_probs, extras):
-                return loss_lib.aux_loss(0.0, extras["entropy"], 0.0, scalars["ent_coef"])
+                entropy = (extras["entropy"] if self.entropy_bonus
+                           else tf.zeros_like(log_probs))
+                value = value_loss(extras["value"]) if one_pass else 0.0
+                return loss_lib.aux_loss(value, entropy, scalars["vf_coef"] if one_pass else 0.0,
+                                         scalars["ent_coef"] if self.entropy_bonus else 0.0)
 
+        aux_vars = net.variables if one_pass else policy_vars
         out = pgrad.run_engine(self.transform, self.transform_state.read(), log_prob_fn,
                                policy_vars, inputs, context, aux_loss=aux,
-                               path=cfg.engine_path, sequence_length=length)
+                               aux_variables=aux_vars, path=cfg.engine_path,
+                               sequence_length=length)
+        if one_pass:
+            value_term = value_loss(out.extras["value"])  # reported (the pass's own values)
         # Combine in the ascent direction, aligned with net.variables: policy gradient minus the
         # gradients of the losses (entropy term on the policy, value term on its variables).
         total = {id(v): g for v, g in zip(policy_vars, out.grads)}
-        for v, g in zip(policy_vars, out.aux_grads or []):
-            total[id(v)] = total[id(v)] - g
+        for v, g in zip(aux_vars, out.aux_grads or []):
+            total[id(v)] = total[id(v)] - g if id(v) in total else -g
         for v, g in zip(value_vars, value_grads):
             total[id(v)] = total[id(v)] - g if id(v) in total else -g
         all_vars = net.variables

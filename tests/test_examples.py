@@ -69,3 +69,52 @@ def test_notebook_trains_plots_and_evaluates(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "env steps," in text and "greedy return over 2 episodes" in text
     assert not [o for o in outputs if o.output_type == "error"]
+
+
+def test_custom_env_kwargs():
+    out = run_example("custom_env_kwargs", "--length", "6", "--steps", "20000")
+    assert out["obs_size"] == 6  # the kwargs reached the env (its one-hot observation)
+    # solved: the greedy policy walks straight to the goal, 5 steps, the best return
+    assert out["length_mean"] == 5 and abs(out["return_mean"] - out["optimum"]) < 1e-6
+
+
+def test_callback_custom_scalar(tmp_path):
+    out = run_example("callback_custom_scalar", "--target", "30", "--steps", "20000",
+                      "--logdir", str(tmp_path / "tb"))
+    assert out["stopped"] == 1 and out["env_steps"] < 20000  # stopped early, by the callback
+    assert out["points"] >= 1 and 0 < out["last_logged"] <= out["best"]  # read from the events
+
+
+def test_continuous_tuned():
+    # a constant learning rate: the tuned lin_1e-3 is 0 at the end, so for a one-update run
+    out = run_example("continuous_tuned", "--steps", "1024", "--set", "n_steps=256",
+                      "--set", "epochs=1", "--set", "learning_rate=1e-3", "--episodes", "1")
+    assert out["env_steps"] >= 1024 and out["action_dim"] == 1
+    assert out["inside"] == 1 and out["spread"] > 0  # bounded greedy and sampled actions
+    assert out["std_after"] != out["std_before"]  # the learned log-std moved
+    assert -2000 < out["return_mean"] < 0  # Pendulum's returns
+
+
+def test_tuning_run(tmp_path, capsys):
+    results = tmp_path / "tune"
+    out = run_example("tuning_run", "--trials", "1", "--steps", "500", "--evaluations", "1",
+                      "--results", str(results))
+    assert out["trials"] == 1 and out["counted"] == 1
+    assert out["retrained"] == out["best_value"]  # best.yaml reproduces the best trial
+    assert {"study.db", "best.yaml", "README.md"} <= {p.name for p in results.iterdir()}
+    assert "a second call ran 0 more" in capsys.readouterr().out
+
+
+def test_evaluate_video(tmp_path):
+    out = run_example("evaluate_video", "--target", "20", "--episodes", "2",
+                      "--out", str(tmp_path))
+    assert out["videos"] == 2  # a film of every step (and of the reset, but for short ones)
+    assert all(n <= f <= n + 1 for f, n in zip(out["frames"], out["lengths"]))
+
+
+@pytest.mark.slow  # starts Ray (once) and 3 actors
+def test_ray_workers():
+    pytest.importorskip("ray")
+    out = run_example("ray_workers", "--target", "30", "--steps", "5000")
+    assert out["gap"] == 0.0  # one worker is the in-process run exactly
+    assert out["env_steps"] < 5000 and out["return_mean"] > 0

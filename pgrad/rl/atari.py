@@ -119,7 +119,7 @@ def make_atari(env_id: str, *, noop_max: int = 30, frame_skip: int = 4, screen_s
     env = score = GameScore(env)
     if episodic_life:
         env = EpisodicLife(env)
-    if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
+    if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
         env = FireReset(env)
     if clip_rewards:
         env = gym.wrappers.TransformReward(env, _sign)
@@ -131,7 +131,7 @@ def _sign(reward) -> float:
     return float(np.sign(reward))
 
 
-def _ale(env: gym.Env):
+def _ale(env: Any):  # an ALE env (ale_py's, untyped) or a wrapper of one
     return env.unwrapped.ale
 
 
@@ -143,6 +143,8 @@ class GameScore(gym.Wrapper):
     continues the game after a lost life). ``finished`` holds a finished game's score until
     :class:`ReportGames` reports it; ``restarted`` says a game started since it last looked.
     """
+
+    finished: float | None  # a finished game's score, until ReportGames takes it
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -202,7 +204,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
+        meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]  # ALE's
         if "FIRE" not in meanings:
             raise ValueError(f"FireReset: the game has no FIRE action ({meanings}).")
         self._actions = [meanings.index("FIRE")] + ([2] if len(meanings) >= 3 else [])
@@ -232,6 +234,7 @@ class FrameStack(gym.Wrapper):
         h, w, c = (*space.shape, 1)[:3]
         self.k, self.padding = int(k), padding
         self.observation_space = gym.spaces.Box(0, 255, (h, w, c * self.k), space.dtype)
+        self._frame_shape = (h, w, -1)  # one frame as the stack holds it
         self._frames: list[np.ndarray] = []
 
     def _obs(self) -> np.ndarray:
@@ -239,14 +242,14 @@ class FrameStack(gym.Wrapper):
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
-        frame = obs.reshape(self.observation_space.shape[:2] + (-1,))
+        frame = obs.reshape(self._frame_shape)
         pad = frame if self.padding == "reset" else np.zeros_like(frame)
         self._frames = [pad] * (self.k - 1) + [frame]
         return self._obs(), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._frames = self._frames[1:] + [obs.reshape(self.observation_space.shape[:2] + (-1,))]
+        self._frames = self._frames[1:] + [obs.reshape(self._frame_shape)]
         return self._obs(), reward, terminated, truncated, info
 
 

@@ -12,6 +12,8 @@ workers and evaluation use either without knowing which.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import tensorflow as tf
 
@@ -37,7 +39,7 @@ class CompiledActor(NumpySampling):
         self.net, self.head, self.layout = net, net.head, layout
         jit = JIT_COMPILE if jit_compile is None else bool(jit_compile)
         self._fn = tf.function(self._params, autograph=False, jit_compile=jit)
-        self._concrete = None
+        self._concrete: Callable[..., tf.Tensor] | None = None
         self._vars = list(net.policy_variables)
         self._log_std_var = getattr(self.head, "log_std", None)
         self.log_std: np.ndarray | None = None

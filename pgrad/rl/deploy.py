@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
@@ -33,7 +34,7 @@ from pgrad.rl.files import write_atomic
 SAVED_MODEL_ONLY = {"sample": ("StatelessRandomGetKeyCounter", "StatelessRandomUniformV2")}
 
 
-def _load(export_dir: str | Path) -> tuple[Path, object]:
+def _load(export_dir: str | Path) -> tuple[Path, Any]:
     """The export directory (or a run's ``policy/``) and the loaded SavedModel."""
     found = export.find_export(export_dir)
     if found is None:

@@ -8,6 +8,8 @@ tracked, trained and checkpointed with the policy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import keras
 import numpy as np
@@ -44,12 +46,13 @@ class ActionHead(keras.layers.Layer):
         return self.param_size
 
     def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
-                     ) -> tfd.Distribution:
+                     ) -> tfp.distributions.Distribution:
         """The distribution at ``[N, param_size]`` params; ``action_mask`` ``[N, n]`` bool (the
         legal actions, :mod:`pgrad.rl.masks`) for the heads that take one."""
         raise NotImplementedError
 
-    def call(self, params, action_mask=None):
+    def call(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
+             ) -> tfp.distributions.Distribution:
         return self.distribution(params, action_mask)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -86,10 +89,11 @@ class CategoricalHead(ActionHead):
         self.n, self.start = int(n), int(start)
         self.param_size, self.action_shape, self.action_dtype = self.n, (), tf.int32
 
-    def distribution(self, params, action_mask=None):
+    def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
+                     ) -> tfp.distributions.Distribution:
         return tfd.Categorical(logits=mask_logits(params, action_mask), dtype=tf.int32)
 
-    def to_env(self, actions):
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
         return np.asarray(actions, dtype=np.int64) + self.start
 
 
@@ -97,7 +101,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # bounds of a state-dependent log-std (as
 SDE_EPS = 1e-6  # added to gSDE's variance (as Stable-Baselines3)
 
 
-def log1m_tanh_sq(u):
+def log1m_tanh_sq(u: tf.Tensor | np.ndarray) -> tf.Tensor | np.ndarray:
     """``log(1 - tanh(u)^2)``, stably: ``2 (log 2 - u - softplus(-2u))`` (numpy or TensorFlow)."""
     if isinstance(u, np.ndarray):
         return 2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))
@@ -113,24 +117,24 @@ class SquashedGaussian:
     is estimated at the mean (the Gaussian's entropy plus the log-det-jacobian at ``u = mean``).
     """
 
-    def __init__(self, mean, log_std, half_range):
+    def __init__(self, mean: tf.Tensor, log_std: tf.Tensor, half_range: np.ndarray):
         self.base = tfd.Independent(tfd.Normal(mean, tf.exp(log_std)), 1)
         self.mean = mean
         self.log_half_range = tf.constant(np.log(half_range).sum(), mean.dtype)
 
-    def log_prob(self, u):
+    def log_prob(self, u: tf.Tensor) -> tf.Tensor:
         u = tf.cast(u, self.mean.dtype)
         return (self.base.log_prob(u) - tf.reduce_sum(log1m_tanh_sq(u), -1)
                 - self.log_half_range)
 
-    def entropy(self):
+    def entropy(self) -> tf.Tensor:
         return (self.base.entropy() + tf.reduce_sum(log1m_tanh_sq(self.mean), -1)
                 + self.log_half_range)
 
-    def mode(self):
+    def mode(self) -> tf.Tensor:
         return self.mean
 
-    def sample(self, seed=None):
+    def sample(self, seed: Any = None) -> tf.Tensor:
         return self.base.sample(seed=seed)
 
 
@@ -186,10 +190,11 @@ class GaussianHead(ActionHead):
     def output_size(self) -> int:
         return self.param_size - self.sde_latent_dim
 
-    def mean_and_log_std(self, params):
+    def mean_and_log_std(self, params: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """``[N, param_size]`` -> ``([N, A]`` mean, ``[N, A]`` log-std)."""
         if self.uses_latent:  # gSDE: std from the (fixed) features and the [latent, A] log-std
             mean, latent = params[:, : self.size], tf.stop_gradient(params[:, self.size:])
+            assert self.log_std is not None  # made in __init__ whenever the std is not per state
             var = tf.matmul(tf.square(latent), tf.exp(2.0 * self.log_std)) + SDE_EPS
             return mean, 0.5 * tf.math.log(var)
         if self.state_dependent_std:
@@ -201,16 +206,17 @@ class GaussianHead(ActionHead):
         # (a per-step copy, pgrad.core.taps: its per-step gradients come from the batched pass).
         return params, per_step_variable(self.log_std, tf.shape(params)[0])  # [N, A]
 
-    def distribution(self, params, action_mask=None):
+    def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
+                     ) -> tfp.distributions.Distribution:
         _no_mask(self, action_mask)
         mean, log_std = self.mean_and_log_std(params)
-        if self.squash:
+        if self.half_range is not None:  # squash
             return SquashedGaussian(mean, log_std, self.half_range)
         return tfd.Independent(tfd.Normal(mean, tf.exp(log_std)), reinterpreted_batch_ndims=1)
 
-    def to_env(self, actions):
-        a = np.asarray(actions, np.float32)
-        if self.squash:
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        a: np.ndarray = np.asarray(actions, np.float32)
+        if self.center is not None and self.half_range is not None:  # squash
             a = self.center + self.half_range * np.tanh(a)
         return np.clip(a.reshape((-1, *self.space_shape)), self.low, self.high)
 
@@ -235,7 +241,8 @@ class MultiCategoricalHead(ActionHead):
             offset += int(n)
         self._grid = tf.constant(grid)
 
-    def distribution(self, params, action_mask=None):
+    def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
+                     ) -> tfp.distributions.Distribution:
         """``action_mask``: ``[N, sum(nvec)]``, the per-dimension masks concatenated."""
         params = mask_logits(params, action_mask)
         pad = tf.fill([tf.shape(params)[0], 1], tf.constant(_PAD_LOGIT, params.dtype))
@@ -243,7 +250,7 @@ class MultiCategoricalHead(ActionHead):
         logits = tf.reshape(padded, [-1, len(self.nvec), self.kmax])  # [N, D, kmax]
         return tfd.Independent(tfd.Categorical(logits=logits, dtype=tf.int32), 1)
 
-    def to_env(self, actions):
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
         return np.asarray(actions, np.int64) + self.start
 
 
@@ -256,11 +263,12 @@ class BernoulliHead(ActionHead):
         size = int(np.prod(self.space_shape))
         self.param_size, self.action_shape, self.action_dtype = size, (size,), tf.int32
 
-    def distribution(self, params, action_mask=None):
+    def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
+                     ) -> tfp.distributions.Distribution:
         _no_mask(self, action_mask)
         return tfd.Independent(tfd.Bernoulli(logits=params, dtype=tf.int32), 1)
 
-    def to_env(self, actions):
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
         return np.asarray(actions, np.int8).reshape((-1, *self.space_shape))
 
 

@@ -119,6 +119,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     #: steps past the time limit given to envpool: 1, so envpool never truncates, we do
     _PAST_LIMIT = 1
+    _pool: Any = None  # envpool's own (untyped) pool, made by _make_pool
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0,
                  max_episode_steps: int | None = None, num_threads: int = 0,
@@ -135,7 +136,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self.num_envs = int(num_envs)
         self._make_kwargs = dict(make_kwargs, num_envs=self.num_envs, num_threads=num_threads,
                                  max_episode_steps=self.max_episode_steps + self._PAST_LIMIT)
-        self._pool, self._seed, self._fresh = None, None, False
+        self._seed, self._fresh = None, False
         self._make_pool(seed)
         self.single_observation_space = self._pool.observation_space
         self.single_action_space = self._pool.action_space

@@ -216,7 +216,7 @@ def recipe_of(env: Any) -> tuple[Any, str | None]:
     return EnvRecipe(spec.id, kwargs, tuple(wrappers)), None
 
 
-def make_env(env_id, **kwargs) -> gym.Env:
+def make_env(env_id: Any, **kwargs: Any) -> gym.Env:
     """One env: a registered id (see :func:`ensure_registered`) with ``kwargs``, or a factory.
 
     Atari ids get :func:`pgrad.rl.atari.make_atari` (``kwargs`` are its options and ``gym.make``'s;
@@ -264,7 +264,7 @@ def describe_failure(err: BaseException, space: Any = None) -> str:
     return out
 
 
-def env_name(env_id) -> str:
+def env_name(env_id: Any) -> str:
     """A readable name for an env id, factory, recipe or instance (for error messages)."""
     if isinstance(env_id, str):
         return env_id
@@ -275,7 +275,7 @@ def env_name(env_id) -> str:
     return getattr(env_id, "__name__", None) or repr(env_id)
 
 
-def make_vec_env(env_id, num_envs: int, mode: str = "sync",
+def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
                  max_obs_dim: int | None = None,
                  env_kwargs: dict[str, Any] | None = None) -> gym.vector.VectorEnv:
     """A ``RecordEpisodeStatistics``-wrapped vector env in ``SAME_STEP`` autoreset mode.
@@ -332,7 +332,8 @@ def make_vec_env(env_id, num_envs: int, mode: str = "sync",
                                 vector_kwargs=same_step, **kwargs)
         else:
             cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-            envs = cls([factory] * num_envs, **same_step)
+            envs = cls([factory] * num_envs,
+                       autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     except MemoryError:
         raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory "
                        f"building {num_envs} of it{_space_of(env_id, kwargs)}.") from None

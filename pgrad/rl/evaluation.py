@@ -36,6 +36,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -55,7 +56,7 @@ MAX_EPISODES = 10_000
 DEFAULT_MAX_EPISODE_STEPS = 100_000
 
 
-def episode_cap(env) -> int:
+def episode_cap(env: gym.Env | gym.vector.VectorEnv) -> int:
     """The step cap of an evaluation episode in ``env``: its spec's ``max_episode_steps``, else
     :data:`DEFAULT_MAX_EPISODE_STEPS`."""
     spec = getattr(env, "spec", None)
@@ -68,14 +69,15 @@ def eval_seed(train_seed: int) -> int:
     return int(train_seed) + EVAL_SEED_OFFSET
 
 
-def as_policy(target: Any, env_id: str | None,
-              env_kwargs: dict | None = None) -> tuple[Policy, str]:
+def as_policy(target: Any, env_id: Any,
+              env_kwargs: dict | None = None) -> tuple[Policy, Any]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
     from pgrad.rl import export, named_code
 
     if isinstance(target, (str, os.PathLike)):
-        found = export.find_export(target)
-        meta = export.read_metadata(found or target)
+        path = Path(target)
+        found = export.find_export(path)
+        meta = export.read_metadata(found or path)
         given, env_id = env_id, env_id if env_id is not None else meta.get("env_id")
         if not env_id:
             raise ValueError(f"{target}: the export does not record its env id; pass env_id.")
@@ -91,7 +93,7 @@ def as_policy(target: Any, env_id: str | None,
             env_id = EnvRecipe(env_id, meta["env_kwargs"])
         probe = _probe(env_id, env_kwargs)
         try:
-            policy = export.ExportedPolicy(target, probe.observation_space, probe.action_space)
+            policy = export.ExportedPolicy(path, probe.observation_space, probe.action_space)
         finally:
             probe.close()
         return policy, env_id
@@ -256,7 +258,7 @@ def run_episodes(
     return returns, lengths
 
 
-def attack_function(policy: Policy, kind: str, pgd_steps: int = 10):
+def attack_function(policy: Policy, kind: str, pgd_steps: int = 10) -> Callable[..., Any]:
     """``tf.function (flat raw obs [B, d], epsilon []) -> perturbed flat raw obs [B, d]``."""
     import tensorflow as tf
 
@@ -293,7 +295,7 @@ def _summary(returns: Sequence[float], lengths: Sequence[int]) -> dict[str, Any]
 
 def evaluate(
     target: Any,
-    env_id: str | None = None,
+    env_id: Any = None,
     episodes: int = 10,
     deterministic: bool = True,
     seed: int = 0,
@@ -304,10 +306,13 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     *,
     n_eval_episodes: int | None = None,
+    render_mode: str | None = None,
 ) -> dict[str, Any]:
     """Runs ``episodes`` episodes of a policy and summarises them.
 
-    ``n_eval_episodes`` is Stable-Baselines3's name of ``episodes``.
+    ``n_eval_episodes`` is Stable-Baselines3's name of ``episodes``. ``render_mode="human"``
+    shows the episodes on screen (each env made with Gymnasium's ``render_mode="human"``; it
+    needs a display, or ``SDL_VIDEODRIVER=dummy`` to render nowhere).
 
     Args:
       target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
@@ -345,15 +350,21 @@ def evaluate(
         raise ValueError(f"seed must be >= 0; got {seed}.")
     if attack is not None and video_dir is not None:
         raise ValueError("video recording cannot be combined with an attack.")
+    if render_mode not in (None, "human"):
+        raise ValueError(f"render_mode must be 'human' (on screen) or None; got {render_mode!r} "
+                         "(video_dir records rgb_array frames).")
+    if render_mode is not None and (video_dir is not None or attack is not None):
+        raise ValueError("render_mode='human' shows plain episodes; it cannot be combined with "
+                         "video recording or an attack.")
     env_kwargs = dict(env_kwargs or {})
     policy, env_id = as_policy(target, env_id, env_kwargs)
     instance = isinstance(env_id, (gym.Env, gym.vector.VectorEnv))
     if isinstance(env_id, gym.vector.VectorEnv):
         raise ValueError("evaluation steps single envs; pass the env id, a factory or one "
                          "gym.Env instead of a VectorEnv.")
-    if instance and (video_dir is not None or attack is not None or env_kwargs):
-        raise ValueError("video, attacks and env_kwargs build envs of their own; pass the env id "
-                         "or a factory instead of an env instance.")
+    if instance and (video_dir is not None or attack is not None or env_kwargs or render_mode):
+        raise ValueError("video, rendering, attacks and env_kwargs build envs of their own; pass "
+                         "the env id or a factory instead of an env instance.")
     name = env_name(env_id)
     episodes, seed = int(episodes), int(seed)
     render = None
@@ -364,6 +375,8 @@ def evaluate(
         import moviepy  # noqa: F401  (RecordVideo needs it; fail before any episode runs)
 
         render = "rgb_array"
+    elif render_mode is not None:
+        render = render_mode
 
     def make_env(i: int):
         def record(env, **fps):
@@ -376,7 +389,8 @@ def evaluate(
         kwargs = dict(env_kwargs, **({"render_mode": render} if render else {}))
         # Atari: film under the episodic-life wrapper, where one episode is one game, in real
         # time (the emulator runs at 60 frames a second)
-        inside = render and is_atari_id(env_id) and kwargs.get("preprocess", True)
+        recording = render == "rgb_array"
+        inside = recording and is_atari_id(env_id) and kwargs.get("preprocess", True)
         if inside:
             fps = max(1, 60 // int(kwargs.get("frame_skip", 4)))
             kwargs["game_wrapper"] = lambda env: record(env, fps=fps)
@@ -386,7 +400,11 @@ def evaluate(
             env = env_id(**kwargs)
         else:
             env = build_env(env_id, **kwargs)
-        return record(env) if render and not inside else env
+        if render == "human" and "human" not in env.metadata.get("render_modes", ()):
+            env.close()
+            raise ValueError(f"env {name!r} cannot render on screen: its render modes are "
+                             f"{list(env.metadata.get('render_modes', ()))}.")
+        return record(env) if recording and not inside else env
 
     result: dict[str, Any] = {"env": name, "episodes": episodes,
                               "deterministic": bool(deterministic), "seed": seed,
@@ -409,8 +427,9 @@ def evaluate(
     return result
 
 
-def robustness(policy: Policy, make_env, kind: str, epsilons: Sequence[float], episodes: int,
-               seed: int, deterministic: bool, pgd_steps: int = 10,
+def robustness(policy: Policy, make_env: Callable[[int], Any], kind: str,
+               epsilons: Sequence[float], episodes: int, seed: int, deterministic: bool,
+               pgd_steps: int = 10,
                name: str = "env") -> dict[str, Any]:
     """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes."""
     import tensorflow as tf

@@ -187,31 +187,47 @@ class _ExportedPolicy(tf.Module):
 
     def _action(self, observation):
         x, lead = self._forward(observation)
-        return _unrows(export_heads.mode(self._context.head, x), lead)
+        return _unrows(self._mode(x), lead)
 
     def _action_masked(self, observation, action_mask):
         x, lead = self._forward(observation)
-        mask = tf.reshape(action_mask, [-1, self._context.mask_width])
-        return _unrows(export_heads.mode(self._context.head, dist_lib.mask_logits(x, mask)), lead)
+        return _unrows(self._masked_mode(x, action_mask), lead)
 
     def _sample_with_noise(self, observation, noise):
         x, lead = self._forward(observation)
+        return _unrows(self._noise_sample(x, noise), lead)
+
+    def _sample(self, observation, seed):
+        x, lead = self._forward(observation)
+        return _unrows(self._seeded_sample(x, seed), lead)
+
+    def _distribution_params(self, observation):
+        x, lead = self._forward(observation)
+        return {k: _unrows(v, lead) for k, v in self._dist(x).items()}
+
+    # -- the heads at parameters ``x [N, param_size]`` (shared with recurrent exports) ------
+
+    def _mode(self, x):
+        return export_heads.mode(self._context.head, x)
+
+    def _masked_mode(self, x, action_mask):
+        mask = tf.reshape(action_mask, [-1, self._context.mask_width])
+        return export_heads.mode(self._context.head, dist_lib.mask_logits(x, mask))
+
+    def _noise_sample(self, x, noise):
         k = self._context.noise_size
         checks = [] if noise.shape.rank is not None else [tf.debugging.assert_equal(
             tf.shape(noise)[-1:], [k], message=f"noise: [..., {k}] uniforms in [0, 1)")]
         with tf.control_dependencies(checks):
             u = tf.reshape(noise, [-1, k])
-        return _unrows(export_heads.sample(self._context.head, x, self._log_std(), u), lead)
+        return export_heads.sample(self._context.head, x, self._log_std(), u)
 
-    def _sample(self, observation, seed):
-        x, lead = self._forward(observation)
+    def _seeded_sample(self, x, seed):
         u = tf.random.stateless_uniform([tf.shape(x)[0], self._context.noise_size], seed)
-        return _unrows(export_heads.sample(self._context.head, x, self._log_std(), u), lead)
+        return export_heads.sample(self._context.head, x, self._log_std(), u)
 
-    def _distribution_params(self, observation):
-        x, lead = self._forward(observation)
-        out = export_heads.distribution_params(self._context.head, x, self._log_std())
-        return {k: _unrows(v, lead) for k, v in out.items()}
+    def _dist(self, x):
+        return export_heads.distribution_params(self._context.head, x, self._log_std())
 
     def _log_std(self):
         return getattr(self, "log_std", None)
@@ -224,7 +240,7 @@ class _ExportedEncodedPolicy(_ExportedPolicy):
     def __init__(self, net: ActorCritic, obs_norm, obs_space):
         tf.Module.__init__(self, name="policy")
         layout = spaces.obs_layout(obs_space)
-        sources = list(net.encoder.variables) + list(net.actor.variables)
+        sources = self._sources(net)
         self.copies = [tf.Variable(v.numpy(), trainable=False) for v in sources]
         if getattr(net.head, "log_std", None) is not None:
             self.log_std = tf.Variable(net.head.log_std.numpy(), trainable=False)
@@ -250,7 +266,15 @@ class _ExportedEncodedPolicy(_ExportedPolicy):
             return super()._preprocess(obs)
         return obs  # the parts, as pgrad.rl.spaces preprocesses them
 
-    def _params(self, x):
+    @staticmethod
+    def _sources(net: ActorCritic) -> list:
+        """The Keras variables the traced forward pass reads (each gets a copy)."""
+        if net.encoder is None:
+            raise ValueError("an encoder policy's export needs its encoder")
+        return list(net.encoder.variables) + list(net.actor.variables)
+
+    def _normalised(self, x):
+        """The observation (flat, or the layout's parts) with its vector part normalised."""
         ctx = self._context
         vector = ctx.layout.vector(x)
         if vector is not None:
@@ -259,9 +283,18 @@ class _ExportedEncodedPolicy(_ExportedPolicy):
                 vector = tf.clip_by_value((vector - self.norm_mean) / self.norm_std,
                                           -self._clip, self._clip)
             x = ctx.layout.with_vector(x, vector)
-        mapping = [(v, tf.convert_to_tensor(c)) for v, c in zip(ctx.sources, self.copies)]
-        with keras.StatelessScope(state_mapping=mapping):
-            return ctx.net.params(x)
+        return x
+
+    def _copies_scope(self) -> keras.StatelessScope:
+        """Inside it the Keras layers read the module's copies, not the live variables."""
+        mapping = [(v, tf.convert_to_tensor(c)) for v, c in zip(self._context.sources,
+                                                                 self.copies)]
+        return keras.StatelessScope(state_mapping=mapping)
+
+    def _params(self, x):
+        x = self._normalised(x)
+        with self._copies_scope():
+            return self._context.net.params(x)
 
 
 def _parts_spec(layout: spaces.ObsLayout):
@@ -296,14 +329,19 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     and ``sample_with_noise`` draw from the policy (see the module docstring). ``metadata``
     (JSON values, e.g. the env id) goes into ``pgrad_policy.json`` beside it.
     """
-    if net.recurrent:
-        raise ValueError("a recurrent policy cannot be exported yet (the SavedModel has no "
-                         "state inputs); save the agent and load it with agents.load")
-    encoded = net.encoder is not None
-    module = (_ExportedEncodedPolicy if encoded else _ExportedPolicy)(net, obs_norm, obs_space)
+    if net.recurrent:  # the state as an input and an output (pgrad.rl.export_recurrent)
+        from pgrad.rl.export_recurrent import ExportedRecurrentPolicy
+
+        module: _ExportedPolicy = ExportedRecurrentPolicy(net, obs_norm, obs_space)
+    elif net.encoder is not None:
+        module = _ExportedEncodedPolicy(net, obs_norm, obs_space)
+    else:
+        module = _ExportedPolicy(net, obs_norm, obs_space)
     tf.saved_model.save(module, str(path), signatures=module.signatures())
     meta = {"format": 1, "observation_space": str(obs_space), "head": head_options(net.head),
             "noise_size": module._context.noise_size, **(metadata or {})}
+    if net.core is not None:
+        meta.update(recurrent=net.core.kind, state_size=net.core.state_size)
     layout = spaces.obs_layout(obs_space)
     if not layout.flat:  # what the inputs are (see the module docstring)
         meta["observation_parts"] = [
@@ -364,8 +402,18 @@ class ExportedPolicy(Policy):
             head.log_std.assign(self._module.log_std)
         super().__init__(observation_space, action_space, head)
         self.path = found
+        #: A recurrent export's state width (its functions take and return the state).
+        self.state_size = int(read_metadata(found).get("state_size", 0) or 0)
+
+    def _inputs(self, flat):
+        if not self.layout.flat:  # the parts, each in its own dtype
+            return self.layout.to_tensors(flat)
+        return tf.cast(flat, tf.float32)
 
     def params(self, flat) -> tf.Tensor:
-        if not self.layout.flat:  # the parts, each in its own dtype
-            return self._module.params(self.layout.to_tensors(flat))
-        return self._module.params(tf.cast(flat, tf.float32))
+        self._feed_forward_only()
+        return self._module.params(self._inputs(flat))
+
+    def step_params(self, flat, state, episode_start):
+        out = self._module.params(self._inputs(flat), state, episode_start)
+        return out["params"].numpy(), out["next_state"].numpy()

@@ -96,4 +96,4 @@ def register() -> None:
     """Registers :data:`IDS` with Gymnasium (once)."""
     for env_id, mask in IDS.items():
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=OffersEnv, kwargs={"mask": mask})
+            gym.register(env_id, entry_point=f"{__name__}:OffersEnv", kwargs={"mask": mask})

@@ -98,7 +98,8 @@ def check(mask: Any, sizes: Sequence[int], rows: int, context: str,
 
 def _call_all(envs: gym.vector.VectorEnv, method: str, *args) -> tuple:
     """``method(*args)`` of every sub-env (vector wrappers have no ``call``: the inner env's)."""
-    return getattr(envs, "unwrapped", envs).call(method, *args)
+    inner: Any = getattr(envs, "unwrapped", envs)  # Sync/AsyncVectorEnv or a duck of them
+    return inner.call(method, *args)
 
 
 class VectorMasks:
@@ -167,11 +168,13 @@ class VectorMasks:
             mask = info[MASK_KEY]
         else:
             try:
-                mask = _call_all(self.envs, METHOD)
+                masks = _call_all(self.envs, METHOD)
             except Exception as err:
                 raise EnvError(f"env {self.name!r} failed in action_masks() at {where}: "
                                f"{describe_failure(err)}") from err
-            mask = np.stack([np.asarray(m) for m in mask])
+            mask = np.stack([np.asarray(m) for m in masks])
+        if self.sizes is None:  # reset refused this already
+            raise unmaskable(self.name, source, self.action_space)
         return check(mask, self.sizes, self.rows, f"env {self.name!r} at {where}")
 
 

@@ -17,6 +17,7 @@ Layout of :class:`ActorCritic`, ``params = actor(trunk(encoder(obs)))`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
@@ -24,6 +25,9 @@ import tensorflow as tf
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl.dense import mlp  # noqa: F401 (pgrad.mlp; re-exported)
 from pgrad.tools.ops import scale_gradient
+
+if TYPE_CHECKING:
+    from pgrad.rl.recurrent import RecurrentCore
 
 ACTIVATIONS = ("tanh", "relu")
 
@@ -36,7 +40,7 @@ class ActorCritic:
       obs_dim: observation width (with an encoder: its feature width).
       head: the action head (``pgrad.make_head``); its variables (Gaussian log-std) are policy
         variables.
-      hidden: hidden layer widths.
+      hidden: hidden layer widths (the actor's, and the critic's unless ``critic_hidden``).
       activation: ``"tanh"`` or ``"relu"``.
       shared: one trunk for actor and critic.
       critic: build a value network at all (REINFORCE without baseline does not).
@@ -49,6 +53,8 @@ class ActorCritic:
       recurrent: ``"lstm"`` / ``"gru"``: a recurrent core (:mod:`pgrad.rl.recurrent`) of
         ``core_units`` after the features, one for the actor and one for the critic
         (sb3-contrib's ``enable_critic_lstm``); the MLPs then read the core's output. None: none.
+      critic_hidden: the critic's own hidden widths (separate networks only; SB3's
+        ``net_arch=dict(pi=..., vf=...)``); None: ``hidden``.
     """
 
     def __init__(self, obs_dim: int, head: dist_lib.ActionHead, hidden: Sequence[int] = (64, 64),
@@ -56,12 +62,16 @@ class ActorCritic:
                  trunk_grad_scale: float = 1.0, seed: int = 0, ortho_init: bool = True,
                  encoder: keras.layers.Layer | None = None,
                  critic_encoder: keras.layers.Layer | None = None,
-                 recurrent: str | None = None, core_units: int = 64):
+                 recurrent: str | None = None, core_units: int = 64,
+                 critic_hidden: Sequence[int] | None = None):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
         self.encoder = encoder
         self.critic_encoder = critic_encoder if critic else None
         hidden = tuple(int(h) for h in hidden)
+        if critic_hidden is not None and shared:
+            raise ValueError("critic_hidden gives the critic its own layers; a shared trunk "
+                             "gives it the actor's")
         self.head, self.activation, self.shared = head, activation, shared and bool(hidden)
         self.trunk_grad_scale = float(trunk_grad_scale)
         self.obs_dim = int(obs_dim)
@@ -78,15 +88,17 @@ class ActorCritic:
                 self.critic_core = RecurrentCore(recurrent, core_units, obs_dim,
                                                  seed=seed + 6000, name="critic_core")
             obs_dim = int(core_units)
+        widths: tuple[int, ...]
         if self.shared:
             self.trunk = mlp(obs_dim, hidden, None, activation, 1.0, "trunk", seed=seed,
                              ortho_init=ortho_init)
             feat, widths = hidden[-1], ()
         else:
             self.trunk, feat, widths = None, obs_dim, hidden
+        critic_widths = widths if critic_hidden is None else tuple(int(h) for h in critic_hidden)
         self.actor = mlp(feat, widths, head.output_size, activation, 0.01, "actor",
                          seed=seed + 1000, ortho_init=ortho_init)
-        self.critic = (mlp(feat, widths, 1, activation, 1.0, "critic", seed=seed + 2000,
+        self.critic = (mlp(feat, critic_widths, 1, activation, 1.0, "critic", seed=seed + 2000,
                             ortho_init=ortho_init)
                        if critic else None)
         if not head.built:
@@ -107,25 +119,39 @@ class ActorCritic:
         if self.encoder is None:
             return obs
         own = critic and self.critic_encoder is not None
-        return (self.critic_encoder if own else self.encoder)(obs)
+        encoder = self.critic_encoder if own else self.encoder
+        assert encoder is not None
+        return encoder(obs)
 
     def params_sequence(self, obs, episode_starts, state0, length) -> tf.Tensor:
         """Recurrent: ``[B L]`` env-major rows (see :mod:`pgrad.rl.recurrent`) ->
         ``[B L, param_size]``, each row through its sequence's prefix from ``state0 [B, S]``."""
-        h, _ = self.core.sequence(self._encoded(obs), episode_starts, state0, length)
+        h, _ = self._recurrent(self.core).sequence(self._encoded(obs), episode_starts, state0,
+                                                   length)
         return self._actor_params(h)
 
     def value_sequence(self, obs, episode_starts, state0, length):
         """Recurrent: ``([B L] values, [B L, S] critic states after each step)``."""
-        h, states = self.critic_core.sequence(self._encoded(obs, True), episode_starts, state0,
-                                              length)
-        return self.critic(h)[:, 0], states
+        h, states = self._recurrent(self.critic_core).sequence(
+            self._encoded(obs, True), episode_starts, state0, length)
+        return self._critic_net(h)[:, 0], states
 
     def value_after(self, obs, states) -> tf.Tensor:
         """Recurrent: ``[N]`` values of observations that follow the ``[N, S]`` critic states
         (no reset: the final observation of an episode, ``V(o_{t+1})``)."""
-        h, _ = self.critic_core.step(self._encoded(obs, True), states)
-        return self.critic(h)[:, 0]
+        h, _ = self._recurrent(self.critic_core).step(self._encoded(obs, True), states)
+        return self._critic_net(h)[:, 0]
+
+    @staticmethod
+    def _recurrent(core: RecurrentCore | None) -> RecurrentCore:
+        if core is None:
+            raise ValueError("not a recurrent network: it has no core")
+        return core
+
+    def _critic_net(self, x) -> tf.Tensor:
+        if self.critic is None:
+            raise ValueError("this network has no critic")
+        return self.critic(x)
 
     def _actor_params(self, x) -> tf.Tensor:
         if not self.head.uses_latent:
@@ -136,8 +162,7 @@ class ActorCritic:
 
     def _features(self, obs, critic: bool = False) -> tf.Tensor:
         if self.encoder is not None:
-            own = critic and self.critic_encoder is not None
-            obs = (self.critic_encoder if own else self.encoder)(obs)
+            obs = self._encoded(obs, critic)
         return obs if self.trunk is None else self.trunk(obs)
 
     @property
@@ -165,7 +190,7 @@ class ActorCritic:
         feat = self._features(obs, critic=True)
         if self.trunk is not None and self.trunk_grad_scale != 1.0:
             feat = scale_gradient(feat, self.trunk_grad_scale)
-        return self.critic(feat)[:, 0]
+        return self._critic_net(feat)[:, 0]
 
     @property
     def policy_variables(self) -> list[tf.Variable]:
@@ -214,7 +239,8 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
                  activation: str = "tanh", shared_trunk: bool = False, share_encoder: bool = True,
                  critic: bool = True, trunk_grad_scale: float = 1.0, seed: int = 0,
                  ortho_init: bool = True, recurrent: str | None = None,
-                 core_units: int = 64) -> ActorCritic:
+                 core_units: int = 64, critic_hidden: Sequence[int] | None = None
+                 ) -> ActorCritic:
     """The :class:`ActorCritic` for an observation layout and a (resolved) encoder.
 
     Vector observations with the ``"mlp"`` encoder give the plain MLP networks (no encoder;
@@ -227,6 +253,8 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
       head_fn: ``fn(latent_dim) -> ActionHead``: the head, given the width of the actor's last
         features (what gSDE reads).
       encoder: as :func:`pgrad.rl.encoders.resolve` returns it.
+      critic_hidden: the critic's own MLP widths (vector observations, separate networks);
+        None: ``hidden``.
     """
     from pgrad.rl import encoders
 
@@ -236,17 +264,20 @@ def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64
                                                   else layout.vector_dim))
         return ActorCritic(layout.vector_dim, head, hidden, activation, shared_trunk, critic,
                            trunk_grad_scale, seed, ortho_init, recurrent=recurrent,
-                           core_units=core_units)
-    if recurrent:
-        raise ValueError("recurrent policies read vector observations with the mlp encoder "
-                         "for now (no CNN / custom encoder before the core)")
-    opts = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
+                           core_units=core_units, critic_hidden=critic_hidden)
+    if critic_hidden is not None:
+        raise ValueError("critic_hidden applies to MLP policies on vector observations; with an "
+                         "encoder actor and critic read its features through one output layer "
+                         "each")
+    opts: dict[str, Any] = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
     enc = encoders.ObservationEncoder(layout, encoder, seed=seed + 3000, name="encoder", **opts)
     critic_enc = None
     if critic and not share_encoder:
         critic_enc = encoders.encoder_copy(encoder, layout, seed=seed + 4000,
                                            name="critic_encoder", **opts)
-    return ActorCritic(enc.feature_dim, head_fn(enc.feature_dim), (), activation, False, critic,
-                       trunk_grad_scale, seed, ortho_init, encoder=enc, critic_encoder=critic_enc)
+    return ActorCritic(enc.feature_dim, head_fn(core_units if recurrent else enc.feature_dim),
+                       (), activation, False, critic, trunk_grad_scale, seed, ortho_init,
+                       encoder=enc, critic_encoder=critic_enc, recurrent=recurrent,
+                       core_units=core_units)
 
 

@@ -22,7 +22,10 @@ class MaskVelocity(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env, indices):
         super().__init__(env)
-        self.mask = np.ones(env.observation_space.shape, env.observation_space.dtype)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"MaskVelocity masks entries of a Box observation; got {space}.")
+        self.mask = np.ones(space.shape, space.dtype)
         self.mask[list(indices)] = 0
 
     def observation(self, observation):
@@ -38,5 +41,5 @@ def register() -> None:
     """Registers :data:`IDS` with Gymnasium (once)."""
     for env_id, (base, indices, limit) in IDS.items():
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=make, max_episode_steps=limit,
+            gym.register(env_id, entry_point=f"{__name__}:make", max_episode_steps=limit,
                          kwargs={"base": base, "indices": indices})

@@ -11,9 +11,13 @@ CNN, the user's own) act through one compiled TensorFlow call instead
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import gymnasium as gym
 import keras
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl.networks import ActorCritic
@@ -30,7 +34,7 @@ def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.maximum(x, 0.0, out=out)
 
 
-def np_activation(name: str):
+def np_activation(name: str) -> Callable[..., np.ndarray]:
     """The numpy activation ``f(x, out=None)`` of a Dense layer's ``tanh`` / ``relu``."""
     return np.tanh if name == "tanh" else _relu
 
@@ -127,17 +131,21 @@ class NumpyPolicy(NumpySampling):
                 act(x, out=x)
         return x
 
-    def step(self, obs: np.ndarray, state: np.ndarray, episode_start=None):
+    def step(self, obs: np.ndarray, state: np.ndarray, episode_start: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
         """Recurrent: ``([N, obs_dim], [N, S] state, [N] episode starts or None)`` ->
         ``([N, param_size], [N, S] next state)``; rows that start an episode start from zeros."""
         from pgrad.rl import recurrent
 
+        if self._core_kind is None:
+            raise ValueError("a feed-forward policy acts without a state: NumpyPolicy.forward")
         state = recurrent.reset_rows(state, episode_start)
         h, state = recurrent.numpy_step(self._core_kind, self._core,
                                         np.asarray(obs, np.float32), state)
         return self._head_params(h), state
 
-    def forward(self, obs: np.ndarray, with_value: bool = False):
+    def forward(self, obs: np.ndarray, with_value: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
         """``[N, obs_dim]`` -> ``([N, param_size], [N] values or None)``."""
         if self._core_kind is not None:
             raise ValueError("a recurrent policy acts with its state: NumpyPolicy.step")
@@ -164,9 +172,14 @@ def make_actor(net: ActorCritic, layout=None):
     TensorFlow call (same interface: ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
     if net.encoder is None:
         return NumpyPolicy(net)
+    layout = layout if layout is not None else net.encoder.layout
+    if net.recurrent:  # encoder -> core -> actor (pgrad.rl.recurrent_actor)
+        from pgrad.rl.recurrent_actor import CompiledRecurrentActor
+
+        return CompiledRecurrentActor(net, layout)
     from pgrad.rl.compiled_actor import CompiledActor
 
-    return CompiledActor(net, layout if layout is not None else net.encoder.layout)
+    return CompiledActor(net, layout)
 
 
 class Policy:
@@ -182,7 +195,8 @@ class Policy:
     #: Width ``S`` of one env's recurrent state; 0 for a feed-forward policy.
     state_size = 0
 
-    def __init__(self, observation_space, action_space, head: dist_lib.ActionHead):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 head: dist_lib.ActionHead):
         from pgrad.rl import spaces
 
         self.observation_space, self.action_space, self.head = (observation_space, action_space,
@@ -200,7 +214,7 @@ class Policy:
         (TensorFlow, differentiable)."""
         raise NotImplementedError
 
-    def distribution(self, flat: tf.Tensor):
+    def distribution(self, flat: tf.Tensor) -> tfp.distributions.Distribution:
         """The action distribution at flat raw observations (differentiable in ``flat``)."""
         return self.head.distribution(self.params(flat))
 
@@ -210,6 +224,11 @@ class Policy:
         """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts);
         ``action_mask`` ``[N, n]`` bool: only legal actions (:mod:`pgrad.rl.masks`)."""
         params = self.params(self.layout.to_tensors(flat)).numpy()
+        return self._env_actions(params, deterministic, rng, action_mask)
+
+    def _env_actions(self, params: np.ndarray, deterministic: bool,
+                     rng: np.random.Generator | None, action_mask) -> np.ndarray:
+        """Env-ready actions ``[N, ...]`` from distribution parameters ``[N, param_size]``."""
         if deterministic:
             actions = mode_numpy(self.head, params, action_mask)
         else:
@@ -225,8 +244,26 @@ class Policy:
         """``(env-ready actions [N, ...], next state [N, S] or None)``: :meth:`act_flat` with the
         recurrent state carried (``state`` None: zeros; ``episode_start [N]``: rows whose state
         is reset first). A feed-forward policy ignores both and returns None."""
-        masked = {} if action_mask is None else {"action_mask": action_mask}
-        return self.act_flat(flat, deterministic, rng, **masked), None
+        if not self.state_size:
+            masked = {} if action_mask is None else {"action_mask": action_mask}
+            return self.act_flat(flat, deterministic, rng, **masked), None
+        rows = len(self.layout.split(flat)[0])
+        state = (np.zeros((rows, self.state_size), np.float32) if state is None
+                 else np.asarray(state, np.float32).reshape(rows, self.state_size))
+        start = (np.zeros(rows, bool) if episode_start is None
+                 else np.asarray(episode_start, bool).reshape(rows))
+        params, state = self.step_params(flat, state, start)
+        return self._env_actions(params, deterministic, rng, action_mask), state
+
+    def step_params(self, flat, state: np.ndarray, episode_start: np.ndarray):
+        """A recurrent policy's ``([N, param_size]`` parameters, ``[N, S]`` next state) at flat
+        raw observations (or the layout's parts), ``state [N, S]``, ``episode_start [N]``."""
+        raise NotImplementedError
+
+    def _feed_forward_only(self) -> None:
+        if self.state_size:
+            raise ValueError("a recurrent policy's distribution depends on its state; "
+                             "observation attacks and params() apply to feed-forward policies")
 
 
 class NetworkPolicy(Policy):
@@ -243,9 +280,7 @@ class NetworkPolicy(Policy):
         self.state_size = getattr(mirror, "state_size", 0)
 
     def params(self, flat) -> tf.Tensor:
-        if self.state_size:
-            raise ValueError("a recurrent policy's distribution depends on its state; "
-                             "observation attacks and params() apply to feed-forward policies")
+        self._feed_forward_only()
         layout = self.layout
         vector = layout.vector(flat)
         if vector is not None:  # the normaliser sees the vector part only
@@ -267,19 +302,8 @@ class NetworkPolicy(Policy):
                                            action_mask=action_mask)[0])
         return self.head.to_env(actions)
 
-    def act_with_state(self, flat, state, episode_start, deterministic: bool,
-                       rng: np.random.Generator | None = None,
-                       action_mask: np.ndarray | None = None):
-        if not self.state_size:
-            return super().act_with_state(flat, state, episode_start, deterministic, rng,
-                                          action_mask)
+    def step_params(self, flat, state, episode_start):
         layout = self.layout
         x = flat if self.obs_norm is None else layout.with_vector(
             flat, self.obs_norm(layout.vector(flat)))
-        if state is None:
-            state = np.zeros((len(layout.split(x)[0]), self.state_size), np.float32)
-        params, state = self.mirror.step(x, state, episode_start)
-        actions = (self.mirror.mode(params, action_mask) if deterministic
-                   else self.mirror.sample(params, rng or np.random.default_rng(),
-                                           action_mask=action_mask)[0])
-        return self.head.to_env(actions), state
+        return self.mirror.step(x, state, episode_start)

@@ -134,3 +134,11 @@ def reset_rows(state: np.ndarray, episode_start) -> np.ndarray:
     out = np.array(state, np.float32, copy=True)
     out[start] = 0.0
     return out
+
+
+def actor_step(net, obs, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One acting step of a recurrent :class:`pgrad.rl.networks.ActorCritic`: its encoder (if
+    any) -> core -> actor layers. ``(obs [N, ...] as the network reads it, state [N, S])`` ->
+    ``(params [N, param_size], state after the step [N, S])``; no reset (zero the rows first)."""
+    h, state = net.core.step(net._encoded(obs), state)
+    return net._actor_params(h), state

@@ -43,7 +43,8 @@ def _reverse_scan(step, elems, initial):
     return tf.stack(out)
 
 
-def discounted_returns(rewards, terminated, truncated, next_values, gamma: float) -> tf.Tensor:
+def discounted_returns(rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
+                       next_values: tf.Tensor, gamma: float) -> tf.Tensor:
     """Discounted returns, bootstrapped at truncations and at the end of the rollout.
 
     Recursion (``G_T`` is ``next_values[T-1]``)::
@@ -75,8 +76,8 @@ def discounted_returns(rewards, terminated, truncated, next_values, gamma: float
     return _reverse_scan(step, (r, not_term, cont, nv), nv[-1])
 
 
-def gae(rewards, values, next_values, terminated, truncated, gamma: float,
-        lambda_: float) -> tf.Tensor:
+def gae(rewards: tf.Tensor, values: tf.Tensor, next_values: tf.Tensor, terminated: tf.Tensor,
+        truncated: tf.Tensor, gamma: float, lambda_: float) -> tf.Tensor:
     """Generalised advantage estimates, GAE(lambda).
 
     Recursion (``A_T = 0``)::
@@ -110,7 +111,8 @@ def gae(rewards, values, next_values, terminated, truncated, gamma: float,
     return _reverse_scan(step, (delta, cont), tf.zeros_like(delta[-1]))
 
 
-def lambda_returns(rewards, values, next_values, terminated, truncated, gamma: float,
+def lambda_returns(rewards: tf.Tensor, values: tf.Tensor, next_values: tf.Tensor,
+                   terminated: tf.Tensor, truncated: tf.Tensor, gamma: float,
                    lambda_: float) -> tf.Tensor:
     """``[T, B]`` TD(lambda) returns, ``gae(...) + values``: the critic's regression target."""
     return gae(rewards, values, next_values, terminated, truncated, gamma, lambda_) + _f32(values)
@@ -131,8 +133,9 @@ def _check_threshold(name: str, value) -> None:
                          f"got {value}.")
 
 
-def vtrace(rewards, values, next_values, terminated, truncated, behaviour_log_probs,
-           target_log_probs, gamma: float, *, rho_bar: float = 1.0, c_bar: float = 1.0,
+def vtrace(rewards: tf.Tensor, values: tf.Tensor, next_values: tf.Tensor,
+           terminated: tf.Tensor, truncated: tf.Tensor, behaviour_log_probs: tf.Tensor,
+           target_log_probs: tf.Tensor, gamma: float, *, rho_bar: float = 1.0, c_bar: float = 1.0,
            pg_rho_bar: float | None = None, lambda_: float = 1.0) -> VTraceReturns:
     """V-trace targets and policy-gradient advantages (Espeholt et al., 2018, IMPALA).
 

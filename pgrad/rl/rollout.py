@@ -48,7 +48,7 @@ __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 #: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
 #: ``policy_fn(obs, action_mask=[B, n] bool)`` and must act legally).
-PolicyFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
+PolicyFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
 
 class Trajectory(NamedTuple):
@@ -98,6 +98,17 @@ def _where(where: str | int) -> str:
     return where if isinstance(where, str) else f"env step {where}"
 
 
+def ended_successes(info: dict, done: np.ndarray) -> list[float]:
+    """``info["is_success"]`` (1.0 / 0.0) of each env whose episode ended in this vector step
+    and reported it, in env order: a SAME_STEP vector env puts the ended episode's last info in
+    ``info["final_info"]`` (``_is_success`` marks the envs that have the key)."""
+    final = info.get("final_info", {})
+    if "is_success" not in final:
+        return []
+    values, has = final["is_success"], final.get("_is_success", done)
+    return [float(bool(values[i])) for i in np.flatnonzero(np.logical_and(has, done))]
+
+
 def _frozen(x):
     if isinstance(x, tuple):  # observation parts
         return tuple(_frozen(p) for p in x)
@@ -140,6 +151,9 @@ class Collector:
         #: ``[B]`` bool: whether each env's current observation starts an episode (a recurrent
         #: policy resets its state there; read by the policy function at each step).
         self.episode_start = np.ones(self.num_envs, bool)
+        #: ``info["is_success"]`` of the episodes that ended and reported it, oldest first (1.0 /
+        #: 0.0); the training loop takes them (:meth:`take_successes`) for the success rate.
+        self.successes: list[float] = []
 
     def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
@@ -224,7 +238,9 @@ class Collector:
         """
         if self._raw_obs is None:
             self.reset()
-        obs = self._norm(self._raw_obs)
+        raw = self._raw_obs
+        assert raw is not None  # reset() sets it
+        obs = self._norm(raw)
         action_mask = self._action_mask
         if action_mask is None:
             actions, env_actions, log_probs, values = policy_fn(obs)
@@ -256,6 +272,7 @@ class Collector:
                     ep, mask = src[key], src["_" + key]
                     for i in np.flatnonzero(mask):
                         episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
+            self.successes.extend(ended_successes(info, done))
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self.layout.vector(flat))
         self._raw_obs = flat
@@ -263,6 +280,11 @@ class Collector:
             rewards = self.reward_norm(rewards, done)
         return ((obs, actions, rewards, term, trunc, log_probs, values, self._norm(nxt),
                  action_mask), episodes)
+
+    def take_successes(self) -> list[float]:
+        """The :attr:`successes` recorded since the last call (then forgotten here)."""
+        out, self.successes = self.successes, []
+        return out
 
     def collect(self, policy_fn: PolicyFn, num_steps: int) -> tuple[Trajectory, list]:
         """``num_steps`` vector steps -> ``(Trajectory [num_steps, B], episodes)``.
@@ -344,6 +366,7 @@ class Collector:
         begun in the previous call.
         """
         steps: list[tuple] = []
+        masks: list[np.ndarray]
         masks, episodes = [], []
         open_ = np.ones(self.num_envs, bool)
         count = 0

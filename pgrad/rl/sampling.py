@@ -26,7 +26,8 @@ class NumpySampling:
     log_std: np.ndarray | None
 
     def sample(self, params: np.ndarray, rng: np.random.Generator,
-               sde_noise: np.ndarray | None = None, action_mask: np.ndarray | None = None):
+               sde_noise: np.ndarray | None = None, action_mask: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Samples actions: ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probs).
 
         ``sde_noise``: gSDE's exploration matrices ``[N, latent, A]`` held by the caller (see
@@ -37,6 +38,8 @@ class NumpySampling:
 
     def sde_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``[n, latent, A]`` gSDE exploration matrices ``W ~ N(0, exp(log_std)^2)``."""
+        if self.log_std is None:
+            raise ValueError("gSDE noise needs the Gaussian head's log-std; this head has none.")
         std = np.exp(self.log_std)
         return (std * rng.standard_normal((n, *std.shape))).astype(np.float32)
 
@@ -46,8 +49,9 @@ class NumpySampling:
         return mode_numpy(self.head, params, action_mask)
 
 
-def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
-                 sde_noise: np.ndarray | None = None, action_mask: np.ndarray | None = None):
+def sample_numpy(head: dist_lib.ActionHead, params: np.ndarray, log_std: np.ndarray | None,
+                 rng: np.random.Generator, sde_noise: np.ndarray | None = None,
+                 action_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Samples from ``head``'s distribution at ``[N, param_size]`` params, in numpy.
 
     ``action_mask``: ``[N, n]`` bool, the legal actions (the per-dimension masks concatenated
@@ -58,7 +62,7 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
     Returns ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probabilities).
     """
     h = head
-    n = params.shape[0]
+    n: int = params.shape[0]
     if action_mask is not None:
         _check_maskable(h)
     if isinstance(h, dist_lib.CategoricalHead):
@@ -73,7 +77,7 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
         lp = _gauss_log_prob(u, mean, step_log_std)
         if h.squash:  # density of the squashed action: minus the log-det-jacobian
             lp = lp - (dist_lib.log1m_tanh_sq(u.astype(np.float64)).sum(1)
-                       + np.log(h.half_range).sum()).astype(np.float32)
+                       + np.log(np.asarray(h.half_range)).sum()).astype(np.float32)
         return u, lp.astype(np.float32)
     if isinstance(h, dist_lib.MultiCategoricalHead):
         u = rng.random((n, len(h.nvec)))
@@ -89,7 +93,8 @@ def sample_numpy(head, params: np.ndarray, log_std, rng: np.random.Generator,
     raise ValueError(f"no numpy sampler for head {type(h).__name__}")
 
 
-def gaussian_numpy(head, params: np.ndarray, log_std) -> tuple[np.ndarray, np.ndarray]:
+def gaussian_numpy(head: dist_lib.GaussianHead, params: np.ndarray, log_std: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, log_std)`` ``[N, A]`` of a Gaussian head, in numpy (as ``mean_and_log_std``)."""
     if head.uses_latent:
         latent = params[:, head.size:].astype(np.float64)
@@ -100,10 +105,14 @@ def gaussian_numpy(head, params: np.ndarray, log_std) -> tuple[np.ndarray, np.nd
         log_std = np.clip(head.log_std_init + params[:, a:], dist_lib.LOG_STD_MIN,
                           dist_lib.LOG_STD_MAX)
         return params[:, :a], log_std
+    if log_std is None:
+        raise ValueError("a Gaussian head with a learned log-std samples with its numpy copy; "
+                         "log_std is None.")
     return params, np.broadcast_to(log_std, params.shape)
 
 
-def mode_numpy(head, params: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+def mode_numpy(head: dist_lib.ActionHead, params: np.ndarray,
+               action_mask: np.ndarray | None = None) -> np.ndarray:
     """Deterministic actions ``[N, *action_shape]`` (argmax / mean / logit > 0), in numpy;
     with ``action_mask`` ``[N, n]`` the argmax over the legal actions."""
     h = head

@@ -27,8 +27,8 @@ vector env returns, where a TensorFlow call would cost far more than the arithme
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeGuard
 
 import gymnasium as gym
 import numpy as np
@@ -122,14 +122,14 @@ def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
         return one_hot
     if isinstance(space, gym.spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec, np.int64).reshape(-1)
-        start = np.asarray(getattr(space, "start", np.zeros_like(nvec))).reshape(-1)
+        starts = np.asarray(getattr(space, "start", np.zeros_like(nvec))).reshape(-1)
         offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
         total = int(nvec.sum())
 
         def multi_one_hot(obs):
-            idx = np.asarray(obs, np.int64).reshape(-1, len(nvec)) - start  # [N, D]
+            idx = np.asarray(obs, np.int64).reshape(-1, len(nvec)) - starts  # [N, D]
             if idx.size and ((idx < 0) | (idx >= nvec)).any():  # else it sets a neighbour's bit
-                raise _out_of_range(idx, nvec, start, f"MultiDiscrete({nvec.tolist()})")
+                raise _out_of_range(idx, nvec, starts, f"MultiDiscrete({nvec.tolist()})")
             idx = idx + offsets
             out = np.zeros((idx.shape[0], total), np.float32)
             np.put_along_axis(out, idx, 1.0, axis=1)
@@ -179,7 +179,7 @@ def _sub(space: gym.Space, where: str) -> Callable[[object], np.ndarray]:
 # -- images and layouts -------------------------------------------------------------------------
 
 
-def is_image_space(space: gym.Space) -> bool:
+def is_image_space(space: gym.Space) -> TypeGuard[gym.spaces.Box]:
     """Whether ``space`` is an image the encoders keep whole: a rank-3 ``Box`` of dtype uint8
     with bounds 0..255 everywhere (Stable-Baselines3's ``is_image_space``), or of dtype bool
     (binary planes such as MinAtar's ``10 x 10 x C``; scaled by a cast, not by 1/255)."""
@@ -237,12 +237,12 @@ class ObsLayout:
         #: :meth:`action_mask`); :attr:`space` is the space without it.
         self.has_mask_key = observed_space(space) is not space
         space = observed_space(space)
-        if self.has_mask_key and not space.spaces:
+        if self.has_mask_key and isinstance(space, gym.spaces.Dict) and not space.spaces:
             raise ValueError("observation space holds an action_mask and nothing else; the "
                              "policy needs an observation beside it.")
         self.space = space
         if is_image_space(space):
-            self.parts = (self._image("image", space),)
+            self.parts: tuple[Part, ...] = (self._image("image", space),)
             self.preprocess = self._image_fn(self.parts[0])
         elif isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) and any(
                 is_image_space(s) for s in self._entries(space).values()):
@@ -336,7 +336,7 @@ class ObsLayout:
     def copy(self, obs):
         return obs.copy() if self.single else tuple(x.copy() for x in obs)
 
-    def set_row(self, obs, i: int, one) -> None:
+    def set_row(self, obs, i: int | np.integer, one) -> None:
         """``obs[i] = one[0]`` in every part (``one`` a batch of one)."""
         if self.single:
             obs[i] = one[0]
@@ -344,7 +344,7 @@ class ObsLayout:
             for x, y in zip(obs, one):
                 x[i] = y[0]
 
-    def stack(self, steps: list):
+    def stack(self, steps: Sequence[Any]):
         """``[T]`` observations ``[B, ...]`` -> ``[T, B, ...]`` (each part in its own dtype)."""
         if self.single:
             return np.array(steps)

@@ -21,9 +21,9 @@ def run(program: str, argv: list[str] | None = None) -> int:
     """Silences TensorFlow's start-up noise, then runs ``program`` (a key of :data:`PROGRAMS`).
 
     The arguments are parsed first, before TensorFlow is imported (silence() imports it): a
-    mistyped flag or ``--help`` is answered at once, not after TensorFlow's seconds of start-up.
-    ``pgrad-train --help`` lists every agent's hyperparameters, which needs the agents, so it
-    still goes the long way.
+    mistyped flag or ``--help`` is answered at once, not after TensorFlow's seconds of start-up
+    (``pgrad-train --help`` lists every agent's hyperparameters from their config dataclasses,
+    which are data: :mod:`agents.preset_configs`).
     """
     import sys
 
@@ -37,7 +37,7 @@ def run(program: str, argv: list[str] | None = None) -> int:
     module = importlib.import_module(PROGRAMS[program])
     parser = getattr(module, "build_parser", None)
     wants_help = any(a in ("-h", "--help") for a in args)
-    if parser is not None and not (wants_help and getattr(module, "HELP_NEEDS_AGENTS", False)):
+    if parser is not None:
         code = run_cli(lambda a: _parse_only(parser, a), args)
         if code != 0 or wants_help:
             return code

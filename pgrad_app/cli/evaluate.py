@@ -21,6 +21,9 @@ to DIR/robustness.png.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Mapping
 
 from pgrad_app.cli import OneLineParser
 from pgrad_app.errors import UserError, command
@@ -42,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "evaluation protocol every pgrad evaluation uses)")
     p.add_argument("--video", metavar="VDIR", default=None,
                    help="record every episode as mp4 into VDIR (needs moviepy; default: off)")
+    p.add_argument("--render", choices=("human",), default=None,
+                   help="show the episodes on screen (gymnasium's render_mode='human'; needs a "
+                   "display; writes eval-human.json; default: off)")
     p.add_argument("--env", metavar="ENV_ID", default=None,
                    help="evaluate on another env with the same spaces (default: the run's env)")
     p.add_argument("--attack", choices=("fgsm", "pgd"), default=None,
@@ -58,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_display(environ: Mapping[str, str] = os.environ, platform: str = sys.platform) -> None:
+    """Refuses ``--render human`` on a Linux machine without a display, in one line: SDL would
+    otherwise fall back to drawing nowhere, and the user would watch nothing. A user's own
+    ``SDL_VIDEODRIVER`` (``dummy``: render to no screen) is taken as it is."""
+    if not platform.startswith("linux") or environ.get("SDL_VIDEODRIVER"):
+        return
+    if not (environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY")):
+        raise UserError("--render human needs a display, and there is none here (neither DISPLAY "
+                        "nor WAYLAND_DISPLAY is set): record the episodes with --video DIR "
+                        "instead, or set SDL_VIDEODRIVER=dummy to render to no screen.")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from pgrad_app.run.evaluate import evaluate_run
@@ -66,10 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--epsilon needs --attack fgsm or --attack pgd.")
     if args.stochastic and args.deterministic:
         raise UserError("--stochastic and --deterministic contradict each other; choose one.")
+    if args.render is not None:
+        check_display()
     r = evaluate_run(args.run, episodes=args.episodes, deterministic=not args.stochastic,
                  seed=args.seed, video_dir=args.video, env_id=args.env, attack=args.attack,
                  epsilons=args.epsilon, pgd_steps=args.pgd_steps,
-                 trust_run_code=args.trust_run_code)
+                 trust_run_code=args.trust_run_code, render=args.render)
     if args.attack is not None:
         from pgrad_app.run.robustness import table
 

@@ -47,6 +47,7 @@ FLAG_KEYS = {  # argparse dest -> run setting
     "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
     "log_every": "log_every", "workers": "workers",
     "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
+    "capture_video": "capture_video",
 }
 
 

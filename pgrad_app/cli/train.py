@@ -23,25 +23,20 @@ from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_n
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
 from pgrad_app.errors import EXIT_SIGTERM, Interrupted, RunError, UserError, command, one_line
+from pgrad_app.run.video import DEFAULT_EVERY as DEFAULT_VIDEO_EVERY
 
 # TensorFlow (through pgrad, agents and the run modules) is imported only after the arguments
 # are parsed: --bogus or a missing value is answered at once (issue 24, item 5).
 
 
-#: --help lists every agent's hyperparameters: it imports the agents (and TensorFlow).
-HELP_NEEDS_AGENTS = True
-
-
 def _agent_epilog() -> str:
-    """Every agent's hyperparameters with their defaults (for --help; --set NAME=VALUE)."""
-    try:
-        import agents
-    except Exception as err:  # --help must work even if agents fail to import
-        return f"(agents could not be imported: {one_line(err)})"
+    """Every agent's hyperparameters with their defaults (for --help; --set NAME=VALUE): the
+    config dataclasses are data, so this imports no TensorFlow."""
+    import agents
     lines = ["hyperparameters (--set NAME=VALUE or in --config FILE):"]
     for name in agents.names():
         lines.append(f"  {name}:")
-        for field, text, default in config_lib.field_help(agents.get(name).Config):
+        for field, text, default in config_lib.field_help(agents.config_class(name)):
             lines.append(f"    {field}={json.dumps(default)}  {text}")  # as --set takes it
     return "\n".join(lines)
 
@@ -57,7 +52,6 @@ FOREIGN_FLAGS = {
     "-i": "--resume DIR", "--trained-agent": "--resume DIR",
     "--learning-rate": "--set learning_rate=X", "--num-steps": "--set n_steps=N",
     "--n-envs": "--num-envs N", "--wandb-project-name": "--track wandb (WANDB_PROJECT=NAME)",
-    "--capture-video": "pgrad-evaluate RUN --video DIR after training",
     "--env-wrapper-kwargs": "--config FILE with env_wrapper: [{NAME: {KEY: VALUE}}]",
 }
 
@@ -74,13 +68,13 @@ class _Refuse(argparse.Action):
                         f"(see {parser.prog} --help, docs/migration.md)")
 
 
-def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     d = run_defaults()
     p = _parser = OneLineParser(
         prog=command("train"),
         description="Train a policy-gradient agent and write a run directory.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_agent_epilog() if with_epilog else None,
+        epilog=_agent_epilog(),
     )
     add = p.add_argument
     add("--agent", "--algo",
@@ -140,6 +134,10 @@ def build_parser(with_epilog: bool = False) -> argparse.ArgumentParser:
     add("--eval-episodes", "--n-eval-episodes", type=int, metavar="K",
         help=f"episodes per evaluation (default: "
         f"{d['eval_episodes']})")
+    add("--capture-video", type=int, nargs="?", const=DEFAULT_VIDEO_EVERY, metavar="N",
+        help="film every N-th training episode of env 0 into DIR/videos/*.mp4, as CleanRL's "
+        "--capture-video (gymnasium's RecordVideo; needs moviepy; sync envs in this process; "
+        f"N default {DEFAULT_VIDEO_EVERY}; default: off)")
     add("--track", choices=("wandb",), help="also log the run to an experiment tracker: config, "
         "updates, episodes, evaluations, the learning curve (pip install 'pgrad[wandb]'; "
         "WANDB_MODE=offline works; the run directory stays the record; default: off)")
@@ -257,9 +255,6 @@ def _startup_sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None and any(a in ("-h", "--help") for a in argv):
-        build_parser(with_epilog=True).print_help()
-        return 0
     args = build_parser().parse_args(argv)
     from pgrad.rl.files import write_atomic
     from pgrad_app.run import directory as rundir
@@ -345,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
             if not resume:
                 lock = make_run_dir(out, args.overwrite, text)
             trainer = Trainer(agent, settings, out, resume=resume, quiet=args.quiet)
+            if settings.capture_video:  # env 0 films from the step the run goes on from
+                from pgrad_app.run.video import film_first_env
+
+                film_first_env(agent, RunLayout(out) / RunLayout.VIDEOS, settings.capture_video,
+                               trainer.resumed_from or 0)
             if resume:  # restored: the step it holds decides the budget
                 text, settings = _resumed_budget(args, trainer, settings, cfg, text)
             if resume:  # restored: only now may the run's files change

@@ -96,6 +96,11 @@ class RunSettings:
         default=10,
         metadata={"help": "episodes per evaluation during training (deterministic actions)"},
     )
+    capture_video: int = field(
+        default=0,
+        metadata={"help": "film every N-th training episode of env 0 into videos/ (CleanRL's "
+                  "--capture-video; gymnasium's RecordVideo, needs moviepy); 0: off"},
+    )
     track: str | None = field(
         default=None,
         metadata={"help": "experiment tracking besides the run directory: 'wandb' (pip install "
@@ -127,6 +132,9 @@ class RunSettings:
                 raise ValueError("transform_args need a transform (--transform MODULE:ATTR).")
         if not 0 <= self.eval_every <= MAX_TOTAL_STEPS:
             raise ValueError(f"eval_every must be >= 0 (0: off); got {self.eval_every}.")
+        if self.capture_video < 0:
+            raise ValueError(f"capture_video must be >= 0 (film every N-th episode; 0: off); "
+                             f"got {self.capture_video}.")
         if not 1 <= self.eval_episodes <= 10_000:
             raise ValueError(f"eval_episodes must be in [1, 10000]; got {self.eval_episodes}.")
         if self.env_kwargs is not None and not isinstance(self.env_kwargs, dict):

@@ -11,6 +11,24 @@ that was not asked for: the queue is bounded by ``queue_size`` trajectories). Ea
 carries its behaviour log-probs and the weight version that acted; the agent's V-trace update
 corrects for the lag and reports it as ``policy_lag``.
 
+Normalisers (``normalize_obs`` / ``normalize_reward``), as RLlib's ``MeanStdFilter``: the
+broadcast carries the learner's running statistics with the weights; an actor normalises with
+them, updated by its own observations (rewards) as it collects, and sends the moments of what it
+counted with the trajectory; the learner merges those moments into its statistics (Chan et al.)
+when it learns from the trajectory. So the learner's statistics are those of every observation
+(discounted return) of every trajectory learned from, each counted once, whatever the order of
+arrival; an actor acting on a stale broadcast normalises with slightly older statistics, as it
+acts with slightly older weights. A reward normaliser's per-env return accumulators stay on the
+actor that owns the envs.
+
+Checkpoints and restores: the learner's state (weights, optimizer, counters, statistics) is what
+a checkpoint holds; trajectories in flight are not part of it. They are **dropped**: after a
+restore (``--resume`` starts new actors; a restore into a running agent marks every request then
+in flight stale, and a stale trajectory is thrown away when it arrives and its actor asked again
+with the restored weights), so ``episodes.csv`` holds every episode of every trajectory learned
+from once: the rows up to the checkpoint's env step are kept, later ones are dropped by the
+resume and written anew. An episode running on an actor at the checkpoint is not counted.
+
 Sampling: actor ``k``'s ``j``-th trajectory draws from ``default_rng([seed, k, j])``. Unlike the
 synchronous workers (:mod:`pgrad_app.distributed.workers`) the order in which trajectories
 arrive depends on timing, so runs are not bit-for-bit repeatable.
@@ -36,14 +54,34 @@ from pgrad_app.distributed.workers import (
     MAX_RESTARTS,
     RESTART_TIMEOUT_S,
     WorkerError,
+    _Delta,
     env_id_of,
     raised_inside,
 )
 from pgrad_app.errors import UserError
 
 
+def _reconstructed() -> bool:
+    """True in a Ray actor that Ray restarted; False in a first start or outside Ray."""
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
+
+
+def merge_statistics(agent, stats: dict) -> None:
+    """Merges an actor's ``{"obs_norm" | "reward_norm": (mean, var, count)}`` batch moments into
+    the learner's running statistics (``agent.obs_norm.rms`` / ``agent.reward_norm.rms``, which
+    the next update stores)."""
+    for key, norm in (("obs_norm", agent.obs_norm), ("reward_norm", agent.reward_norm)):
+        if norm is not None and key in stats and stats[key][2] > 0:
+            norm.rms.update_from_moments(*stats[key])
+
+
 class TrajectoryActor:
-    """A Ray actor: ``cfg.num_envs`` envs and a numpy copy of the policy; collects on request."""
+    """A Ray actor: ``cfg.num_envs`` envs and a numpy copy of the policy; collects on request.
+
+    (A plain class: the tests also run it in this process.)
+    """
 
     def __init__(self, agent_cls: type, cfg: Any, env_spec: Any, seed: int, index: int):
         from pgrad_app.quiet import silence
@@ -56,9 +94,10 @@ class TrajectoryActor:
         self.collector = self.agent.collector
         self.collector.reset(seed=self.seed + index * cfg.num_envs)
         self.count = 0
-        import ray
-
-        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self.deltas = {key: _Delta(norm.rms) for key, norm in
+                       (("obs_norm", self.agent.obs_norm), ("reward_norm", self.agent.reward_norm))
+                       if norm is not None}
+        self.restarted = _reconstructed()
 
     def ready(self) -> bool:
         return True
@@ -67,10 +106,15 @@ class TrajectoryActor:
         """One trajectory of ``n_steps`` vector steps acted with ``state["weights"]``.
 
         Returns ``{"traj", "episodes": [(env steps into it, return, length)], "steps",
-        "version", "collect_s", "restarted"}``.
+        "version", "stats": {name: batch (mean, var, count) of what it counted}, "collect_s",
+        "restarted"}``.
         """
         agent = self.agent
         agent.mirror.load_flat(state["weights"])
+        for key, delta in self.deltas.items():  # normalise with the broadcast statistics
+            mean, var, count = state[key]
+            delta.rms.mean, delta.rms.var, delta.rms.count = np.copy(mean), np.copy(var), count
+            delta.start()
         policy_fn = agent.acting_fn(np.random.default_rng([self.seed, self.index, self.count]))
         self.count += 1
         self.collector.env_steps = 0
@@ -79,6 +123,7 @@ class TrajectoryActor:
         restarted, self.restarted = self.restarted, False
         return {"traj": traj, "episodes": eps, "steps": self.collector.env_steps,
                 "version": int(version), "collect_s": time.perf_counter() - began,
+                "stats": {k: d.state() for k, d in self.deltas.items()},
                 "restarted": restarted}
 
     def close(self) -> None:
@@ -93,10 +138,13 @@ class AsyncSource:
       workers: number of actors.
       env_spec: what each actor builds its envs from (default ``agent.env_id``).
       max_restarts: restarts per actor before a death stops the run.
+      actors: the first ``workers`` of these :class:`TrajectoryActor` handles instead of new
+        actors (built for the same agent class, config and env; sides of a benchmark whose
+        rounds never overlap share them, saving start-ups).
     """
 
     def __init__(self, agent, workers: int, env_spec: Any = None,
-                 max_restarts: int = MAX_RESTARTS):
+                 max_restarts: int = MAX_RESTARTS, actors: list | None = None):
         import ray
 
         from agents.impala import Batch
@@ -104,32 +152,44 @@ class AsyncSource:
         self._ray, self._batch, self.agent = ray, Batch, agent
         self.max_restarts = int(max_restarts)
         self.per_actor = max(1, int(agent.cfg.queue_size) // workers)
-        cls = ray.remote(TrajectoryActor).options(
-            num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
-            runtime_env=worker_runtime_env())
-        spec = agent.env_id if env_spec is None else env_spec
-        self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k)
-                       for k in range(workers)]
+        if actors is not None:  # another source's actors (scripts/bench.py shares them)
+            self.actors = list(actors[:workers])
+        else:
+            cls = ray.remote(TrajectoryActor).options(
+                num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0,
+                runtime_env=worker_runtime_env())
+            spec = agent.env_id if env_spec is None else env_spec
+            self.actors = [cls.remote(type(agent), agent.cfg, spec, agent.seed, k)
+                           for k in range(workers)]
         for k, a in enumerate(self.actors):
             self._get(k, a.ready.remote())  # constructor errors show here
-        self.pending: dict = {}  # object ref -> actor index
-        self.state_ref, self.version = None, 0
+        self.pending: dict = {}  # object ref -> (actor index, generation)
+        self.state_ref: Any = None  # the object-store copy of the last broadcast
+        self.version = 0
+        self.generation = 0  # + 1 at every reset: what was asked for before is stale
+        #: Trajectories thrown away because a reset (a restore) made them stale.
+        self.dropped = 0
         #: Seconds the learner waited for a trajectory, summed (0 when actors keep ahead).
         self.wait_s = 0.0
+        #: Trajectories handed to the learner, and the actors' seconds collecting them.
+        self.learned, self.collect_s = 0, 0.0
 
     def reset(self, version: int, state: dict) -> None:
         """New weights for every request from here on (a start or a restore); requests in
-        flight are kept (their version says what acted)."""
+        flight become stale (acted before the restore: dropped when they arrive)."""
         self.broadcast(version, state)
+        self.generation += 1
         for k in range(len(self.actors)):
-            while sum(1 for j in self.pending.values() if j == k) < self.per_actor:
+            while sum(1 for j, g in self.pending.values()
+                      if j == k and g == self.generation) < self.per_actor:
                 self._submit(k)
 
     def broadcast(self, version: int, state: dict) -> None:
         self.state_ref, self.version = self._ray.put(state), int(version)
 
     def _submit(self, k: int) -> None:
-        self.pending[self.actors[k].collect.remote(self.state_ref, self.version)] = k
+        self.pending[self.actors[k].collect.remote(self.state_ref, self.version)] = \
+            (k, self.generation)
 
     def next(self, updates: int):
         """The first trajectory to arrive; its actor is asked for the next one at once."""
@@ -139,14 +199,20 @@ class AsyncSource:
             began = time.perf_counter()
             ready, _ = ray.wait(list(self.pending), num_returns=1)
             self.wait_s += time.perf_counter() - began
-            k = self.pending.pop(ready[0])
+            k, generation = self.pending.pop(ready[0])
             result = self._get(k, ready[0])
+            if generation != self.generation:  # acted before a restore: not counted
+                self.dropped += result is not None
+                continue  # its actor still has its share of current requests
             self._submit(k)
             if result is not None:
                 break
         if result["restarted"]:
             print(f"warning: actor {k + 1} of {len(self.actors)} died and was restarted with its "
                   "envs re-seeded; the run goes on.", file=sys.stderr, flush=True)
+        merge_statistics(self.agent, result["stats"])
+        self.learned += 1
+        self.collect_s += result["collect_s"]
         return self._batch(result["traj"], result["episodes"], result["steps"],
                            result["version"], k)
 
@@ -186,8 +252,8 @@ def distribute(agent, workers: int, env_spec: Any = None,
     connection, e.g. :func:`ray_session`); returns the agent. ``agent.close()`` stops them.
 
     Raises:
-      UserError: not an asynchronous agent, fewer free CPUs than workers, or an option the
-        actors cannot follow (normalisers, adversarial acting).
+      UserError: not an asynchronous agent, fewer free CPUs than workers, or adversarial acting
+        (it attacks the learner's network at every env step).
     """
     if not hasattr(agent, "use_source"):
         raise UserError(f"the asynchronous learner needs --agent impala or appo; got "
@@ -195,9 +261,6 @@ def distribute(agent, workers: int, env_spec: Any = None,
     cfg = agent.cfg
     if workers < 1:
         raise UserError(f"--workers must be >= 1; got {workers}.")
-    if cfg.normalize_obs or cfg.normalize_reward:
-        raise UserError("impala with --workers does not merge the actors' normaliser statistics; "
-                        "turn normalize_obs and normalize_reward off.")
     if cfg.adversarial_epsilon > 0:
         raise UserError("adversarial_epsilon attacks the learner's network at every env step; "
                         "it does not run with --workers.")

@@ -14,6 +14,12 @@ is synchronous:
    (``[T, B, ...]``, shorter whole-episode pieces padded and masked), orders the finished
    episodes by vector step and env, merges the workers' normaliser statistics, and updates.
 
+A recurrent policy's state travels with the rollout: ``acting_state()`` carries the learner's
+``rollout_state`` ``[B, S]``, each worker acts from its rows (its envs' states, reset where an
+episode starts) and returns them after the rollout with its envs' ``episode_start``; the
+learner concatenates them in env order, so the next rollout (and the checkpoint) starts from
+them, as in one process.
+
 Sampling: worker 0 draws from the generator the in-process step would use, worker ``k > 0`` from
 ``default_rng([*key, k])``. Running statistics: each worker normalises with the learner's
 statistics at the start of the rollout updated by its own observations (per vector step, as in
@@ -140,10 +146,13 @@ class RolloutWorker:
 
         Returns ``{"traj": Trajectory [T, n, ...], "episodes": [(vector step, return, length)],
         "steps": env steps taken, "stats": {name: (final (mean, var, count), batch moments)},
-        "collect_s": seconds collecting, "restarted": bool}``.
+        "collect_s": seconds collecting, "restarted": bool}``; for a recurrent policy also
+        ``"rollout_state"`` ``[n, S]`` and ``"episode_start"`` ``[n]`` after the rollout.
         """
         agent = self.agent
         agent.mirror.load_flat(state["weights"])
+        if state.get("rollout_state") is not None:  # a recurrent policy: its envs' state rows
+            agent.rollout_state = state["rollout_state"][self.start:self.start + self.count]
         for key, delta in self.deltas.items():
             mean, var, count = state[key]
             delta.rms.mean, delta.rms.var, delta.rms.count = mean.copy(), np.copy(var), count
@@ -159,7 +168,12 @@ class RolloutWorker:
         stats = {k: ((d.rms.mean, d.rms.var, d.rms.count), d.state())
                  for k, d in self.deltas.items()}
         restarted, self.restarted = self.restarted, False
+        carried = {}
+        if state.get("rollout_state") is not None:  # the state after the rollout, and where
+            carried = {"rollout_state": agent.rollout_state,  # the next observation starts
+                       "episode_start": self.collector.episode_start.copy()}
         return {"traj": traj, "steps": self.collector.env_steps - start, "stats": stats,
+                **carried,
                 "collect_s": time.perf_counter() - began,
                 "episodes": [((step - start) // self.count - 1, r, n) for step, r, n in eps],
                 "restarted": restarted}
@@ -229,6 +243,9 @@ class RemoteCollector:
         self.name, self.num_envs = self.local.name, self.local.num_envs
         self.preprocess, self.obs_dim = self.local.preprocess, self.local.obs_dim
         self.env_steps = self.local.env_steps
+        #: ``[B]`` bool: whether each env's next observation starts an episode (as
+        #: ``Collector.episode_start``; the workers' after each rollout).
+        self.episode_start = np.ones(self.num_envs, bool)
         self.shares = split_envs(self.num_envs, workers)
         self.max_restarts = int(max_restarts)
         #: The last rollout: its wall time on the learner (weights out, trajectories in) and
@@ -308,6 +325,9 @@ class RemoteCollector:
             if norm is not None:
                 _merge_stats(results, key, norm.rms)
         traj = _merge_traj([r["traj"] for r in results])
+        if "rollout_state" in results[0]:  # a recurrent policy: the state goes on from here
+            self.agent.rollout_state = np.concatenate([r["rollout_state"] for r in results])
+            self.episode_start = np.concatenate([r["episode_start"] for r in results])
         self.timing = {"rollout_s": time.perf_counter() - began,
                        "worker_collect_s": [r["collect_s"] for r in results]}
         return traj, episodes_out

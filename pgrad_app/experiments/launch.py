@@ -6,13 +6,17 @@
 process (``python -m pgrad_app.experiments.single_run SPEC``) with its BLAS/TensorFlow
 thread pools sized to ``cores // jobs``, so concurrent runs don't oversubscribe the cores. A run
 writes its result
-atomically, so the results folder is resumable: a run whose JSON exists is skipped, and one that
-crashed leaves only its log (``logs/NAME.log``). ``pgrad_app.experiments.report`` turns the
-folder into tables and plots. :func:`run_and_report` is the whole command (scripts/benchmark.py, and
-scripts/sweep.py with its own plan and launch). Layout of a results folder::
+atomically, so the results folder is resumable: a run whose JSON exists is skipped, one that
+crashed leaves only its log (``logs/NAME.log``), and one that was stopped (a session's end, Ctrl-C,
+``kill -9``) continues from its last checkpoint (``checkpoints/NAME/``, every few minutes of
+training: :mod:`pgrad_app.experiments.single_run`) when launched again.
+``pgrad_app.experiments.report`` turns the folder into tables and plots. :func:`run_and_report`
+is the whole command (scripts/benchmark.py, and scripts/sweep.py with its own plan and launch).
+Layout of a results folder::
 
     RESULTS/AGENT__ENV__seedS.json     one finished run (schema: experiments/single_run.py)
     RESULTS/logs/AGENT__ENV__seedS.spec.json, .log   what was launched, and its output
+    RESULTS/checkpoints/AGENT__ENV__seedS/  a run not finished yet (gone once its JSON is)
     RESULTS/README.md, curves_ENV.png  the report
 """
 
@@ -98,7 +102,7 @@ def run_one(spec: RunSpec, results: Path, threads: int, context: dict) -> Finish
                "out": str(result_path(results, spec))}
     spec_file.write_text(json.dumps(payload, indent=1))
     log = logs / f"{spec.name}.log"
-    with open(log, "w") as f:
+    with open(log, "a") as f:  # a run continued from its checkpoint keeps its earlier log
         proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.single_run",
                                str(spec_file)],
                               stdout=f, stderr=subprocess.STDOUT, env=child_env(threads),

@@ -19,7 +19,18 @@ deterministically (``pgrad.evaluate``, the evaluation protocol of
                                           consecutive training episodes, the step of the last),
      "curve_block", "wall_s" (training, after construction), "eval_s", "steps_per_s",
      "machine": {"cpu", "cores", "threads", "jobs", "tensorflow", "python", "platform"},
-     "pgrad_commit", "command", "finished_at" (UTC, ISO 8601)}
+     "pgrad_commit", "command", "finished_at" (UTC, ISO 8601),
+     "resumed_from": [env_step, ...]  (the checkpoints this run continued from; [] if none)}
+
+Long runs survive being stopped: every ``checkpoint_every_s`` seconds of training (spec key,
+default :data:`CHECKPOINT_EVERY_S`), and when SIGTERM or SIGINT stops the run, the agent and the
+episodes recorded so far are written to ``RESULTS/checkpoints/NAME/`` (verified checkpoints,
+:mod:`pgrad.rl.checkpoint`, the newest two kept). Launching the run again continues from the
+newest good one (a damaged one is skipped with a warning, the previous one is used) up to the
+same budget; the checkpoints are deleted once the result is written. A resumed run is not
+bit-identical to an uninterrupted one (the envs restart their episodes at the checkpoint; the
+episode in progress is not counted). A checkpoint of other settings is refused in one line,
+never overwritten.
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ import json
 import math
 import os
 import platform
+import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -38,6 +51,10 @@ import numpy as np
 
 SCHEMA = 1
 MAX_CURVE_POINTS = 2000
+#: Seconds of training between two checkpoints of a benchmark run.
+CHECKPOINT_EVERY_S = 300.0
+#: What must match for a checkpoint to be continued (the rest, e.g. threads, may change).
+SAME_RUN = ("agent", "env", "seed", "budget", "hyperparameters")
 
 
 def limit_threads(threads: int) -> None:
@@ -85,11 +102,77 @@ def machine(threads: int, jobs: int) -> dict[str, Any]:
             "platform": platform.platform()}
 
 
+def checkpoint_dir(spec: dict[str, Any]) -> Path:
+    """``RESULTS/checkpoints/NAME/``: where the run ``spec`` keeps its checkpoints."""
+    out = Path(spec["out"])
+    return out.parent / "checkpoints" / out.stem
+
+
+class StopRequest:
+    """SIGTERM / SIGINT while training: noted here, acted on after the current update (the
+    agent's state is whole between updates), so the checkpoint written then is consistent."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequest:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._old[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def resume(agent, spec: dict[str, Any], ckpt: Path) -> tuple[list[tuple[int, float]], list[int]]:
+    """Restores the newest good checkpoint of this run into ``agent``; returns the episodes
+    recorded before it and the steps of the checkpoints continued so far ([], [] if none).
+
+    Raises:
+      SystemExit: the checkpoint is of other settings (one line; nothing is deleted).
+    """
+    from agents.persistence import restore
+    from pgrad.rl.checkpoint import CheckpointStore
+
+    if not CheckpointStore(ckpt).checkpoints():
+        return [], []
+    meta, path = restore(agent, ckpt, warn=lambda text: print(f"warning: {text}",
+                                                                file=sys.stderr, flush=True))
+    bench = meta.get("bench") or {}
+    theirs = bench.get("run") or {}
+    changed = [k for k in SAME_RUN if k != "hyperparameters" and theirs.get(k) != spec.get(k)]
+    ours_hp, their_hp = spec.get("hyperparameters") or {}, theirs.get("hyperparameters") or {}
+    # A field only one side knows is one a newer pgrad added (at its default) or dropped:
+    # it does not make this another run; a value both sides hold and that differs does.
+    changed += [f"hyperparameter {k}" for k in sorted(set(ours_hp) & set(their_hp))
+                if ours_hp[k] != their_hp[k]]
+    if changed:
+        raise SystemExit(f"error: {path} is a checkpoint of this run with other "
+                         f"{', '.join(changed)}; delete {ckpt} to start the run again.")
+    agent.learn_stats.load_meta(meta)
+    episodes = [(int(s), float(r)) for s, r in bench.get("episodes", [])]
+    resumed = [*map(int, bench.get("resumed_from", [])), int(agent.env_steps)]
+    print(f"resumed from {path} at env step {int(agent.env_steps):,} "
+          f"({len(episodes)} episodes before it)", file=sys.stderr, flush=True)
+    return episodes, resumed
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Trains and evaluates one run; returns the result dict (see the module docstring)."""
+    """Trains and evaluates one run; returns the result dict (see the module docstring).
+
+    Raises:
+      SystemExit: stopped by SIGTERM / SIGINT (code 128 + the signal) after a checkpoint.
+    """
     limit_threads(int(spec["threads"]))
     import agents
     import pgrad
+    from agents.learning import progress_meta
+    from agents.persistence import save_checkpoint
     from pgrad.rl.evaluation import eval_seed
     from pgrad_app.config import plugins
     from pgrad_app.config import settings as config_lib
@@ -98,23 +181,42 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     cls = agents.get(spec["agent"])
     cfg = config_lib.build(cls.Config, spec["hyperparameters"], {})
     agent = cls(cfg, env_id=env_id, seed=int(spec["seed"]))
-    episodes: list[tuple[int, float]] = []
     budget = int(spec["budget"])
+    every = float(spec.get("checkpoint_every_s", CHECKPOINT_EVERY_S))
+    ckpt = checkpoint_dir(spec)
     start = time.perf_counter()
     next_report = [budget // 20]
+    last_save = [time.monotonic()]
 
-    def record(loop) -> None:
-        episodes.extend((int(step), float(ret)) for step, ret, _ in loop.new_episodes)
-        if loop.env_steps >= next_report[0]:  # progress in the run's log, every 5%
-            next_report[0] += max(1, budget // 20)
-            recent = [r for _, r in episodes[-20:]]
-            mean = f"{sum(recent) / len(recent):.1f}" if recent else "-"
-            print(f"step {loop.env_steps} wall {time.perf_counter() - start:.0f} s "
-                  f"last-20 return {mean}", file=sys.stderr, flush=True)
+    def save(episodes, resumed) -> None:
+        run_record = {k: spec.get(k) for k in SAME_RUN}
+        bench = {"run": run_record, "episodes": episodes, "resumed_from": resumed}
+        save_checkpoint(agent, ckpt, {**progress_meta(agent), "bench": bench}, keep=2)
+        last_save[0] = time.monotonic()
 
     try:
-        agent.learn(budget, callbacks=record, progress=False)
-        wall = time.perf_counter() - start
+        episodes, resumed = resume(agent, spec, ckpt)
+        with StopRequest() as stop:
+            def record(loop) -> bool:
+                episodes.extend((int(step), float(ret)) for step, ret, _ in loop.new_episodes)
+                if loop.env_steps >= next_report[0]:  # progress in the run's log, every 5%
+                    next_report[0] = loop.env_steps + max(1, budget // 20)
+                    recent = [r for _, r in episodes[-20:]]
+                    mean = f"{sum(recent) / len(recent):.1f}" if recent else "-"
+                    print(f"step {loop.env_steps} wall {time.perf_counter() - start:.0f} s "
+                          f"last-20 return {mean}", file=sys.stderr, flush=True)
+                if stop.signal is not None or time.monotonic() - last_save[0] >= every:
+                    save(episodes, resumed)
+                return stop.signal is None
+
+            if budget > agent.env_steps:
+                agent.learn(budget - int(agent.env_steps), callbacks=record, progress=False)
+            if stop.signal is not None:
+                name = signal.Signals(stop.signal).name
+                print(f"stopped by {name} at env step {int(agent.env_steps):,}; checkpoint in "
+                      f"{ckpt} (run the command again to continue)", file=sys.stderr, flush=True)
+                raise SystemExit(128 + stop.signal)
+        wall = agent.learn_stats.wall_s  # every stretch of this run, resumed ones included
         steps = int(agent.env_steps)
         start = time.perf_counter()
         ev = pgrad.evaluate(agent, env_id=env_id, episodes=int(spec["eval_episodes"]),
@@ -138,6 +240,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "machine": machine(int(spec["threads"]), int(spec.get("jobs", 1))),
         "pgrad_commit": spec.get("pgrad_commit"), "command": spec.get("command", ""),
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "resumed_from": resumed,
     }
 
 
@@ -156,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(Path(args[0]).read_text())
     result = run(spec)
     write_atomic(Path(spec["out"]), result)
+    shutil.rmtree(checkpoint_dir(spec), ignore_errors=True)  # the result holds what they did
     return 0
 
 

@@ -130,3 +130,49 @@ def naive_acting_ratio(repeats: int, vector_steps: int = 400) -> dict:
     return figure("naive_acting_ratio", naive, "(informative)", True,
                   mirror_ratio=mirror, env_steps_per_s_raw=round(
                       8 * vector_steps / float(np.median(times["raw"]))))
+
+
+def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: int = 8,
+                         vector_steps: int = 20) -> dict:
+    """Collection with a NatureCNN policy against raw stepping of the same vector env (issue 22:
+    >= 0.7x): PPO's collector on 8 Atari envs with the standard preprocessing (84x84x4 uint8),
+    acting through :class:`pgrad.rl.compiled_actor.CompiledActor`, and random-action stepping of
+    that collector's own envs. Interleaved rounds of ``vector_steps``, median of per-round
+    ratios (throughput: raw time over collection time). Needs ale-py (``pgrad[atari]``)."""
+    import importlib.util
+
+    name = "cnn_collection_ratio"
+    if importlib.util.find_spec("ale_py") is None:
+        return figure(name, float("nan"), ">= 0.7", False,
+                      skipped="ale-py is not installed (pip install 'pgrad[atari]')")
+    import gymnasium as gym
+
+    import agents
+
+    agent = agents.make("ppo", env_id, seed=0, num_envs=num_envs, n_steps=128)
+    envs, rng = agent.collector.envs, np.random.default_rng(0)
+    space = envs.single_action_space
+    assert isinstance(space, gym.spaces.Discrete), space  # Atari's actions
+    actions = int(space.n)
+    policy_fn = agent.acting_fn(rng)
+    agent.collector.collect(policy_fn, 2)  # trace the acting call
+
+    def raw():
+        for _ in range(vector_steps):
+            envs.step(rng.integers(0, actions, num_envs))
+
+    times = interleaved({"raw": raw,
+                         "collect": lambda: agent.collector.collect(policy_fn, vector_steps)},
+                        max(5, repeats // 4), warmup=1)
+    value = ratio(times, "raw", "collect")
+    steps_per_s = {k: round(vector_steps * num_envs / float(np.median(v)))
+                   for k, v in times.items()}
+    encoder = getattr(agent.net.encoder, "kind", None)
+    agent.close()
+    return figure(name, value, ">= 0.7", value >= 0.7, env=env_id, num_envs=num_envs,
+                  encoder=encoder, vector_steps_per_round=vector_steps,
+                  env_steps_per_s=steps_per_s,
+                  raw_ms_per_vector_step=round(float(np.median(times["raw"])) * 1e3
+                                               / vector_steps, 2),
+                  collect_ms_per_vector_step=round(float(np.median(times["collect"])) * 1e3
+                                                   / vector_steps, 2))

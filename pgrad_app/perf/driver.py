@@ -4,6 +4,8 @@
     python scripts/bench.py --only clip_ratio --repeats 50
     python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
     python scripts/bench.py --only command_overhead --steps 5000       # pgrad-train vs learn
+    python scripts/bench.py --only ppo_minatar_vs_sb3 --steps 50000    # opt-in, PPO MinAtar
+    python scripts/bench.py --only ppo_atari_rss_vs_sb3 --steps 2048   # opt-in, peak RSS (<= 8192)
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. Each figure runs in a fresh process, whose peak memory (VmHWM)
@@ -32,6 +34,7 @@ FIGURES: dict[str, Callable] = {
     "diagnostics_ratio": gradients.diagnostics_ratio,
     "conv_ratios": conv_figures.conv_figures,
     "rollout_ratio": collection.rollout_ratio,
+    "cnn_collection_ratio": collection.cnn_collection_ratio,
     "update_overhead": speed.update_overhead,
     "a2c_speed_ratio": speed.a2c_speed_ratio,
     "collection_envpool_cartpole": collection.collection_backends,
@@ -45,7 +48,9 @@ OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "a2c_mujoco_vs_sb3": sb3.a2c_mujoco_vs_sb3,
                                "command_overhead": sb3.command_overhead,
                                "naive_acting_ratio": collection.naive_acting_ratio,
-                               "async_scaling": async_scaling.async_scaling}
+                               "async_scaling": async_scaling.async_scaling,
+                               "ppo_minatar_vs_sb3": sb3.ppo_minatar_vs_sb3,
+                               "ppo_atari_rss_vs_sb3": sb3.ppo_atari_rss_vs_sb3}
 
 
 def run_figure(name: str, args) -> list[dict]:
@@ -54,8 +59,11 @@ def run_figure(name: str, args) -> list[dict]:
     kwargs = {}
     if name == "a2c_cartpole":
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
-    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead"):
+    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead",
+                  "ppo_minatar_vs_sb3"):
         kwargs = {"steps": args.steps}
+    elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
+        kwargs = {"steps": min(args.steps, 8192)}
     repeats = args.repeats
     if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one
         repeats = max(3, repeats // 8)

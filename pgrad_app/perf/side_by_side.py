@@ -11,7 +11,8 @@ Trains until the mean return of the last 20 training episodes reaches ``target``
 ``max_steps`` env steps (pgrad: ``agent.learn``, the loop every run uses), and prints one
 JSON line: env steps, wall and CPU seconds from building the agent (env included) to the end,
 whether the target was reached, the last-20 mean return,
-and the process's peak resident memory (VmHWM, which exec resets: this process alone).
+and the process's peak resident memory (VmHWM, which exec resets: this process alone; the
+``command`` side reports the ``pgrad-train`` process's, from its ``ru_maxrss``).
 
 ``command`` runs ``pgrad-train`` itself into a temporary run directory (default logging,
 checkpoints, export, plot) on ``max_steps`` (with ``--stop-at-return target`` if given), with
@@ -19,7 +20,10 @@ checkpoints, export, plot) on ``max_steps`` (with ``--stop-at-return target`` if
 ``episodes.csv``.
 
 Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config
-fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS); the Stable-Baselines3
+fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS or over the spec's own
+``sb3_settings``: ``{"n_envs", "hp", "network", "atari"}``, ``network`` naming one of pgrad's
+encoders as an SB3 features extractor, :mod:`pgrad_app.perf.sb3_networks`, ``atari`` SB3's Atari
+envs and ``CnnPolicy``); the Stable-Baselines3
 side never imports TensorFlow (it is blocked before ``stable_baselines3`` is imported, whose
 TensorBoard hook would load it otherwise) and runs PyTorch with one thread (``torch_threads``,
 default 1: with PyTorch's default of one thread per core, on this shared 2-core machine its
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 #: Stable-Baselines3 settings per (agent, env): rl-zoo's where it has them, else SB3's defaults.
 SB3_SETTINGS = {
@@ -71,12 +76,13 @@ def pgrad_run(spec: dict) -> dict:
     agent.learn(spec["max_steps"], callbacks=callbacks, progress=False)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     steps, loop_wall = agent.env_steps, agent.learn_stats.wall_s
+    parameters = sum(int(v.shape.num_elements()) for v in agent.net.variables)
     agent.close()
     solved = target is not None and len(returns) >= 20 and last20(returns) >= target
     return {"side": "pgrad", "solved": solved,
             "env_steps": int(steps), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "loop_wall_s": round(float(loop_wall), 2), "last20_return": last20(returns),
-            "episodes": len(returns),
+            "episodes": len(returns), "parameters": parameters,
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -124,7 +130,9 @@ def command_run(spec: dict) -> dict:
             "env_steps": int(meta["env_steps"]), "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2), "loop_wall_s": round(float(meta["wall_s"]), 2),
             "updates": int(meta["updates"]), "updates_csv_rows": rows, "tensorboard_bytes": tb,
-            "peak_rss_mb": peak_rss_mb()}
+            # The command's own process (this one only waits for it): the largest waited-for
+            # child's peak, and this process has no other child.
+            "peak_rss_mb": round(after.ru_maxrss / 1024, 1)}
 
 
 def sb3_run(spec: dict) -> dict:
@@ -136,7 +144,16 @@ def sb3_run(spec: dict) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    settings = SB3_SETTINGS.get((spec["agent"], spec["env"]), {"n_envs": 1, "hp": {}})
+    # The spec's own settings (the MinAtar figure builds them from pgrad's tuned entry), else the
+    # table's, else SB3's defaults on one env.
+    settings: dict[str, Any] = spec.get("sb3_settings") or SB3_SETTINGS.get(
+        (spec["agent"], spec["env"]), {"n_envs": 1, "hp": {}})
+    if spec["env"].startswith("MinAtar/"):  # MinAtar registers its ids on demand (as pgrad does)
+        import gymnasium as gym
+        import minatar.gym
+
+        if spec["env"] not in gym.registry:
+            minatar.gym.register_envs()
     target = spec.get("target")
     returns: list[float] = []
 
@@ -148,13 +165,22 @@ def sb3_run(spec: dict) -> dict:
             return not (target is not None and len(returns) >= 20 and last20(returns) >= target)
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    envs = make_vec_env(spec["env"], n_envs=settings["n_envs"], seed=spec["seed"])
+    policy = "MlpPolicy"
+    if settings.get("atari"):  # SB3's own Atari pipeline (rl-zoo's): AtariWrapper, 4 frames
+        envs, policy = _sb3_atari(spec["env"], settings["n_envs"], spec["seed"]), "CnnPolicy"
+    else:
+        envs = make_vec_env(spec["env"], n_envs=settings["n_envs"], seed=spec["seed"])
     if settings.get("normalize"):
         from stable_baselines3.common.vec_env import VecNormalize
 
         envs = VecNormalize(envs)
     algo = {"a2c": sb3.A2C, "ppo": sb3.PPO}[spec["agent"]]
-    model = algo("MlpPolicy", envs, seed=spec["seed"], device="cpu",
+    policy_kwargs = {}
+    if settings.get("network"):  # one of pgrad's encoders as an SB3 features extractor
+        from pgrad_app.perf.sb3_networks import POLICY_KWARGS
+
+        policy_kwargs = {"policy_kwargs": POLICY_KWARGS[settings["network"]]()}
+    model = algo(policy, envs, seed=spec["seed"], device="cpu", **policy_kwargs,
                  **{**settings["hp"], **spec.get("sb3_hp", {})})
     model.learn(spec["max_steps"], callback=Stop())
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
@@ -163,17 +189,38 @@ def sb3_run(spec: dict) -> dict:
     return {"side": "sb3", "solved": bool(solved), "env_steps": int(model.num_timesteps),
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "last20_return": last20(returns),
             "episodes": len(returns), "peak_rss_mb": peak_rss_mb(),
+            "parameters": sum(p.numel() for p in model.policy.parameters()),
             "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__},
             "torch_threads": torch.get_num_threads(), "n_envs": settings["n_envs"],
-            "vec_normalize": bool(settings.get("normalize")),
+            "vec_normalize": bool(settings.get("normalize")), "network": settings.get("network"),
             "tensorflow_loaded": tensorflow_loaded()}
+
+
+def _sb3_atari(env_id: str, n_envs: int, seed: int):
+    """SB3's Atari envs as rl-zoo makes them: ``make_atari_env`` (Monitor, then ``AtariWrapper``:
+    no-op reset, frame skip 4 with max-pooling, episodic life, fire reset, 84x84 grayscale,
+    clipped rewards) and ``VecFrameStack(4)``; an ``ALE/...-v5`` id with ``frameskip=1`` (the
+    wrapper skips the frames, as pgrad's ``make_atari`` does on the same id)."""
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    env_kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}
+    return VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=env_kwargs),
+                         4)
 
 
 def tensorflow_loaded() -> bool:
     """Whether any TensorFlow module got loaded here (``tensorflow`` itself is blocked by a
-    ``None`` entry, so a module under it or a TensorFlow package beside it is what would show)."""
+    ``None`` entry, so a module under it or a TensorFlow package beside it is what would show).
+
+    The ``tensorboard`` package alone is not counted: SB3's logger imports it through
+    ``torch.utils.tensorboard`` whenever it is installed (without TensorFlow, on tensorboard's
+    own ``tensorflow_stub``), as it would for any SB3 user who has it."""
     return any(mod is not None and (name.split(".")[0] in ("tensorflow", "tensorflow_probability",
-                                                            "tf_keras", "tensorboard"))
+                                                            "tf_keras"))
                for name, mod in list(sys.modules.items()))
 
 

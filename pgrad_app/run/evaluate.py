@@ -118,6 +118,7 @@ def evaluate_run(
     epsilons: Any = None,
     pgd_steps: int = 10,
     trust_run_code: bool = False,
+    render: str | None = None,
 ) -> dict[str, Any]:
     """Evaluates the policy of a run directory; writes ``eval.json`` for the plain evaluation
     (deterministic episodes on the run's env), ``eval-VARIANT.json`` for any other
@@ -138,6 +139,7 @@ def evaluate_run(
       attack, epsilons, pgd_steps: observation attacks, as :func:`pgrad.evaluate`.
       trust_run_code: import the env module the run's config names even if ``env_id`` does not
         name it again.
+      render: ``"human"``: show the episodes on screen (``eval-human.json``).
 
     Raises:
       UserError: no run in ``run_dir``, bad arguments, unknown env, moviepy missing for video,
@@ -172,8 +174,11 @@ def evaluate_run(
         if attack not in ATTACKS:
             raise UserError(f"--attack must be one of {', '.join(ATTACKS)}; "
                             f"got {attack!r}.")
-        if video_dir is not None:
-            raise UserError("--video cannot be combined with --attack.")
+        if video_dir is not None or render is not None:
+            raise UserError(f"{'--video' if video_dir else '--render'} cannot be combined with "
+                            "--attack.")
+    if render is not None and video_dir is not None:
+        raise UserError("--render human shows the episodes and --video records them; choose one.")
         if int(pgd_steps) < 1:
             raise UserError(f"--pgd-steps must be >= 1; got {pgd_steps}.")
     eps = robustness.parse_epsilons("0,0.01,0.05,0.1" if epsilons is None else epsilons)
@@ -236,7 +241,8 @@ def evaluate_run(
         try:
             result = pgrad.evaluate(target, env_id=bare_id, episodes=episodes,
                                     deterministic=deterministic, seed=seed, video_dir=video_dir,
-                                    attack=attack, epsilons=eps, pgd_steps=pgd_steps)
+                                    attack=attack, epsilons=eps, pgd_steps=pgd_steps,
+                                    render_mode=render)
         except EnvError as err:
             raise RunError(one_line(err)) from None
         except (ValueError, OSError) as err:
@@ -246,7 +252,7 @@ def evaluate_run(
             agent.close()
     result = {"run": str(run_dir), **result, "env": env_spec, "source": used}
     written = RunLayout(run_dir).evaluation_of(variant_name(
-        deterministic, video_dir, None if own else env_spec, attack))
+        deterministic, video_dir, None if own else env_spec, attack, render))
     result["written"] = str(written)
     if write:
         try:
@@ -275,7 +281,8 @@ def _headline(result: dict) -> str:
             f"{result['length_mean']:.1f} over {result['episodes']} episodes")
 
 
-def variant_name(deterministic: bool, video_dir, env: str | None, attack: str | None) -> str:
+def variant_name(deterministic: bool, video_dir, env: str | None, attack: str | None,
+                 render: str | None = None) -> str:
     """``""`` for the plain evaluation (deterministic actions on the run's own env, no video,
     no attack; its episode count and seed are in the file), else what differs (``"video"``,
     ``"attack-fgsm"``, ``"sampled"``, ``"env-ID"``, joined by ``-``): its file is
@@ -285,6 +292,8 @@ def variant_name(deterministic: bool, video_dir, env: str | None, attack: str | 
     parts = [f"attack-{attack}"] if attack else []
     if video_dir is not None:
         parts.append("video")
+    if render is not None:
+        parts.append(render)
     if not deterministic:
         parts.append("sampled")
     if env:

@@ -62,6 +62,7 @@ class RunLayout:
     CHECKPOINTS = persistence.CHECKPOINTS
     POLICY = persistence.POLICY
     TENSORBOARD = "tb"
+    VIDEOS = "videos"  # --capture-video
     TRACKER_ID = "wandb-run-id"
     MARKER = ".pgrad-run"
     #: What ``--overwrite`` replaced, kept until the new run's first checkpoint.
@@ -114,6 +115,7 @@ class RunLayout:
                                cls.ROBUSTNESS, cls.TRACKER_ID))
         tree = {**files, **cls.saved_agent(),
                 cls.TENSORBOARD: {"events.out.tfevents.*": None},
+                cls.VIDEOS: {"rl-video-*.mp4": None},
                 # best/ is a saved agent: agent.save leaves its lock file (the run's own lock,
                 # held by the writer that clears the run, is never deleted).
                 cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None, cls.LOCK: None,

@@ -194,7 +194,8 @@ class RunRecorder(Checkpoint):
         scalars, arrays = self.interval.row()
         scalars["nonfinite_total"] = float(self.nonfinite_total)
         rew, length = logger.episode_means(loop)
-        columns = {**scalars, "ep_rew_mean": rew, "ep_len_mean": length}
+        columns = {**scalars, "ep_rew_mean": rew, "ep_len_mean": length,
+                   "success_rate": logger.success_rate(loop)}  # empty if the env reports none
         self.last_row = logger.tags(scalars, loop, self.cadence.fps(loop))
         self.log.row(loop.env_steps, columns, self.last_row,
                      {f"train/{k}": a for k, a in arrays.items()})
@@ -228,6 +229,31 @@ class RunRecorder(Checkpoint):
                 pass
 
 
+def env_settings(env: Any) -> dict[str, Any]:
+    """The run settings that name an agent's env in ``config.yaml``: ``{"env": id}``, with
+    ``env_kwargs`` and ``env_wrapper`` for an :class:`pgrad.rl.envs.EnvRecipe` (an id with
+    options and wrappers by importable name; an instance ``gymnasium.make`` built counts too).
+
+    Raises:
+      UserError: a factory, an instance that cannot be built again or a wrapper without an
+        importable name: config.yaml could not rebuild it (saying what to pass instead).
+    """
+    from pgrad.rl.envs import EnvRecipe, env_name, recipe_of
+
+    source, why = recipe_of(env)
+    record = source.record() if isinstance(source, EnvRecipe) else None
+    if isinstance(source, str):
+        return {"env": source}
+    if record is not None:
+        return {"env": record["id"], "env_kwargs": record["kwargs"] or None,
+                "env_wrapper": record["wrappers"] or None}
+    why = why or (f"the env {env_name(env)!r} is a factory or has a wrapper without an "
+                  "importable name")
+    raise UserError(f"RunDirectory writes the env into config.yaml as data, but {why}; make the "
+                    "agent from a registered id (with env_kwargs, and env_wrapper by class or "
+                    "dotted name).")
+
+
 class RunDirectory(RunRecorder):
     """The run directory ``pgrad-train`` writes, from Python::
 
@@ -241,8 +267,8 @@ class RunDirectory(RunRecorder):
     every ``log_every`` updates (0: the agent's, :func:`agents.logger.default_log_every`).
 
     Raises (when the run starts):
-      UserError: ``out`` holds a run or foreign files, or cannot be written; the agent's env is
-        not a registered id.
+      UserError: ``out`` holds a run or foreign files, or cannot be written; the agent's env
+        cannot be written down as data (:func:`env_settings`).
     """
 
     def __init__(self, out: str | Path, overwrite: bool = False, checkpoint_every: int = 10_000,
@@ -256,11 +282,9 @@ class RunDirectory(RunRecorder):
 
     def on_start(self, loop: Loop) -> None:
         agent = loop.agent
-        if not isinstance(agent.env_id, str):
-            raise UserError("RunDirectory needs an agent on a registered env id (config.yaml "
-                            "names the env).")
-        self.settings = dataclasses.replace(self.settings, agent=agent.name, env=agent.env_id,
-                                            seed=int(agent.seed), total_steps=max(1, loop.until))
+        self.settings = dataclasses.replace(self.settings, agent=agent.name,
+                                            **env_settings(agent.env_id), seed=int(agent.seed),
+                                            total_steps=max(1, loop.until))
         rundir.check_new(self.out, self.overwrite)
         self.lock, _ = rundir.create(self.out, self.overwrite,
                                      dump_run_config(self.settings, agent.cfg))

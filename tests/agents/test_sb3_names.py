@@ -32,8 +32,8 @@ def test_sb3_names_without_a_pgrad_field_point_to_pgrad_s_way():
         agents.make("ppo", tb_log_name="x")
     with pytest.raises(TypeError, match="progress=False"):
         agents.make("ppo", verbose=1)
-    with pytest.raises(ValueError, match="same hidden widths"):
-        agents.make("ppo", policy_kwargs=dict(net_arch=dict(pi=[64], vf=[128])))
+    with pytest.raises(ValueError, match="keys pi and vf only"):
+        agents.make("ppo", policy_kwargs=dict(net_arch=dict(pi=[64], qf=[128])))
     with pytest.raises(ValueError, match="supports tanh and relu"):
         agents.make("ppo", policy_kwargs=dict(activation_fn="elu"))
     with pytest.raises(TypeError, match="policy_kwargs \\['features_extractor_class'\\]"):

@@ -102,3 +102,25 @@ def test_command_side_stops_at_the_target_and_reports_its_episodes():
     out = json.loads(run(SIDE_BY_SIDE, "command", json.dumps(spec), timeout=600)
                      .stdout.strip().splitlines()[-1])
     assert out["solved"] and out["env_steps"] < 5000
+
+
+@pytest.mark.sb3  # opt-in: make test-sb3 installs the bench extra and runs these
+def test_minatar_sides_train_the_same_network():
+    """ppo_minatar_vs_sb3's sides: SB3 with pgrad's minatar_cnn as its features extractor has
+    exactly pgrad's parameter count (conv 16 3x3, 128 units, one linear layer per head)."""
+    from pgrad_app.perf.sb3 import minatar_settings
+
+    hp, sb3_settings = minatar_settings()
+    hp.update(num_envs=2, n_steps=8, minibatch_size=8)  # tiny: it runs, no timing
+    sb3_settings.update(n_envs=2, hp={**sb3_settings["hp"], "n_steps": 8, "batch_size": 8})
+    spec = {"agent": "ppo", "env": "MinAtar/Breakout-v1", "seed": 0, "max_steps": 16, "hp": hp,
+            "sb3_settings": sb3_settings}
+    out = {}
+    for side in ("pgrad", "sb3"):
+        proc = run(SIDE_BY_SIDE, side, json.dumps(spec))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out[side]["env_steps"] >= 16
+    assert out["sb3"]["network"] == "minatar_cnn" and not out["sb3"]["tensorflow_loaded"]
+    assert out["pgrad"]["parameters"] == out["sb3"]["parameters"] == (
+        4 * 9 * 16 + 16 + 8 * 8 * 16 * 128 + 128 + 129 * 3 + 129)  # Breakout: 4 planes, 3 actions

@@ -259,3 +259,99 @@ def test_bench_run_module_needs_a_spec():
                           capture_output=True, text=True, env=launch.child_env(1), timeout=120)
     assert proc.returncode == 2 and "usage" in proc.stderr
 
+
+
+# ---------------------------------------------------------------------------------------------
+# A long run stopped part-way continues from its checkpoint.
+# ---------------------------------------------------------------------------------------------
+
+def _single_run(spec_file: Path) -> subprocess.Popen:
+    env = launch.child_env(1)
+    return subprocess.Popen([sys.executable, "-m", "pgrad_app.experiments.single_run",
+                             str(spec_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+@pytest.mark.subprocess
+def test_a_stopped_run_continues_from_its_checkpoint_past_a_damaged_one(tmp_path):
+    import signal
+    import time
+
+    budget = 16_000
+    (spec,) = benchmark.plan(["a2c"], ["CartPole-v1"], [3], steps=budget, eval_episodes=3)
+    results = tmp_path / "results"
+    out = launch.result_path(results, spec)
+    ckpt = results / "checkpoints" / spec.name
+    spec_file = tmp_path / "spec.json"
+    payload = {**launch.dataclasses.asdict(spec), "threads": 1, "out": str(out), "jobs": 1,
+               "checkpoint_every_s": 0.5}
+    spec_file.write_text(json.dumps(payload))
+
+    # 1. SIGTERM once two periodic checkpoints exist: one more is written at the stop.
+    proc = _single_run(spec_file)
+    deadline = time.monotonic() + 180
+    while len(list(ckpt.glob("step-*"))) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM at env step" in err and "run the command again" in err
+    assert not out.exists()
+    kept = sorted(ckpt.glob("step-*"))
+    assert len(kept) == 2  # the newest two
+    older, newest = (int(p.name.split("-")[1]) for p in kept)
+    assert 0 < older < newest < budget
+
+    # 2. The newest is damaged: the run continues from the one before, with a warning.
+    data = next(kept[1].glob("ckpt.data-*"))
+    data.write_bytes(data.read_bytes()[:-64] + b"\0" * 64)
+    proc = _single_run(spec_file)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "is unusable (checksum mismatch" in err
+    assert f"resumed from {kept[0]} at env step {older:,}" in err
+    result = json.loads(out.read_text())
+    assert result["resumed_from"] == [older]
+    assert result["steps"] >= budget and result["budget"] == budget
+    steps = [s for s, _ in result["curve"]]
+    assert steps == sorted(steps) and steps[0] < older < steps[-1]  # before and after the stop
+    assert result["episodes"] == len(result["curve"]) and result["eval"]["episodes"] == 3
+    assert not ckpt.exists()  # the result holds what they did
+
+
+def test_a_checkpoint_of_other_settings_is_refused_and_kept(tmp_path):
+    import agents
+    from agents.learning import progress_meta
+    from agents.persistence import save_checkpoint
+    from pgrad_app.experiments import single_run
+
+    (spec,) = benchmark.plan(["a2c"], ["CartPole-v1"], [3], steps=4000, eval_episodes=3)
+    spec = {**launch.dataclasses.asdict(spec),
+            "out": str(launch.result_path(tmp_path, spec))}
+    ckpt = single_run.checkpoint_dir(spec)
+    agent = agents.make("a2c", "CartPole-v1", seed=3, num_envs=2)
+    try:
+        assert single_run.resume(agent, spec, ckpt) == ([], [])  # nothing to continue
+        agent.learn(20, progress=False)
+        theirs = {**{k: spec[k] for k in single_run.SAME_RUN}, "budget": 8000}
+        save_checkpoint(agent, ckpt, {**progress_meta(agent),
+                                      "bench": {"run": theirs, "episodes": []}})
+        with pytest.raises(SystemExit, match="checkpoint of this run with other budget; "
+                                             "delete .* to start the run again"):
+            single_run.resume(agent, spec, ckpt)
+        assert list(ckpt.glob("step-*"))  # nothing deleted
+        theirs["budget"] = spec["budget"]
+        theirs["hyperparameters"] = {**spec["hyperparameters"], "gamma": 0.5}
+        save_checkpoint(agent, ckpt, {**progress_meta(agent),
+                                      "bench": {"run": theirs, "episodes": []}})
+        with pytest.raises(SystemExit, match="other hyperparameter gamma; delete"):
+            single_run.resume(agent, spec, ckpt)
+        # A field a newer pgrad added (or dropped) does not make it another run.
+        theirs["hyperparameters"] = {**spec["hyperparameters"], "field_of_the_future": 1}
+        del theirs["hyperparameters"]["gamma"]
+        save_checkpoint(agent, ckpt, {**progress_meta(agent),
+                                      "bench": {"run": theirs, "episodes": [[10, 9.0]]}})
+        assert single_run.resume(agent, spec, ckpt) == ([(10, 9.0)], [int(agent.env_steps)])
+    finally:
+        agent.close()

@@ -119,6 +119,8 @@ def test_no_ray_names_the_extra_and_writes_nothing(tmp_path, monkeypatch, capsys
 @pytest.mark.parametrize("agent, extra", [
     ("ppo", ("--set", "normalize_obs=true", "--set", "normalize_reward=true")),
     ("reinforce", ()),  # whole-episode batches
+    ("ppo", ("--env", "CartPoleNoVel-v1", "--set", "recurrent=lstm", "--set", "lstm_units=8",
+             "--set", "minibatch_size=32")),  # the LSTM's state travels with the worker
 ])
 def test_one_worker_equals_in_process(ray_local, tmp_path, capsys, agent, extra):
     runs = {}

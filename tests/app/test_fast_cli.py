@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,7 +40,34 @@ def test_help_without_tensorflow_and_train_help_still_lists_hyperparameters():
     r = probe("evaluate", "--help")
     assert "TF False CODE 0" in r.stdout and "--episodes" in r.stdout, r.stderr
     r = probe("train", "--help")
-    assert "CODE 0" in r.stdout and "hyperparameters (--set NAME=VALUE" in r.stdout, r.stderr
+    assert "TF False CODE 0" in r.stdout, r.stderr
+    listed = r.stdout[r.stdout.index("hyperparameters (--set NAME=VALUE"):]
+    # every agent's every field, with its preset's default: the full table, not a summary
+    import agents
+    from pgrad_app.config.settings import field_help
+
+    for name in agents.names():
+        assert f"\n  {name}:\n" in listed
+        block = listed[listed.index(f"\n  {name}:\n"):]
+        for field_name, _, default in field_help(agents.config_class(name)):
+            assert f"    {field_name}={json.dumps(default)}  " in block, (name, field_name)
+    assert "clip_range=0.4" in listed and "max_kl=0.01" in listed  # appo's and npg's own
+
+
+def test_the_agents_configs_are_data_and_the_agents_load_on_first_use():
+    code = ("import sys, agents\n"
+            "print('tensorflow' in sys.modules, agents.names())\n"
+            "cfg = agents.config_class('PPO')(n_steps=64)\n"
+            "print('tensorflow' in sys.modules, cfg.n_steps, cfg.clip_range)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.stdout.splitlines() == [
+        "False ['a2c', 'appo', 'impala', 'npg', 'ppo', 'reinforce']", "False 64 0.2"], r.stderr
+    import agents  # here TensorFlow may load: the classes come on first use, with their configs
+
+    for name in agents.names():
+        assert agents.get(name).Config is agents.config_class(name)
+    assert agents.PPO.Config is agents.PPOConfig and agents.get("APPO") is agents.APPO
 
 
 def test_every_parse_first_program_imports_no_tensorflow_with_its_module():

@@ -101,6 +101,15 @@ def test_per_step_grads_through_time_are_the_jacobian(kind):
     np.testing.assert_allclose(norms.numpy(), np.linalg.norm(flat, axis=1), rtol=1e-5)
 
 
+def _clipped_mean(rows, adv, max_norm):
+    """The chain weight_by(advantages), clip_per_step(max_norm), mean_steps() by hand on the
+    jacobian's rows ``[B L, *shape]``."""
+    weighted = [r * adv.reshape(-1, *[1] * (r.ndim - 1)) for r in rows]
+    norm = np.linalg.norm(np.concatenate([w.reshape(B * L, -1) for w in weighted], 1), axis=1)
+    scale = np.minimum(1.0, max_norm / np.maximum(norm, 1e-12))
+    return [(w * scale.reshape(-1, *[1] * (w.ndim - 1))).mean(0) for w in weighted]
+
+
 @pytest.mark.parametrize("path", ["fused", "full"])
 def test_every_engine_path_is_exact_for_a_recurrent_policy(path):
     """Fused (one backward pass through time; with per-step norms for clipping) and full
@@ -112,11 +121,7 @@ def test_every_engine_path_is_exact_for_a_recurrent_policy(path):
                         pgrad.mean_steps())
     out = pgrad.run_engine(chain, chain.init(variables), fn, variables, args,
                            {"advantages": tf.constant(adv)}, path=path, sequence_length=L)
-    weighted = [r * adv.reshape(-1, *[1] * (r.ndim - 1)) for r in rows]
-    norm = np.linalg.norm(np.concatenate([w.reshape(B * L, -1) for w in weighted], 1), axis=1)
-    scale = np.minimum(1.0, 0.05 / np.maximum(norm, 1e-12))
-    for g, w in zip(out.grads, weighted):
-        want = (w * scale.reshape(-1, *[1] * (w.ndim - 1))).mean(0)
+    for g, want in zip(out.grads, _clipped_mean(rows, adv, 0.05)):
         np.testing.assert_allclose(g.numpy(), want, atol=1e-6)
     assert float(out.metrics["path_fused"]) == (1.0 if path == "fused" else 0.0)
 
@@ -130,3 +135,42 @@ def test_fused_path_without_norms_is_one_weighted_backward_pass():
                            {"advantages": tf.constant(adv)}, path="fused", sequence_length=L)
     for g, r in zip(out.grads, rows):
         np.testing.assert_allclose(g.numpy(), np.tensordot(adv, r, 1), atol=1e-5)
+
+
+def test_per_step_grads_through_a_cnn_and_the_core_are_the_jacobian():
+    """encoder (MinAtar's CNN on bool planes) -> LSTM -> head: row t of every engine path is
+    d log pi(a_t | o_1..t) / d theta through the CNN and the whole prefix, with episode
+    boundaries inside the sequences (the conv layers untapped: the generic path)."""
+    import gymnasium as gym
+
+    from pgrad.rl import encoders, spaces
+    from pgrad.rl.networks import actor_critic
+
+    layout = spaces.obs_layout(gym.spaces.Box(0, 1, (6, 6, 2), np.bool_))
+    net = actor_critic(layout, lambda latent: pgrad.make_head(gym.spaces.Discrete(3)),
+                       encoders.resolve("minatar_cnn", layout), seed=2, recurrent="lstm",
+                       core_units=4)
+    variables = net.policy_variables
+    assert any(len(v.shape) == 4 for v in variables)  # a conv kernel among them
+    rng = np.random.default_rng(5)
+    _, starts, _ = _batch(4, "lstm")
+    obs = rng.random((B * L, 6, 6, 2)) < 0.3
+    rows0 = np.repeat(rng.standard_normal((B, 8)).astype(np.float32), L, axis=0)
+    actions = rng.integers(0, 3, B * L).astype(np.int32)
+
+    def fn(o, s, s0, a):
+        params = net.params_sequence(o, s, tf.reshape(s0, [-1, L, 8])[:, 0], L)
+        return net.head.distribution(params).log_prob(a)
+
+    args = tuple(tf.constant(v) for v in (obs, starts, rows0, actions))
+    want = _reference(fn, variables, args)
+    got = per_step.per_step_grads(fn, variables, *args, sequence_length=L)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5)
+    adv = rng.standard_normal(B * L).astype(np.float32)
+    chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.clip_per_step(0.05),
+                        pgrad.mean_steps())
+    out = pgrad.run_engine(chain, chain.init(variables), fn, variables, args,
+                           {"advantages": tf.constant(adv)}, path="fused", sequence_length=L)
+    for g, w in zip(out.grads, _clipped_mean(want, adv, 0.05)):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-6)

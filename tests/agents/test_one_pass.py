@@ -1,0 +1,80 @@
+"""A critic sharing the policy's features gets its values from the policy's own forward pass
+(``agents.update.ONE_PASS``): the update equals the one with a second pass for the value."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agents
+import pgrad
+from agents import update as update_lib
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from policies import ImageEnv  # noqa: E402
+
+PLANES = "pgrad-test/Planes-v0"  # 10 x 10 x 4 bool, as MinAtar (minatar_cnn, shared)
+if PLANES not in gym.registry:
+    gym.register(PLANES, entry_point=ImageEnv, kwargs={"shape": (10, 10, 4), "dtype": np.bool_})
+
+
+def clip_chain():  # per-step norms: the engine records taps for the policy's layers
+    return pgrad.chain(pgrad.weight_by("advantages"), pgrad.clip_per_step(0.5),
+                       pgrad.mean_steps())
+
+
+CASES = {
+    "ppo_cnn_entropy": ("ppo", PLANES, {"minibatch_size": 8, "epochs": 2, "ent_coef": 0.01}),
+    "ppo_cnn_value_clip": ("ppo", PLANES, {"minibatch_size": 8, "epochs": 2,
+                                           "clip_range_vf": 0.1}),
+    "a2c_shared_trunk_scaled_full_path": ("a2c", "CartPole-v1", {
+        "shared_trunk": True, "trunk_grad_scale": 0.5, "engine_path": "full"}),
+    "a2c_cnn_clip_per_step": ("a2c", PLANES, {"transform": "clip"}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_pass_update_equals_a_second_pass_for_the_value(case, monkeypatch):
+    name, env_id, options = CASES[case]
+    options = dict(options)
+    if options.pop("transform", None):
+        options["transform"] = clip_chain()
+    calls = []
+    shared_pass = update_lib.shared_pass
+
+    def spy(net, obs):
+        calls.append(1)  # at trace time
+        return shared_pass(net, obs)
+
+    monkeypatch.setattr(update_lib, "shared_pass", spy)
+
+    def run(one_pass):
+        monkeypatch.setattr(update_lib, "ONE_PASS", one_pass)
+        calls.clear()
+        agent = agents.make(name, env_id, seed=3, num_envs=2, n_steps=8, **options)
+        metrics = agent.step()["metrics"]
+        weights = [v.numpy() for v in agent.net.variables]
+        agent.close()
+        return metrics, weights, bool(calls)
+
+    (m_one, w_one, used), (m_two, w_two, unused) = run(True), run(False)
+    assert used and not unused  # the path really taken
+    for a, b in zip(w_one, w_two):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for key in ("value_loss", "entropy", "policy_loss", "grad_norm", "pg_grad_norm"):
+        np.testing.assert_allclose(m_one[key], m_two[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_no_one_pass_without_shared_features(monkeypatch):
+    """A separate critic (MLP policy, or share_encoder off) keeps the update as it was."""
+    called = []
+    monkeypatch.setattr(update_lib, "shared_pass", lambda *a: called.append(1))
+    for env_id, options in (("CartPole-v1", {}), (PLANES, {"share_encoder": False})):
+        agent = agents.make("a2c", env_id, seed=0, num_envs=2, n_steps=4, **options)
+        agent.step()
+        agent.close()
+    assert not called
