@@ -265,11 +265,20 @@ class ActorCriticAgent:
         sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
         without it.
         """
-        single = not spaces.is_batch(obs, self.observation_space)
+        try:  # one line naming what is wrong, before any of it is acted on
+            single = not spaces.is_batch(obs, self.observation_space)
+            spaces.check_finite(obs, "predict: the observation")
+        except (ValueError, TypeError, KeyError, IndexError) as err:
+            text = str(err)
+            raise ValueError(text if text.startswith("predict:") else f"predict: {text}") from None
         if single and action_masks is not None:
             action_masks = np.asarray(action_masks)[None]
-        actions, state = self._act(spaces.batch_of_one(obs) if single else obs, deterministic,
-                                   action_masks, state, episode_start)
+        try:
+            actions, state = self._act(spaces.batch_of_one(obs) if single else obs,
+                                       deterministic, action_masks, state, episode_start)
+        except ValueError as err:  # e.g. a discrete value outside the space
+            text = str(err)
+            raise ValueError(text if text.startswith("predict") else f"predict: {text}") from None
         if single:
             return actions[0], None if state is None else state[0]
         return actions, state

@@ -20,10 +20,11 @@ import csv
 import io
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents import persistence
+from agents import best_policy, persistence
 from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
 from pgrad.rl.evaluation import eval_seed
 from pgrad.rl.files import write_atomic
@@ -33,6 +34,13 @@ EVAL_LOG = "eval.csv"
 BEST = "best"
 EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "episodes",
                 "deterministic", "best")
+
+
+class EvaluationInterrupted(BaseException):
+    """Raised inside an evaluation by a signal handler that must not wait for it to end (an
+    env whose episodes run long): :class:`EvalCallback` drops that evaluation and the run
+    stops as the signal asks. A BaseException, as KeyboardInterrupt: no handler of env errors
+    inside the evaluation may take it for one."""
 
 
 class StopAtReturn(Callback):
@@ -139,6 +147,8 @@ class EvalCallback(Callback):
                          else Path(log_dir) / BEST if log_dir is not None else None)
         self.best: float | None = None
         self.rows: list[dict[str, Any]] = []
+        self._say: Callable[[str], None] = print
+        self.running = False  # inside pgrad.evaluate (see EvaluationInterrupted)
 
     def on_start(self, loop: Loop) -> None:
         agent = loop.agent
@@ -149,6 +159,7 @@ class EvalCallback(Callback):
             self.env_id = agent.env_id
         if self.seed is None:
             self.seed = eval_seed(agent.seed)
+        self._say = loop.say
         self._next = (loop.env_steps // self.every + 1) * self.every
         if self.log_path is not None:
             self._continue_log(self.log_path, loop.env_steps)
@@ -161,11 +172,17 @@ class EvalCallback(Callback):
                 for row in csv.DictReader(f):
                     try:
                         if int(row["step"]) <= step:
+                            float(row["return_mean"])
                             kept.append(row)
-                            mean = float(row["return_mean"])
-                            self.best = mean if self.best is None else max(self.best, mean)
                     except (KeyError, TypeError, ValueError):
                         continue
+        if self.best_dir is not None:  # best/ agrees with the rows kept (see best_policy)
+            kept = best_policy.settle(self.best_dir, step, kept, self._warn)
+        for row in kept:
+            mean = float(row["return_mean"])
+            self.best = mean if self.best is None else max(self.best, mean)
+        if self.best_dir is not None and not self.best_dir.exists():
+            self.best = None  # no policy kept: the next evaluation's goes to best/
         log_path.parent.mkdir(parents=True, exist_ok=True)
         text = io.StringIO()
         writer = csv.DictWriter(text, EVAL_COLUMNS, extrasaction="ignore")
@@ -173,21 +190,28 @@ class EvalCallback(Callback):
         writer.writerows(kept)
         write_atomic(log_path, text.getvalue())
 
+    def _warn(self, text: str) -> None:
+        self._say(f"warning: {text}")
+
     def evaluate(self, loop: Loop) -> dict[str, Any]:
         """Runs one evaluation now; logs it, keeps the best policy; returns its row."""
         import pgrad
 
-        r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
-                           deterministic=self.deterministic, seed=self.seed)
+        self.running = True  # a signal handler may interrupt it (EvaluationInterrupted)
+        try:
+            r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
+                               deterministic=self.deterministic, seed=self.seed)
+        finally:
+            self.running = False
         improved = self.best is None or r["return_mean"] > self.best
-        if improved:
-            self.best = r["return_mean"]
-            if self.best_dir is not None:
-                loop.agent.save(self.best_dir)
         row = {"step": loop.env_steps, "wall_s": round(loop.wall_s(), 3),
                "return_mean": r["return_mean"], "return_std": r["return_std"],
                "length_mean": r["length_mean"], "episodes": self.episodes,
                "deterministic": int(self.deterministic), "best": int(improved)}
+        if improved:
+            if self.best_dir is not None:  # the policy with its row, swapped in whole
+                best_policy.keep(loop.agent, self.best_dir, row)
+            self.best = r["return_mean"]
         self.rows.append(row)
         loop.evaluation = row
         if self.log_path is not None:
@@ -205,5 +229,9 @@ class EvalCallback(Callback):
         if loop.env_steps < self._next:
             return True
         self._next = (loop.env_steps // self.every + 1) * self.every
-        row = self.evaluate(loop)
+        try:
+            row = self.evaluate(loop)
+        except EvaluationInterrupted:  # a signal: no row, no best/; the run stops next
+            loop.say(f"evaluation at env step {loop.env_steps:,} interrupted: not recorded")
+            return True
         return self.target is None or row["return_mean"] < self.target

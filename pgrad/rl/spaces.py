@@ -113,7 +113,11 @@ def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
         start = int(space.start)
 
         def one_hot(obs):
-            return eye[np.asarray(obs, np.int64).reshape(-1) - start]
+            idx = np.asarray(obs, np.int64).reshape(-1) - start  # [N]
+            if idx.size and (idx.min() < 0 or idx.max() >= len(eye)):  # -1 would be the last
+                raise _out_of_range(idx, np.asarray(len(eye)), np.asarray(start),
+                                    str(space))
+            return eye[idx]
 
         return one_hot
     if isinstance(space, gym.spaces.MultiDiscrete):
@@ -123,7 +127,10 @@ def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
         total = int(nvec.sum())
 
         def multi_one_hot(obs):
-            idx = np.asarray(obs, np.int64).reshape(-1, len(nvec)) - starts + offsets  # [N, D]
+            idx = np.asarray(obs, np.int64).reshape(-1, len(nvec)) - starts  # [N, D]
+            if idx.size and ((idx < 0) | (idx >= nvec)).any():  # else it sets a neighbour's bit
+                raise _out_of_range(idx, nvec, starts, f"MultiDiscrete({nvec.tolist()})")
+            idx = idx + offsets
             out = np.zeros((idx.shape[0], total), np.float32)
             np.put_along_axis(out, idx, 1.0, axis=1)
             return out
@@ -405,10 +412,41 @@ def is_batch(obs, space: gym.Space) -> bool:
     if isinstance(space, gym.spaces.Discrete):
         return np.ndim(obs) == 1
     shape = tuple(space.shape or ())
-    ndim = np.ndim(obs)
-    if ndim == len(shape) + 1:
+    got = tuple(np.shape(obs))
+    # The whole shape, not only the rank: a [4, 1] column for a (4,) space is neither one
+    # observation nor a batch of four (reshaped, it would be read as one wrong observation).
+    if got[1:] == shape:
         return True
-    if ndim == len(shape):
+    if got == shape:
         return False
-    raise ValueError(f"observation of shape {np.shape(obs)} fits neither one observation nor a "
-                     f"batch of {space}.")
+    raise ValueError(f"observation of shape {got} fits neither one observation {shape} nor a "
+                     f"batch [N, {', '.join(map(str, shape))}] of the observation space "
+                     f"({type(space).__name__}).")
+
+
+def check_finite(obs, where: str = "observation") -> None:
+    """Raises ValueError naming ``where`` if a float observation (or any Dict/Tuple entry) holds
+    NaN or inf: a policy acting on one returns an arbitrary action, silently."""
+    if isinstance(obs, dict):
+        for key, value in obs.items():
+            check_finite(value, f"{where}[{key!r}]")
+        return
+    if isinstance(obs, tuple):
+        for i, value in enumerate(obs):
+            check_finite(value, f"{where}[{i}]")
+        return
+    arr = np.asarray(obs)
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise ValueError(f"{where} holds NaN or inf (at index {tuple(int(i) for i in bad)}: "
+                         f"{arr[tuple(bad)]}); pgrad does not act on it.")
+
+
+def _out_of_range(idx: np.ndarray, n: np.ndarray, start: np.ndarray, what: str) -> ValueError:
+    """The error for discrete observation values outside ``[start, start + n)``; ``idx`` is the
+    value minus ``start``."""
+    at = tuple(int(i) for i in np.argwhere((idx < 0) | (idx >= n))[0])
+    low = int(np.broadcast_to(start, idx.shape)[at])
+    high = low + int(np.broadcast_to(n, idx.shape)[at]) - 1
+    return ValueError(f"observation value {int(idx[at]) + low} (at index {at}) is outside "
+                      f"{what}'s values {low}..{high}.")

@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not todo:
             return None  # no Ray instance started for nothing
+        sweep.check_started(todo, args.results)  # before Ray starts: files only
         with session.ray_session(args.ray_address, what="sweep.py"):
             return sweep.launch(todo, args.results, args.cpus_per_trial,
                                 benchmark.command_line(argv, "sweep"))

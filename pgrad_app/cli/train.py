@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from pgrad_app.cli import OneLineParser
 from pgrad_app.cli.resolve import resolve, resolve_resume, run_defaults, tuned_note
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
-from pgrad_app.errors import UserError, command, one_line
+from pgrad_app.errors import EXIT_SIGTERM, Interrupted, RunError, UserError, command, one_line
 from pgrad_app.run.video import DEFAULT_EVERY as DEFAULT_VIDEO_EVERY
 
 # TensorFlow (through pgrad, agents and the run modules) is imported only after the arguments
@@ -244,6 +245,15 @@ def _resumed_budget(args, trainer, settings, cfg, text: str):
 # ---------------------------------------------------------------------------------------------
 
 
+class _StartupSignal(BaseException):
+    """SIGTERM before training started; a BaseException, as KeyboardInterrupt, so that no
+    handler of env or plug-in errors on the way takes it for one of theirs."""
+
+
+def _startup_sigterm(signum, frame) -> None:
+    raise _StartupSignal
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from pgrad.rl.files import write_atomic
@@ -267,10 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--trust-run-code only applies to --resume (a new run imports only "
                         "what you name).")
     lock = ray_run = None
+    # Until training starts (its own handler checkpoints), SIGTERM ends start-up cleanly: the
+    # lock released, an --overwrite's old run put back; a re-run replaces what was written.
+    previous = signal.signal(signal.SIGTERM, _startup_sigterm)
     try:
         if resume:
             out = Path(args.resume)
             rundir.check_path(out, f"--resume {out}")
+            if RunLayout(out).replaced.is_dir():  # an --overwrite killed before a checkpoint
+                with rundir.RunLock(out):
+                    rundir.settle(out)
             settings, cfg, agent_cls = resolve_resume(args)
             tuned_path = None  # a resumed run's config.yaml holds every value already
             lock = rundir.RunLock(out)  # before anything in the run changes
@@ -334,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
             if resume:  # restored: only now may the run's files change
                 config = RunLayout(out).config
                 if not config.is_file() or text != config.read_text():  # a new --total-steps
-                    write_atomic(config, text)
+                    try:
+                        write_atomic(config, text)
+                    except OSError as err:  # atomic: the old config.yaml is as it was
+                        raise RunError(f"cannot write {config}: {err.strerror or err}; the run "
+                                       "is as it was.") from None
                 if not rundir.is_run(out):  # a run of an older pgrad
                     rundir.write_marker(out)
                 print(f"resuming {out} from env step {trainer.resumed_from:,} "
@@ -343,11 +363,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(tuned_note(settings.agent, settings.env, tuned_path), flush=True)
             result = trainer.run()
         finally:
+            signal.signal(signal.SIGTERM, previous)  # start-up is over: not "during start-up"
             agent.close()
             if ray_run is not None:
                 ray_run.close()
+    except _StartupSignal:
+        raise Interrupted("SIGTERM during start-up: nothing was trained; run the same command "
+                          "again (it replaces what start-up wrote).", EXIT_SIGTERM) from None
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if lock is not None:
+            rundir.settle_quietly(out)  # an --overwrite that stopped before its first checkpoint
             lock.release()
     print(summary(result))
     return 0

@@ -27,6 +27,32 @@ def import_ray(what: str = "--workers"):
     return ray
 
 
+#: Seconds to wait for a TCP connection to ``--ray-address`` before Ray is asked to connect.
+PROBE_SECONDS = 5.0
+
+
+def probe(address: str) -> None:
+    """Refuses ``HOST:PORT`` (or ``ray://HOST:PORT``) where nothing accepts a connection: Ray
+    itself retries such an address for minutes, deaf to SIGTERM. ``auto`` and addresses without
+    a port are left to Ray.
+
+    Raises:
+      UserError: naming the address and the socket error.
+    """
+    import socket
+
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
+    except OSError as err:
+        why = "timed out" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise UserError(f"cannot connect to the Ray cluster at {address}: {host}:{port} does not "
+                        f"accept connections ({why}); is the cluster running (ray start "
+                        "--head)?") from None
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None,
                 what: str = "--workers") -> Iterator[Any]:
@@ -41,6 +67,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "logging_level": "ERROR", "configure_logging": True}
     if address:
+        probe(address)  # before ray.init, which would retry a dead port for minutes
         kwargs["address"] = address
     else:
         kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1

@@ -159,7 +159,7 @@ class RolloutWorker:
             delta.start()
         key = list(state["sampler_key"]) + ([self.index] if self.index else [])
         policy_fn = agent.acting_fn(np.random.default_rng(key))
-        self.collector.env_steps = 0
+        start = self.collector.env_steps = int(state.get("env_steps", 0))  # errors: run's step
         began = time.perf_counter()
         if episodes:
             traj, eps = self.collector.collect_episodes(policy_fn, num_steps)
@@ -172,9 +172,10 @@ class RolloutWorker:
         if state.get("rollout_state") is not None:  # the state after the rollout, and where
             carried = {"rollout_state": agent.rollout_state,  # the next observation starts
                        "episode_start": self.collector.episode_start.copy()}
-        return {"traj": traj, "steps": self.collector.env_steps, "stats": stats, **carried,
+        return {"traj": traj, "steps": self.collector.env_steps - start, "stats": stats,
+                **carried,
                 "collect_s": time.perf_counter() - began,
-                "episodes": [(step // self.count - 1, r, n) for step, r, n in eps],
+                "episodes": [((step - start) // self.count - 1, r, n) for step, r, n in eps],
                 "restarted": restarted}
 
     def close(self) -> None:
@@ -303,7 +304,7 @@ class RemoteCollector:
     def _rollout(self, num_steps: int, episodes: bool) -> tuple[Trajectory, list]:
         B = self.num_envs
         began = time.perf_counter()
-        state = self._ray.put(self.agent.acting_state())
+        state = self._ray.put({**self.agent.acting_state(), "env_steps": self.env_steps})
         self._calls = [
             functools.partial(a.collect.remote, state,
                               self._share(num_steps, count) if episodes else num_steps, episodes)

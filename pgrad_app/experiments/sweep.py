@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from typing import Any
 import yaml
 
 from pgrad_app.config import settings as config_lib
-from pgrad_app.errors import UserError
+from pgrad_app.errors import EXIT_SIGTERM, Interrupted, UserError
 from pgrad_app.experiments import launch as benchmark
 from pgrad_app.experiments import plan as planning
 from pgrad_app.experiments import single_run as bench_run
@@ -109,6 +110,46 @@ def plan(agents: Sequence[str], envs: Sequence[str], seeds: Sequence[int],
     return trials
 
 
+def _resumes(out: Path) -> bool:
+    """Whether :func:`run_trial` resumes the run in ``out`` (an earlier attempt checkpointed)."""
+    checkpoints = RunLayout(out).checkpoints
+    return checkpoints.is_dir() and any(checkpoints.iterdir())
+
+
+def check_started(trials: Sequence[Trial], results: Path) -> None:
+    """Refuses trials whose run directory an earlier sweep started with other settings (other
+    ``--set`` values, another budget): resuming it would train on under the old settings and
+    label the result with the new ones. Checked before anything starts (files only).
+
+    Raises:
+      UserError: naming the first such run directory and what differs.
+    """
+    from pgrad_app.config import yamlfile
+
+    for trial in trials:
+        out = Path(results) / "runs" / trial.name
+        if not _resumes(out):
+            continue  # run_trial starts it afresh (--overwrite)
+        config = RunLayout(out).config
+        try:
+            values = yamlfile.load_yaml(config)
+            stored = dict(values.get(config_lib.HYPER_KEY) or {})
+        except (UserError, OSError, AttributeError, TypeError, ValueError):
+            raise UserError(f"{config}: unreadable, so the trial {trial.name} cannot be resumed "
+                            "safely; delete its run directory to rerun it.") from None
+        plain = json.loads(json.dumps(stored, default=str))  # YAML's lists, the plan's tuples
+        ours = json.loads(json.dumps(trial.hyperparameters, default=str))
+        keys = [k for k in ours if plain.get(k) != ours[k]]
+        diff = (f"hyperparameter {keys[0]} {plain.get(keys[0])!r} there, {ours[keys[0]]!r} now"
+                if keys else None)
+        if values.get("total_steps") != trial.budget:
+            diff = f"budget {values.get('total_steps')!r} there, {trial.budget!r} now"
+        if diff:
+            raise UserError(f"{out} was started with other settings ({diff}); resuming it "
+                            "would mix them. Use another --results folder, or delete it to "
+                            "rerun.")
+
+
 def _run(cmd: list[str], log, threads: int) -> int:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
@@ -159,8 +200,7 @@ def run_trial(trial: Trial, results: Path, threads: int, context: dict) -> bench
     log_path = logs / f"{trial.name}.log"
     py = sys.executable
     with open(log_path, "w") as log:
-        checkpoints = RunLayout(out).checkpoints
-        if checkpoints.is_dir() and any(checkpoints.iterdir()):
+        if _resumes(out):  # check_started made sure it has this trial's settings
             train = [py, "-m", "pgrad_app", "train", "--resume", str(out), "--quiet"]
         else:  # --no-tuned: the config already holds every resolved value
             train = [py, "-m", "pgrad_app", "train", "--config", str(config), "--no-tuned",
@@ -223,9 +263,21 @@ def launch(trials: Sequence[Trial], results: Path, cpus_per_trial: int = 1, comm
                                          runtime_env=worker_runtime_env())
     pending = {task.remote(t, results, cpus_per_trial, context): t for t in trials}
     finished = []
+    # SIGTERM ends the sweep as Ctrl-C does (tasks cancelled, Ray shut down, one line, 143);
+    # left to Ray's own handler it aborts the driver with a C++ stack dump (exit 134).
+    # The handler only notes the signal: raised inside ray.wait's C code it would surface as a
+    # SystemError; the loop raises it between waits of at most a second.
+    signals: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signals.append(signum))
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            if signals:
+                raise Interrupted("SIGTERM: the sweep stopped; its unfinished trials were "
+                                  "cancelled (their run directories resume when the sweep "
+                                  "runs again).", EXIT_SIGTERM)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not ready:
+                continue
             trial = pending.pop(ready[0])
             try:
                 done = ray.get(ready[0])
@@ -235,10 +287,12 @@ def launch(trials: Sequence[Trial], results: Path, cpus_per_trial: int = 1, comm
                 echo(f"task of {trial.name} failed: {type(err).__name__}")
             finished.append(done)
             echo(f"[{len(finished)}/{len(trials)}] {describe(done)}")
-    except BaseException:  # Ctrl-C: cancel what has not finished (their logs stay)
+    except BaseException:  # Ctrl-C, SIGTERM: cancel what has not finished (their logs stay)
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return finished
 
 

@@ -11,6 +11,11 @@
 * ``--overwrite`` deletes only what pgrad writes, matched by name
   (:meth:`pgrad_app.run.layout.RunLayout.owned`): any other file, in the run directory or its
   subfolders, stays, and folders go only once empty.
+* ``--overwrite`` never loses the old run before the new one has one to show: the old run's
+  files are moved into ``.pgrad-replaced/`` (same relative paths) and deleted only once the new
+  run wrote its first checkpoint. A new run that stops before that (an error at its first
+  update, a signal, ``kill -9``) gets the old run back: at once when it ends, or, after
+  ``kill -9``, from the next writer of the directory (:func:`settle`), before it looks at it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 from pgrad.rl.dirlock import DirectoryInUse, DirectoryLock
@@ -25,7 +32,7 @@ from pgrad.rl.files import write_atomic
 from pgrad_app.errors import UserError
 from pgrad_app.run.layout import RunLayout
 
-MARKER, LOCK = RunLayout.MARKER, RunLayout.LOCK
+MARKER, LOCK, REPLACED = RunLayout.MARKER, RunLayout.LOCK, RunLayout.REPLACED
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,6 +76,20 @@ def is_run(path: Path) -> bool:
         return False
 
 
+def is_stub(path: Path) -> bool:
+    """Whether ``path`` is a run that stopped before its first checkpoint (SIGTERM or kill -9
+    during start-up): nothing in it can be resumed, so starting the run again replaces it."""
+    from pgrad.rl.checkpoint import CheckpointStore
+
+    layout = RunLayout(path)
+    try:
+        return (is_run(path) and not CheckpointStore(layout.checkpoints).checkpoints()
+                and not layout.policy.exists() and not layout.best.exists()
+                and not layout.replaced.exists())
+    except OSError:
+        return False
+
+
 def run_names(path: Path) -> list[str]:
     """The names of a run's files and folders that ``path`` already holds."""
     try:
@@ -88,7 +109,7 @@ def check_new(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a directory.")
     if is_run(out):
-        if not overwrite:
+        if not overwrite and not is_stub(out):
             raise UserError(f"--out {out} already holds a run; use --resume {out} to continue "
                             "it, --overwrite to replace it, or another --out.")
     else:
@@ -176,9 +197,12 @@ def create(out: Path, overwrite: bool, config_text: str) -> tuple[RunLock, list[
     lock = RunLock(out)
     kept: list[Path] = []
     try:
+        settle(out)  # a --overwrite killed before its first checkpoint: the old run first
         check_new(out, overwrite)
         if overwrite and is_run(out):
-            kept = clear(out)
+            kept = set_aside(out)
+        elif is_stub(out):  # a start-up that was killed: nothing there to keep
+            clear(out)
         write_marker(out)
         write_atomic(RunLayout(out).config, config_text)
     except OSError as err:
@@ -200,6 +224,89 @@ def clear(out: Path) -> list[Path]:
     return kept
 
 
+#: Inside ``.pgrad-replaced/``: which step of moving files was under way (a kill -9 in the
+#: middle of one is finished by the next :func:`settle`, never mistaken for a finished one).
+_STATE = ".pgrad-state"
+
+
+def _move_tree(source: Path, dest: Path, skip: str = "") -> None:
+    """Moves every file under ``source`` to the same relative path under ``dest``; checkpoints
+    last, so that a checkpoint in ``dest`` means every other file is there already."""
+    files = [p for p in source.rglob("*") if (p.is_symlink() or p.is_file()) and p.name != skip]
+    files.sort(key=lambda p: (p.relative_to(source).parts[0] == RunLayout.CHECKPOINTS, str(p)))
+    for path in files:
+        target = dest / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+
+
+def set_aside(out: Path) -> list[Path]:
+    """Moves what pgrad wrote in ``out`` into ``out/.pgrad-replaced/`` (same relative paths),
+    nothing else: what ``--overwrite`` does until the new run's first checkpoint (:func:`settle`
+    then deletes it). Returns what was left in place because pgrad did not write it."""
+    aside = RunLayout(out).replaced
+    aside.mkdir()
+    state = aside / _STATE
+    write_atomic(state, "aside")  # until every file moved: a kill here is undone by settle
+
+    def move(entry: Path) -> None:
+        target = aside / entry.relative_to(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        entry.rename(target)
+
+    kept: list[Path] = []
+    _clear(out, RunLayout.owned(), kept, top=True, remove=move)
+    write_atomic(state, "replaced")
+    return kept
+
+
+def settle(out: Path, say=None) -> str | None:
+    """Ends what an ``--overwrite`` left in ``out/.pgrad-replaced/``: once the new run has a
+    checkpoint, the old run is deleted; if it has none (it stopped, or was killed, first), the
+    new run's files are deleted and the old run is moved back. Call it holding the lock.
+
+    Returns ``"deleted"`` (the old run), ``"restored"`` or None (nothing was set aside); ``say``
+    gets one line when the old run came back.
+    """
+    from pgrad.rl.checkpoint import CheckpointStore
+
+    layout = RunLayout(out)
+    aside = layout.replaced
+    if not aside.is_dir() or aside.is_symlink():
+        return None
+    state = aside / _STATE
+    try:
+        phase = state.read_text().strip()
+    except OSError:
+        phase = "aside"  # killed before the state was written: nothing new was written yet
+    if phase == "replaced" and CheckpointStore(layout.checkpoints).checkpoints():
+        shutil.rmtree(aside)
+        return "deleted"
+    if phase in ("replaced", "clearing"):  # the new run's files go: no checkpoint backs them
+        write_atomic(state, "clearing")
+        clear(out)
+        write_atomic(state, "moving")  # from here on every owned file in out is the old run's
+    _move_tree(aside, out, skip=_STATE)
+    shutil.rmtree(aside)
+    (say or _note)(f"note: {out}: the new run stopped before its first checkpoint, so the run "
+                   "--overwrite replaced is back in place.")
+    return "restored"
+
+
+def settle_quietly(out: Path) -> None:
+    """:func:`settle` at the end of a writer, whose own error (if any) is the one to show: a
+    failure here is one warning line, and the next writer settles again."""
+    try:
+        settle(out)
+    except OSError as err:
+        _note(f"warning: {out}: could not settle {REPLACED}/ ({err.strerror or err}); the next "
+              "pgrad-train into it will.")
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def _match(name: str, spec: dict):
     for pattern, sub in spec.items():
         if fnmatch.fnmatchcase(name, pattern):
@@ -207,17 +314,18 @@ def _match(name: str, spec: dict):
     return False, None
 
 
-def _clear(directory: Path, spec: dict, kept: list[Path], top: bool = False) -> None:
+def _clear(directory: Path, spec: dict, kept: list[Path], top: bool = False,
+           remove=Path.unlink) -> None:
     for entry in sorted(directory.iterdir()):
-        if top and entry.name in (MARKER, LOCK):
+        if top and entry.name in (MARKER, LOCK, REPLACED):
             continue
         owned, sub = _match(entry.name, spec)
         if not owned:
             kept.append(entry)
         elif sub is None and (entry.is_symlink() or entry.is_file()):
-            entry.unlink()
+            remove(entry)
         elif isinstance(sub, dict) and entry.is_dir() and not entry.is_symlink():
-            _clear(entry, sub, kept)
+            _clear(entry, sub, kept, remove=remove)
             try:
                 entry.rmdir()
             except OSError:  # something pgrad did not write is inside: it stays

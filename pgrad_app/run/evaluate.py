@@ -257,9 +257,9 @@ def evaluate_run(
     if write:
         try:
             write_json_atomic(written, result)
-        except OSError as err:
-            raise RunError(f"cannot write {written}: {err.strerror or err} "
-                           "(the results above were not saved).") from None
+        except OSError as err:  # nothing was printed yet: the results go in the error line
+            raise RunError(f"cannot write {written}: {err.strerror or err}; the results were "
+                           f"not saved: {_headline(result)}.") from None
         if values.get("track") == "wandb" and attack is None:  # the tracked run gets it too
             from pgrad_app.run.tracking import log_evaluation
 
@@ -269,6 +269,16 @@ def evaluate_run(
                 result["attack"], RunLayout(run_dir).robustness,
                 title=f"{values.get('agent')} on {env_spec}, seed {values.get('seed', 0)}")
     return result
+
+
+def _headline(result: dict) -> str:
+    """The evaluation in a few words, for an error line when its file could not be written."""
+    attack = result.get("attack")
+    if attack:
+        return ", ".join(f"epsilon {r['epsilon']:g}: return {r['return_mean']:.2f} ± "
+                         f"{r['return_std']:.2f}" for r in attack["rows"])
+    return (f"return {result['return_mean']:.2f} ± {result['return_std']:.2f}, length "
+            f"{result['length_mean']:.1f} over {result['episodes']} episodes")
 
 
 def variant_name(deterministic: bool, video_dir, env: str | None, attack: str | None,

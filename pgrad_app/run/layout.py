@@ -10,6 +10,7 @@ writes and ``agents.load`` reads) plus the run's own files::
     tb/                  TensorBoard events              checkpoints/   resumable checkpoints
     policy/              the exported SavedModel         learning_curve.png, robustness.png
     wandb-run-id         the tracked run (--track)       .pgrad-run, .pgrad-lock  marker, lock
+    .pgrad-replaced/     the run --overwrite replaces, until the new run's first checkpoint
 
 :meth:`RunLayout.owned` -- what ``--overwrite`` may delete -- is derived from these names and
 from what the layers below say they write (:data:`pgrad.rl.checkpoint.FILES`,
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents import callbacks, persistence
+from agents import best_policy, callbacks, persistence
 from pgrad.rl import checkpoint, dirlock, export
 from pgrad.rl.files import temp_glob
 
@@ -64,6 +65,8 @@ class RunLayout:
     VIDEOS = "videos"  # --capture-video
     TRACKER_ID = "wandb-run-id"
     MARKER = ".pgrad-run"
+    #: What ``--overwrite`` replaced, kept until the new run's first checkpoint.
+    REPLACED = ".pgrad-replaced"
     LOCK = dirlock.LOCK
     #: Names whose presence means a directory holds (part of) a run.
     RUN_NAMES = (CONFIG, AGENT, EPISODES, UPDATES, CHECKPOINTS, POLICY)
@@ -88,6 +91,7 @@ class RunLayout:
     tensorboard = property(lambda self: self.root / self.TENSORBOARD)
     tracker_id = property(lambda self: self.root / self.TRACKER_ID)
     marker = property(lambda self: self.root / self.MARKER)
+    replaced = property(lambda self: self.root / self.REPLACED)
     lock = property(lambda self: self.root / self.LOCK)
 
     def evaluation_of(self, variant: str | None) -> Path:
@@ -114,7 +118,8 @@ class RunLayout:
                 cls.VIDEOS: {"rl-video-*.mp4": None},
                 # best/ is a saved agent: agent.save leaves its lock file (the run's own lock,
                 # held by the writer that clears the run, is never deleted).
-                cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None, cls.LOCK: None}}
+                cls.BEST: {**cls.saved_agent(), cls.EVALUATION: None, cls.LOCK: None,
+                           best_policy.ROW_FILE: None}}
         owned = with_temps(tree)
         owned[temp_glob(cls.MARKER)] = None
         return {**owned, **LEGACY_TEMPS, cls.BEST: {**owned[cls.BEST], **LEGACY_TEMPS}}

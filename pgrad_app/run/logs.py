@@ -21,8 +21,10 @@ not parse are dropped, and rows after the resumed checkpoint's step are cut (the
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,6 +60,53 @@ def _step_of(row: list[str]) -> int | None:
         return None
 
 
+#: Columns whose values must be finite, and integer ones (``step`` is checked first, always).
+FINITE_COLUMNS = ("wall_s", "return")
+INTEGER_COLUMNS = ("length",)
+
+
+def _valid_values(row: list[str], head: Sequence[str] | None) -> bool:
+    """Whether every field after ``step`` holds what pgrad writes there: a number (``nan``/``inf``
+    too, as a metric may be), empty (a metric missing from an interval), a finite number for
+    ``wall_s``/``return`` and a whole number for ``length``. Garbage in a kept row would end up
+    in the learning curve, the rolling return the resumed run restarts from, and reports."""
+    names = list(head[1:]) if head is not None else [""] * (len(row) - 1)
+    for name, text in zip(names, row[1:]):
+        if name in INTEGER_COLUMNS:
+            try:
+                if int(text) < 0:
+                    return False
+            except ValueError:
+                return False
+            continue
+        if text == "" and name not in FINITE_COLUMNS:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            return False
+        if name in FINITE_COLUMNS and not math.isfinite(value):
+            return False
+    return True
+
+
+def check_regular(path: Path) -> None:
+    """Raises OSError if ``path`` exists but is not a regular file (a symlink to ``/dev/zero``,
+    a FIFO, a folder): reading it would never end, appending to it would lose every row."""
+    if path.exists() and not path.is_file():
+        raise OSError(errno.EINVAL, f"{path} is not a regular file (pgrad writes its log there); "
+                      "move it away")
+
+
+def _parse_line(line: str) -> list[str] | None:
+    """One CSV line's fields, or None if it does not parse (a field over the csv module's limit
+    of 128 KiB, a stray quote...): then the line is dropped, never the whole repair."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error:
+        return None
+
+
 def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = None
                ) -> tuple[list[str] | None, int, int]:
     """Repairs a run's CSV log in place (atomically); returns ``(header, kept, dropped)``.
@@ -66,18 +115,23 @@ def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = 
     * the header is kept if it is there, restored if ``header`` is given and the file lost it
       (emptied, or truncated into the header), else inferred from the first line;
     * rows are kept if their first field is an integer step ``<= max_step`` (any step if
-      ``max_step`` is None) and, with a known header, they have as many fields as it has.
+      ``max_step`` is None), with a known header they have as many fields as it has, and every
+      value is one pgrad writes there (:func:`_valid_values`); a line the csv module cannot
+      parse (a field over 128 KiB) is dropped like any damaged row.
 
     ``header`` is None in the result if the file has none and none was given (then rows are kept
     as they are, for the caller to head once it knows the columns).
     """
     if not path.exists():
         return (list(header) if header else None), 0, 0
+    check_regular(path)
     raw = path.read_bytes().decode("utf-8", errors="replace")
     lines = raw.split("\n")
     partial = lines.pop()  # "" if the file ends with a newline (or is empty)
     dropped = 1 if partial.strip() else 0
-    rows = [r for r in csv.reader(lines)]
+    parsed = [_parse_line(line) for line in lines]
+    dropped += sum(r is None for r in parsed)
+    rows = [r for r in parsed if r is not None]
     found = None
     if rows and _step_of(rows[0]) is None:  # a header line (or the damaged remains of one)
         first = rows.pop(0)
@@ -92,6 +146,8 @@ def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = 
         ok = step is not None and (max_step is None or step <= max_step)
         if ok and head is not None and len(row) != len(head):
             ok = False
+        if ok and not _valid_values(row, head):
+            ok = False
         if ok:
             kept.append(row)
         elif step is None or max_step is None or step <= max_step:
@@ -103,6 +159,39 @@ def repair_csv(path: Path, max_step: int | None, header: Sequence[str] | None = 
     writer.writerows(kept)
     write_atomic(path, buf.getvalue())
     return head, len(kept), dropped
+
+
+class _TensorBoard:
+    """:class:`agents.logger.TensorBoardWriter` whose failures are ``OSError`` s, as the CSV
+    files' are: TensorFlow reports a full disk as ``ResourceExhaustedError`` (an ``OpError``),
+    which the run's one-line handling of failed writes would not recognise."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._writer = self._call(TensorBoardWriter, directory)
+
+    def _call(self, fn, *args):
+        import tensorflow as tf
+
+        try:
+            return fn(*args)
+        except tf.errors.OpError as err:
+            text = str(err.message or err)
+            code = errno.ENOSPC if "No space left on device" in text else errno.EIO
+            raise OSError(code, f"{os.strerror(code)} (TensorBoard events in "
+                                f"{self.directory})") from None
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        self._call(self._writer.scalars, step, values)
+
+    def histograms(self, step: int, arrays: Mapping[str, Any]) -> None:
+        self._call(self._writer.histograms, step, arrays)
+
+    def flush(self) -> None:
+        self._call(self._writer.flush)
+
+    def close(self) -> None:
+        self._call(self._writer.close)
 
 
 class RunLog:
@@ -124,6 +213,8 @@ class RunLog:
         self.episodes_path = RunLayout(self.out).episodes
         self.updates_path = RunLayout(self.out).updates
         self._update_columns: list[str] | None = None
+        for path in (self.episodes_path, self.updates_path):
+            check_regular(path)
         if resume_step is not None:
             known = ["step", *update_columns] if update_columns else None
             for path, header in ((self.episodes_path, list(EPISODE_COLUMNS)),
@@ -148,9 +239,9 @@ class RunLog:
         self._flushed = time.monotonic()
         if self._update_columns is not None and self.updates_path.stat().st_size == 0:
             self._head_updates(["step", *self._update_columns])  # resumed after it was lost
-        self._tb: TensorBoardWriter | None = None
+        self._tb: _TensorBoard | None = None
         if tensorboard:
-            self._tb = TensorBoardWriter(RunLayout(self.out).tensorboard)
+            self._tb = _TensorBoard(RunLayout(self.out).tensorboard)
 
     def episode(self, step: int, wall_s: float, ret: float, length: int) -> None:
         """Logs one finished training episode (buffered: :meth:`flush`, at least every
@@ -233,16 +324,21 @@ def read_episodes(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     (a damaged or headerless file gives fewer points, never an error)."""
     steps, returns = [], []
     try:
+        check_regular(Path(path))
         with open(path, newline="", errors="replace") as f:
-            for row in csv.DictReader(f):
-                try:
-                    step, ret = int(row["step"]), float(row["return"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                steps.append(step)
-                returns.append(ret)
+            lines = f.read().split("\n")
     except OSError:
-        pass
+        lines = []
+    head = _parse_line(lines[0]) if lines else None
+    for line in lines[1:]:
+        row = _parse_line(line)  # a field over 128 KiB: that line only is skipped
+        try:
+            fields = dict(zip(head or (), row or ()))
+            step, ret = int(fields["step"]), float(fields["return"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        steps.append(step)
+        returns.append(ret)
     return np.asarray(steps, np.int64), np.asarray(returns, np.float64)
 
 

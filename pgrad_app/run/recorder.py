@@ -26,6 +26,7 @@ from pgrad.rl.files import write_json_atomic
 from pgrad_app.config.settings import RunSettings, dump_run_config
 from pgrad_app.errors import RunError, UserError, one_line
 from pgrad_app.run import directory as rundir
+from pgrad_app.run import resume as resume_lib
 from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import RunLog, plot_learning_curve
 
@@ -67,6 +68,7 @@ class RunRecorder(Checkpoint):
         self.interval = logger.Interval()
         self.last_row: dict[str, float] | None = None  # the last row's TensorBoard values
         self._loop: Loop | None = None
+        self._replaced = False  # an --overwrite's old run waits in .pgrad-replaced/
         self._say = lambda text: print(text, file=sys.stderr, flush=True)
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -76,6 +78,7 @@ class RunRecorder(Checkpoint):
         return {**super().meta(loop), "nonfinite_total": self.nonfinite_total,
                 "consecutive_skips": self.consecutive_skips, "agent": s.agent, "env": s.env,
                 "seed": s.seed, "transform": s.transform,
+                **{key: resume_lib.as_recorded(getattr(s, key)) for key in resume_lib.ARGUMENTS},
                 "update_columns": self.log.update_columns if self.log is not None else None}
 
     def save(self, loop: Loop) -> Path:
@@ -86,15 +89,21 @@ class RunRecorder(Checkpoint):
             self.write_row(loop)
             self.log.flush()
         try:
-            return super().save(loop)
+            path = super().save(loop)
         except (NonFiniteCheckpoint, CheckpointWriteError) as err:
             raise RunError(f"{one_line(err)}; {self.where()}.") from err
+        if self._replaced:  # the first checkpoint of an --overwrite: the old run may go now
+            self._replaced = False
+            rundir.settle(self.out, say=self._say)
+        return path
 
     def restore(self, agent) -> None:
         """Restores the newest good checkpoint of ``out`` into ``agent`` (resuming)."""
         skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
         if not self.store.checkpoints():
-            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet.")
+            raise RunError(f"cannot resume from {self.out}: it has no checkpoint yet (it "
+                           "stopped during start-up); start it again with the same command "
+                           "and --out, which replaces what it wrote.")
         try:  # the one restore of pgrad (agents.load and pgrad-evaluate use it too)
             meta, path = persistence.restore(agent, self.directory, warn=skipped.append)
         except ValueError as err:
@@ -129,6 +138,7 @@ class RunRecorder(Checkpoint):
         super().on_start(loop)
         self._say = loop.say
         self._loop = loop
+        self._replaced = RunLayout(self.out).replaced.is_dir()
         self.cadence.start(loop)
         try:
             write_json_atomic(RunLayout(self.out).agent,
@@ -283,5 +293,6 @@ class RunDirectory(RunRecorder):
     def close(self) -> None:
         super().close()
         if self.lock is not None:
+            rundir.settle_quietly(self.out)  # stopped before its first checkpoint: the old run
             self.lock.release()
             self.lock = None

@@ -20,6 +20,15 @@ from pgrad_app.config.plugins import same_spec
 from pgrad_app.errors import UserError
 from pgrad_app.run.layout import RunLayout
 
+#: Settings that change what the run computes beside its specs, recorded in every checkpoint's
+#: meta.json (older checkpoints lack them: then they are not compared).
+ARGUMENTS = ("transform_args", "env_kwargs", "env_wrapper")
+
+
+def as_recorded(value: Any) -> Any:
+    """``value`` as meta.json holds it (JSON types: tuples as lists; anything else its repr)."""
+    return json.loads(json.dumps(value, default=repr))
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
@@ -31,7 +40,8 @@ def recorded(out: Path) -> dict[str, tuple[Any, str]]:
     """``{setting: (value, where)}`` the run recorded about itself (empty if it recorded nothing).
 
     Settings: ``agent``, ``env`` (spec, from a checkpoint), ``env_id`` (bare id, from
-    agent.json), ``seed``, ``transform`` (spec, from a checkpoint), ``hyperparameters``.
+    agent.json), ``seed``, ``transform`` (spec, from a checkpoint), :data:`ARGUMENTS` (from a
+    checkpoint), ``hyperparameters``.
     """
     from pgrad.rl.checkpoint import CheckpointStore
 
@@ -55,6 +65,9 @@ def recorded(out: Path) -> dict[str, tuple[Any, str]]:
         where = str(path / "meta.json")
         for key in ("agent", "env", "seed", "transform"):
             if key in meta and isinstance(meta[key], (str, int, type(None))):
+                found[key] = (meta[key], where)
+        for key in ARGUMENTS:
+            if key in meta:
                 found[key] = (meta[key], where)
         break
     return found
@@ -87,6 +100,9 @@ def check(out: Path, settings: Any, cfg: Any) -> None:
     if "transform" in record and not same_spec(record["transform"][0], settings.transform,
                                                split_last=True):
         refuse("transform", settings.transform, *record["transform"])
+    for key in ARGUMENTS:
+        if key in record and as_recorded(getattr(settings, key, None)) != record[key][0]:
+            refuse(key, getattr(settings, key, None), *record[key])
     if "hyperparameters" in record and isinstance(record["hyperparameters"][0], dict):
         theirs, where = record["hyperparameters"]
         ours = {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}

@@ -18,7 +18,8 @@ protect the run:
 * with ``eval_every``, an evaluation on separate envs (deterministic) every so many env steps:
   ``eval.csv``, the best policy so far in ``best/``;
 * SIGINT/SIGTERM finish the current update, write a checkpoint and raise :class:`Interrupted`
-  (exit 130/143); a second signal aborts at once (the previous checkpoint is still intact).
+  (exit 130/143); an evaluation under way is dropped, not waited for (an env whose episodes
+  run long); a second signal aborts at once (the previous checkpoint is still intact).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.callbacks import EvalCallback, StopAtReturn
+from agents.callbacks import EvalCallback, EvaluationInterrupted, StopAtReturn
 from agents.learning import ROLLING, Callback, Loop, as_callbacks
 from pgrad.transforms import TransformError
 from pgrad_app.config.settings import RunSettings
@@ -76,14 +77,17 @@ class _Signals(Callback):
 
     name = "interrupted"
 
-    def __init__(self):
+    def __init__(self, evaluations=()):
         self.signum: int | None = None
         self._old: dict = {}
+        self.evaluations = list(evaluations)  # EvalCallbacks: interrupted, never waited for
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # second signal: stop waiting for the update to finish
             raise KeyboardInterrupt
         self.signum = signum
+        if any(e.running for e in self.evaluations):  # may run long: dropped, not waited for
+            raise EvaluationInterrupted
 
     def on_start(self, loop: Loop) -> None:
         self._old = {sig: signal.signal(sig, self._on_signal)
@@ -153,9 +157,9 @@ class Trainer:
           RunError: the run had to stop (transform failure, non-finite numbers, NaN from env).
           Interrupted: SIGINT/SIGTERM (after a checkpoint was written).
         """
-        signals = _Signals()
-        loop = Loop(self.agent, self.settings.total_steps,
-                    [*self.callbacks(), *as_callbacks(self.extra), signals],
+        own, extra = self.callbacks(), as_callbacks(self.extra)
+        signals = _Signals(c for c in [*own, *extra] if isinstance(c, EvalCallback))
+        loop = Loop(self.agent, self.settings.total_steps, [*own, *extra, signals],
                     progress=not self.quiet)
         try:
             loop.run()
