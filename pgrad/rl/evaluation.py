@@ -88,6 +88,9 @@ def as_policy(target: Any, env_id: Any,
         for directory in sorted({around, os.path.abspath(target)}, key=len):  # outermost first
             named_code.check_env(env_id, directory, given=given)
         if given is None and meta.get("env_kwargs"):
+            if not isinstance(meta["env_kwargs"], dict):
+                raise ValueError(f"{target}: the export's env_kwargs are not an object "
+                                 f"({type(meta['env_kwargs']).__name__}); pass env_id.")
             from pgrad.rl.envs import EnvRecipe  # the id with the options it was trained with
 
             env_id = EnvRecipe(env_id, meta["env_kwargs"])

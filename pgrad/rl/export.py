@@ -397,13 +397,25 @@ class ExportedPolicy(Policy):
         if not hasattr(self._module, "params"):
             raise ValueError(f"the export in {found} predates pgrad 0.2 (no params function); "
                              "evaluate it from its checkpoint or export it again.")
-        head = dist_lib.make_head(action_space, **read_metadata(found).get("head", {}))
-        if getattr(head, "log_std", None) is not None:
-            head.log_std.assign(self._module.log_std)
+        meta = read_metadata(found)
+        try:  # data written by export(), but a file anyone can edit: its types checked
+            head_args, state_size = meta.get("head", {}), meta.get("state_size", 0) or 0
+            if not isinstance(head_args, dict) or isinstance(state_size, bool):
+                raise TypeError("'head' must be an object and 'state_size' a number")
+            head = dist_lib.make_head(action_space, **head_args)
+            state_size = int(state_size)
+            if state_size < 0:
+                raise ValueError(f"'state_size' is {state_size}")
+            if getattr(head, "log_std", None) is not None:
+                head.log_std.assign(self._module.log_std)
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"{found / META_FILE} does not describe this export: "
+                             f"{str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+                             "export the policy again.") from None
         super().__init__(observation_space, action_space, head)
         self.path = found
         #: A recurrent export's state width (its functions take and return the state).
-        self.state_size = int(read_metadata(found).get("state_size", 0) or 0)
+        self.state_size = state_size
 
     def _inputs(self, flat):
         if not self.layout.flat:  # the parts, each in its own dtype
