@@ -144,6 +144,9 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, 
     from agents import sb3_names
     from pgrad.rl.envs import env_source
 
+    if "tuned" in hyperparameters:  # pgrad-train's tables belong to the application layer
+        raise TypeError(f"agents.make applies the hyperparameters it is given; the tuned ones: "
+                        f"agents.make({name!r}, env, **pgrad_app.tuned({name!r}, env)).")
     tensorboard_log = hyperparameters.pop("tensorboard_log", None)
     cls = get(name)
     hyperparameters = sb3_names.hyperparameters(
