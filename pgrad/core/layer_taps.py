@@ -17,10 +17,13 @@ from the tape), so the recorded pass computes exactly what the plain one does.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from pgrad.core.recording import Recorder
 
 
 def _square_rows(g: tf.Tensor) -> tf.Tensor:
@@ -43,13 +46,14 @@ class EmbeddingTap:
         ids = tf.reshape(tf.cast(self.ids, tf.int64), [n, -1])
         return tf.reshape(tf.range(tf.cast(n, tf.int64))[:, None] * self.vocab + ids, [-1])
 
-    def rows(self, role: str, delta: tf.Tensor, num_rows) -> tf.Tensor:
+    def rows(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None) -> tf.Tensor:
         n = tf.shape(delta)[0]
         flat = tf.reshape(delta, [-1, self.dim])
         out = tf.math.unsorted_segment_sum(flat, self._keys(n), tf.cast(n, tf.int64) * self.vocab)
         return tf.reshape(out, [n, self.vocab, self.dim])
 
-    def norms_sq(self, role: str, delta: tf.Tensor, num_rows, keep: bool = False):
+    def norms_sq(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None,
+                 keep: bool = False) -> tuple[tf.Tensor, None]:
         per_step = self.ids.shape[1:].num_elements()
         if per_step == 1:  # one id per step: the row itself
             return _square_rows(delta), None
@@ -76,18 +80,19 @@ class LayerNormTap:
     def uses(self) -> list[tuple[Any, str]]:
         return [(v, r) for v, r in ((self.gamma, "gamma"), (self.beta, "beta")) if v is not None]
 
-    def rows(self, role: str, delta: tf.Tensor, num_rows) -> tf.Tensor:
+    def rows(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None) -> tf.Tensor:
         g = delta * self.xhat if role == "gamma" else delta
         return tf.reduce_sum(g, self.reduce_axes) if self.reduce_axes else g
 
-    def norms_sq(self, role: str, delta: tf.Tensor, num_rows, keep: bool = False):
+    def norms_sq(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None,
+                 keep: bool = False) -> tuple[tf.Tensor, None]:
         return _square_rows(self.rows(role, delta, num_rows)), None
 
     def summed(self, role: str, dz: tf.Tensor) -> tf.Tensor:
         return tf.reduce_sum(self.rows(role, dz, None), 0)
 
 
-def record_embedding(rec, layer, inputs):
+def record_embedding(rec: Recorder, layer: keras.layers.Layer, inputs: Any) -> tf.Tensor | None:
     """``layer(inputs)`` of an Embedding with its tap recorded, or ``None`` where the tap would
     not be exact (LoRA, quantised, sparse or ragged ids, a mixed-precision policy)."""
     table = getattr(layer, "_embeddings", None)
@@ -109,7 +114,8 @@ def record_embedding(rec, layer, inputs):
     return z
 
 
-def record_layer_norm(rec, layer, inputs):
+def record_layer_norm(rec: Recorder, layer: keras.layers.Layer, inputs: Any
+                      ) -> tf.Tensor | None:
     """``layer(inputs)`` of a LayerNormalization with its tap recorded, or ``None`` where the
     tap would not be exact (``rms_scaling``, the step axis normalised, mixed dtypes)."""
     params = [v for v in (layer.gamma, layer.beta) if v is not None]
