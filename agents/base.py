@@ -114,7 +114,8 @@ class ActorCriticAgent:
                             if cfg.normalize_reward else None)
         self.collector = rollout.Collector(envs, self.env_name, self.obs_norm, self.reward_norm)
         # Dense-only policies act on the numpy mirror, encoded ones through one compiled call.
-        self.mirror = make_actor(self.net, self.layout)
+        # Any: recurrent actors add step / state_size, used where net.recurrent says so.
+        self.mirror: Any = make_actor(self.net, self.layout)
         self.schedules = Schedules(cfg)
         #: The env-step count the current run trains to (set by the training loop; schedules
         #: run over it). ``None``: stepped by hand, schedules at their start values.
