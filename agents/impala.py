@@ -115,8 +115,8 @@ class IMPALA(ActorCriticAgent):
     #: The compiled update passes the behaviour and current log-probs to :meth:`targets`.
     off_policy = True
 
-    def __init__(self, *args, **kwargs):
-        self._source = None
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._source: Any = None
         self._stale_source = True
         self._snapshot: tuple | None = None  # (updates, flat weights) at trackables()
         super().__init__(*args, **kwargs)

@@ -171,7 +171,8 @@ class PatchTap:
     pre-activation output (watched).
     """
 
-    def __init__(self, kernel, bias, geometry, x: tf.Tensor, z: tf.Tensor):
+    def __init__(self, kernel: keras.Variable, bias: keras.Variable | None,
+                 geometry: ConvGeometry | DenseGeometry, x: tf.Tensor, z: tf.Tensor):
         self.kernel, self.bias, self.geometry, self.x, self.z = kernel, bias, geometry, x, z
 
     def uses(self) -> list[tuple[Any, str]]:

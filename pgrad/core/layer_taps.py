@@ -34,7 +34,7 @@ class EmbeddingTap:
     """One recorded call of an Embedding layer: ``ids [n, ...]`` (negative ids wrapped, as
     ``keras.ops.take`` does) and the watched output ``z [n, ..., dim]``."""
 
-    def __init__(self, embeddings, ids: tf.Tensor, z: tf.Tensor):
+    def __init__(self, embeddings: keras.Variable, ids: tf.Tensor, z: tf.Tensor):
         self.embeddings, self.ids, self.z = embeddings, ids, z
         self.vocab, self.dim = int(embeddings.shape[0]), int(embeddings.shape[1])
 
@@ -73,7 +73,8 @@ class LayerNormTap:
     """One recorded call of a LayerNormalization layer: ``xhat`` and the watched output ``z``
     (both ``[n, ...]``); ``reduce_axes`` are the non-step axes the parameters do not span."""
 
-    def __init__(self, gamma, beta, xhat: tf.Tensor, z: tf.Tensor, reduce_axes: list[int]):
+    def __init__(self, gamma: keras.Variable | None, beta: keras.Variable | None,
+                 xhat: tf.Tensor, z: tf.Tensor, reduce_axes: list[int]):
         self.gamma, self.beta, self.xhat, self.z = gamma, beta, xhat, z
         self.reduce_axes = reduce_axes
 

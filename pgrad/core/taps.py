@@ -143,7 +143,8 @@ class Capture:
       out: the ``[T]`` output of the recorded pass; ``extras``: what ``fn`` returned besides it.
     """
 
-    def __init__(self, variables, parts: list[_Parts], covered: list[bool], rows_ok,
+    def __init__(self, variables: Sequence[Any], parts: list[_Parts], covered: list[bool],
+                 rows_ok: bool | tf.Tensor,
                  targets: list[tf.Tensor], deltas: list[tf.Tensor], tape: tf.GradientTape,
                  out: tf.Tensor, extras: dict, layer_taps: list, offset: int):
         self.variables = list(variables)

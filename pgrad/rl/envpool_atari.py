@@ -111,7 +111,7 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
                  noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
                  grayscale: bool = True, episodic_life: bool = True, fire_reset: bool = True,
                  clip_rewards: bool = True, frame_stack: int = 4, stack_padding: str = "reset",
-                 max_num_frames_per_episode: int = 108_000, **make_kwargs):
+                 max_num_frames_per_episode: int = 108_000, **make_kwargs: Any):
         _envpool()
         if not isinstance(env_id, str):
             raise TypeError(f"vector_mode='envpool' needs a registered env id string; got "

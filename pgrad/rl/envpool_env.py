@@ -123,7 +123,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0,
                  max_episode_steps: int | None = None, num_threads: int = 0,
-                 pool_id: str | None = None, **make_kwargs):
+                 pool_id: str | None = None, **make_kwargs: Any):
         self._envpool = _envpool()
         self.env_id = env_id
         self._pool_id = check_env_id(env_id if pool_id is None else pool_id)

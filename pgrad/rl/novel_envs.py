@@ -23,7 +23,7 @@ IDS = {"CartPoleNoVel-v1": ("CartPole-v1", (1, 3), 500),
 class MaskVelocity(gym.ObservationWrapper):
     """Zeroes the observation entries ``indices`` (the velocities)."""
 
-    def __init__(self, env: gym.Env, indices):
+    def __init__(self, env: gym.Env, indices: Sequence[int]):
         super().__init__(env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box):

@@ -32,6 +32,7 @@ from pgrad.rl.sampling import (  # noqa: F401 (the samplers, re-exported)
 
 if TYPE_CHECKING:
     from pgrad.rl.compiled_actor import CompiledActor
+    from pgrad.rl.normalize import ObsNormalizer
     from pgrad.rl.spaces import ObsLayout
 
 
@@ -282,7 +283,8 @@ class NetworkPolicy(Policy):
       obs_norm: the observation normaliser or ``None``.
     """
 
-    def __init__(self, net: ActorCritic, mirror, obs_norm, observation_space, action_space):
+    def __init__(self, net: ActorCritic, mirror: Any, obs_norm: ObsNormalizer | None,
+                 observation_space: gym.Space, action_space: gym.Space):
         super().__init__(observation_space, action_space, net.head)
         self.net, self.mirror, self.obs_norm = net, mirror, obs_norm
         self.state_size = getattr(mirror, "state_size", 0)

@@ -36,7 +36,7 @@ class RecurrentCore(keras.layers.Layer):
     bias at 1 (Keras' ``unit_forget_bias``).
     """
 
-    def __init__(self, kind: str, units: int, input_dim: int, seed: int = 0, **kwargs):
+    def __init__(self, kind: str, units: int, input_dim: int, seed: int = 0, **kwargs: Any):
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"recurrent must be one of {KINDS}; got {kind!r}.")

@@ -124,8 +124,9 @@ class PerSampleModel(keras.Model):
             cls = PerSampleFunctional
         return super().__new__(cls, *args, **kwargs)
 
-    def __init__(self, *args, transform=None, path: str = "auto", chunk_size: int | None = None,
-                 use_taps: bool = True, **kwargs):
+    def __init__(self, *args: Any, transform: GradientTransform | str | Sequence[Any] | None = None,
+                 path: str = "auto", chunk_size: int | None = None, use_taps: bool = True,
+                 **kwargs: Any):
         if Functional is not None and isinstance(self, Functional):
             # keras.Model.__init__ minus the class surgery.
             _keras_model.Trainer.__init__(self)

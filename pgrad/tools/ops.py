@@ -155,7 +155,7 @@ class ReverseGradient(_FactorLayer):
 class ClipGradient(keras.layers.Layer):
     """Keras layer: identity forward, gradient clipped element-wise to ``[lo, hi]``."""
 
-    def __init__(self, lo: float, hi: float, **kwargs):
+    def __init__(self, lo: float, hi: float, **kwargs: Any):
         super().__init__(**kwargs)
         if lo > hi:
             raise ValueError(f"ClipGradient: lo={lo} is greater than hi={hi}.")
