@@ -57,6 +57,7 @@ import tensorflow as tf
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl import export_heads, spaces
 from pgrad.rl.networks import ActorCritic
+from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.policy import Policy, dense_layers
 
 META_FILE = "pgrad_policy.json"
@@ -319,7 +320,8 @@ def _obs_spec(space) -> tf.TensorSpec:
     return tf.TensorSpec([None, spaces.flat_dim(space)], tf.float32, name="observation")
 
 
-def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
+def export_policy(net: ActorCritic, obs_norm: ObsNormalizer | None, obs_space: gym.Space,
+                  path: str | Path,
                   metadata: dict[str, Any] | None = None) -> None:
     """Writes a SavedModel whose ``action(observation)`` returns deterministic env actions.
 
@@ -350,7 +352,7 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     (Path(path) / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def head_options(head) -> dict[str, Any]:
+def head_options(head: dist_lib.ActionHead) -> dict[str, Any]:
     """The options :func:`pgrad.rl.distributions.make_head` needs to rebuild ``head``."""
     if isinstance(head, dist_lib.GaussianHead):
         return {"log_std_init": head.log_std_init,
@@ -422,10 +424,11 @@ class ExportedPolicy(Policy):
             return self.layout.to_tensors(flat)
         return tf.cast(flat, tf.float32)
 
-    def params(self, flat) -> tf.Tensor:
+    def params(self, flat: Any) -> tf.Tensor:
         self._feed_forward_only()
         return self._module.params(self._inputs(flat))
 
-    def step_params(self, flat, state, episode_start):
+    def step_params(self, flat: Any, state: np.ndarray, episode_start: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
         out = self._module.params(self._inputs(flat), state, episode_start)
         return out["params"].numpy(), out["next_state"].numpy()
