@@ -68,6 +68,7 @@ from agents.preset_configs import (
 )
 
 if TYPE_CHECKING:
+    import pgrad
     from agents import callbacks, learning
     from agents.a2c import A2C
     from agents.base import ActorCriticAgent
@@ -120,9 +121,10 @@ def get(name: str) -> type[ActorCriticAgent]:
     return __getattr__(_CLASSES[name.lower()])
 
 
-def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, *,
+def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
+         transform: pgrad.GradientTransform | None = None, *,
          env_kwargs: dict | None = None, env_wrapper: Any = None,
-         **hyperparameters) -> ActorCriticAgent:
+         **hyperparameters: Any) -> ActorCriticAgent:
     """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError).
 
     ``tensorboard_log="runs/"``: every ``learn`` also writes TensorBoard scalars under
@@ -144,6 +146,9 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0, transform=None, 
     from agents import sb3_names
     from pgrad.rl.envs import env_source
 
+    if "tuned" in hyperparameters:  # pgrad-train's tables belong to the application layer
+        raise TypeError(f"agents.make applies the hyperparameters it is given; the tuned ones: "
+                        f"agents.make({name!r}, env, **pgrad_app.tuned({name!r}, env)).")
     tensorboard_log = hyperparameters.pop("tensorboard_log", None)
     cls = get(name)
     hyperparameters = sb3_names.hyperparameters(

@@ -22,7 +22,8 @@ episodes on CPU.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -40,6 +41,9 @@ from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import NetworkPolicy, make_actor
 from pgrad.transforms import TransformState
+
+if TYPE_CHECKING:
+    from agents.learning import LearnStats
 
 
 def make_optimizer(cfg: ActorCriticConfig, learning_rate: float) -> keras.optimizers.Optimizer:
@@ -114,7 +118,8 @@ class ActorCriticAgent:
                             if cfg.normalize_reward else None)
         self.collector = rollout.Collector(envs, self.env_name, self.obs_norm, self.reward_norm)
         # Dense-only policies act on the numpy mirror, encoded ones through one compiled call.
-        self.mirror = make_actor(self.net, self.layout)
+        # Any: recurrent actors add step / state_size, used where net.recurrent says so.
+        self.mirror: Any = make_actor(self.net, self.layout)
         self.schedules = Schedules(cfg)
         #: The env-step count the current run trains to (set by the training loop; schedules
         #: run over it). ``None``: stepped by hand, schedules at their start values.
@@ -290,7 +295,7 @@ class ActorCriticAgent:
         return NetworkPolicy(self.net, self.mirror, self.obs_norm, self.observation_space,
                              self.action_space)
 
-    def acting_fn(self, rng: np.random.Generator):
+    def acting_fn(self, rng: np.random.Generator) -> rollout.PolicyFn:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
         mirror, head, layout = self.mirror, self.head, self.layout
@@ -387,7 +392,8 @@ class ActorCriticAgent:
             metrics[hooks.STEP_NORMS_KEY] = step_norms[0].numpy()
         return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
 
-    def targets(self, rewards, terminated, truncated, values, next_values):
+    def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
+                values: tf.Tensor, next_values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """``[T, B]`` rollout -> ``(advantages, returns)`` ``[T, B]``: GAE(lambda) and
         ``advantages + values``, bootstrapped at truncations, never at terminations."""
         advantages = pgrad.gae(rewards, values, next_values, terminated, truncated,
@@ -433,7 +439,7 @@ class ActorCriticAgent:
             meta.update(env_id=recipe["id"], env_kwargs=recipe["kwargs"])
         export_policy(self.net, self.obs_norm, self.observation_space, path, meta)
 
-    def save(self, path) -> Any:
+    def save(self, path: str | Path) -> Any:
         """Saves the agent into directory ``path``: ``agent.json``, a checkpoint, the exported
         policy (see :mod:`agents.persistence`; ``agents.load(path)`` restores it exactly)."""
         from agents import persistence
@@ -446,7 +452,7 @@ class ActorCriticAgent:
     # -- the training loop -----------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path, **kwargs) -> ActorCriticAgent:
+    def load(cls, path: str | Path, **kwargs: Any) -> ActorCriticAgent:
         """``agents.PPO.load(path)``, as Stable-Baselines3's: :func:`agents.load` of an agent of
         this class (another kind is a ValueError naming it)."""
         from agents import persistence
@@ -459,7 +465,8 @@ class ActorCriticAgent:
 
     def learn(self, total_steps: int | None = None, callbacks: Any = None,
               progress: bool = True, *, total_timesteps: int | None = None,
-              progress_bar: bool | None = None, callback: Any = None, **sb3):
+              progress_bar: bool | None = None, callback: Any = None, **sb3: Any
+              ) -> ActorCriticAgent:
         """Trains for ``total_steps`` more env steps (the counters continue, as
         Stable-Baselines3's ``learn(..., reset_num_timesteps=False)``); returns the agent.
 
@@ -499,7 +506,7 @@ class ActorCriticAgent:
         return self
 
     @property
-    def learn_stats(self):
+    def learn_stats(self) -> LearnStats:
         """Episodes, wall time and recent returns over every ``learn`` (saved with the agent):
         an :class:`agents.learning.LearnStats`."""
         stats = self.__dict__.get("_learn_stats")

@@ -10,6 +10,7 @@ loads); ``validate`` imports the lists of names it checks against from the layer
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
@@ -287,7 +288,7 @@ class ActorCriticConfig:
              f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")
 
 
-    def validate_recurrent(self, need) -> None:
+    def validate_recurrent(self, need: Callable[[bool, str], None]) -> None:
         """What a recurrent core needs: fixed-length rollouts whose env sequences stay whole."""
         why = f"recurrent={self.recurrent!r}"
         need(self.rollout == "steps", f"{why} needs rollout='steps' (whole env sequences of "

@@ -23,13 +23,17 @@ Both are switched on by :class:`agents.config.ActorCriticConfig` fields and call
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 import pgrad
 from pgrad.core.per_step import per_step_norms
+
+if TYPE_CHECKING:
+    from agents.base import ActorCriticAgent
+    from pgrad.rl.rollout import Trajectory
 
 DIAG_PREFIX = "diag_"
 STEP_NORMS_KEY = "diag_step_norms"  # [N] array metric -> TensorBoard histogram only
@@ -53,7 +57,7 @@ class AdversarialActing:
       epsilon: L-inf radius in raw observation units (> 0).
     """
 
-    def __init__(self, agent, epsilon: float):
+    def __init__(self, agent: ActorCriticAgent, epsilon: float):
         self.agent, self.epsilon = agent, float(epsilon)
         net, head = agent.net, agent.head
 
@@ -84,7 +88,7 @@ class AdversarialActing:
         return attacked, perturbed
 
 
-def replace_observations(traj, perturbed: list[np.ndarray]):
+def replace_observations(traj: Trajectory, perturbed: list[np.ndarray]) -> Trajectory:
     """The trajectory with ``observations`` ``[T, B, obs_dim]`` replaced by the perturbed ones."""
     obs = np.stack(perturbed).astype(traj.observations.dtype)
     if obs.shape != traj.observations.shape:

@@ -115,8 +115,8 @@ class IMPALA(ActorCriticAgent):
     #: The compiled update passes the behaviour and current log-probs to :meth:`targets`.
     off_policy = True
 
-    def __init__(self, *args, **kwargs):
-        self._source = None
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._source: Any = None
         self._stale_source = True
         self._snapshot: tuple | None = None  # (updates, flat weights) at trackables()
         super().__init__(*args, **kwargs)
@@ -125,8 +125,10 @@ class IMPALA(ActorCriticAgent):
         return pgrad.chain(pgrad.importance_weight(self.cfg.pg_rho_bar),
                            pgrad.weight_by("advantages"), pgrad.mean_steps(), name=self.name)
 
-    def targets(self, rewards, terminated, truncated, values, next_values,
-                behaviour_log_probs=None, target_log_probs=None):
+    def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
+                values: tf.Tensor, next_values: tf.Tensor,
+                behaviour_log_probs: tf.Tensor | None = None,
+                target_log_probs: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """``(advantages q_s - V(x_s), critic targets v_s)``, ``[T, B]``, from V-trace."""
         cfg = self.cfg
         out = pgrad.vtrace(rewards, values, next_values, terminated, truncated,
@@ -138,13 +140,13 @@ class IMPALA(ActorCriticAgent):
     # -- the source of trajectories --------------------------------------------------------------
 
     @property
-    def source(self):
+    def source(self) -> Any:  # InProcessActor, or a distributed source (pgrad_app)
         """Where trajectories come from (default: :class:`InProcessActor`)."""
         if self._source is None:
             self._source = InProcessActor(self)
         return self._source
 
-    def use_source(self, source) -> None:
+    def use_source(self, source: Any) -> None:
         """Takes trajectories from ``source`` from the next step on (closes the previous one)."""
         if self._source is not None:
             self._source.close()

@@ -307,8 +307,9 @@ class Loop:
             self.stats.episodes += 1
             self.stats.recent_returns.append(ret)
             self.stats.recent_lengths.append(length)
-        # the env's info["is_success"] at the episodes' ends, where it reports one (the
-        # in-process collector records them; Ray workers' collectors do not)
+        # the env's info["is_success"] at the episodes' ends, where it reports one (recorded by
+        # the in-process collector, or carried back from Ray workers and actors with their
+        # trajectories)
         take = getattr(getattr(self.agent, "collector", None), "take_successes", None)
         if take is not None:
             self.stats.recent_successes.extend(take())

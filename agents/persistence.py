@@ -136,7 +136,7 @@ def _keep_others(old: Path, new: Path) -> None:
             _keep_others(entry, target)
 
 
-def export(agent, path: str | Path) -> Path:
+def export(agent: ActorCriticAgent, path: str | Path) -> Path:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
     ``path`` that the export does not write are kept (a recurrent policy's export takes and
     returns its state: :mod:`pgrad.rl.export_recurrent`)."""

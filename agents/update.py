@@ -115,7 +115,7 @@ def flat_call_supported(concrete: Any) -> bool:
 ONE_PASS = True
 
 
-def shared_pass(net: Any, obs) -> tuple[tf.Tensor, tf.Tensor]:
+def shared_pass(net: Any, obs: Any) -> tuple[tf.Tensor, tf.Tensor]:
     """``([N, param_size]`` distribution parameters, ``[N]`` values``)`` from one pass through
     the features the actor and critic share (``net.params`` and ``net.value`` in one; the
     critic's gradient into a shared trunk scaled as ``net.value`` scales it)."""
@@ -174,7 +174,7 @@ class CompiledUpdate:
         """How many times the update has been traced (a retrace per call would be a bug)."""
         return self._fn.experimental_get_tracing_count()
 
-    def inputs(self, traj: rollout.Trajectory, taken: int, scheduled=None,
+    def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
                recurrent: tuple | None = None) -> tuple:
         """The update's inputs as four tensors (each tensor argument of a call costs a
         conversion and signature matching, ~10 us apiece), then the images, if any:
@@ -241,7 +241,8 @@ class CompiledUpdate:
         count = 0 if self.layout.flat else 2 * len(self.layout.images)
         return tuple(rest[:count]), (rest[count] if len(rest) > count else None)
 
-    def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor, *images):
+    def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor,
+               *images: tf.Tensor) -> tuple:
         """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
         are): ``(obs, next_obs [T, B, d] (or the layout's parts), rewards, terminated,
         truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser],

@@ -54,8 +54,13 @@ def command(name: str) -> str:
 
 
 def one_line(text: str) -> str:
-    """Collapses a multi-line message into one line (errors from libraries can be long)."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """Collapses a multi-line message into one line (errors from libraries can be long).
+
+    Bytes a path held that are not UTF-8 (``os.fsdecode``'s surrogates) are written escaped, so
+    printing the line cannot fail in its turn.
+    """
+    line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def suggest(word: str, candidates: Iterable[str], n: int = 3) -> str:

@@ -27,12 +27,15 @@ axis, no LoRA; anything else runs Keras's own ``call`` and is left to the generi
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import keras
 import tensorflow as tf
 
 from pgrad.core.chunking import chunk_rows, map_chunks
+
+if TYPE_CHECKING:
+    from pgrad.core.recording import Recorder
 
 #: ``"auto"`` (per layer, :meth:`PatchTap.method`), or force ``"ghost"`` / ``"materialise"``.
 NORM_METHOD = "auto"
@@ -150,13 +153,13 @@ class DenseGeometry(NamedTuple):
     def patch(self) -> int:
         return self.kernel_shape[0]
 
-    def windows(self, x):
+    def windows(self, x: tf.Tensor) -> list[tf.Tensor]:
         return [tf.reshape(x, [-1, self.positions, self.channels])]
 
-    def assemble(self, blocks, transposed):
+    def assemble(self, blocks: list[tf.Tensor], transposed: bool) -> tf.Tensor:
         return tf.transpose(blocks[0], [0, 2, 1]) if transposed else blocks[0]
 
-    def summed_kernel(self, x, dz):
+    def summed_kernel(self, x: tf.Tensor, dz: tf.Tensor) -> tf.Tensor:
         return tf.matmul(tf.reshape(x, [-1, self.channels]),
                          tf.reshape(dz, [-1, self.filters]), transpose_a=True)
 
@@ -168,7 +171,8 @@ class PatchTap:
     pre-activation output (watched).
     """
 
-    def __init__(self, kernel, bias, geometry, x: tf.Tensor, z: tf.Tensor):
+    def __init__(self, kernel: keras.Variable, bias: keras.Variable | None,
+                 geometry: ConvGeometry | DenseGeometry, x: tf.Tensor, z: tf.Tensor):
         self.kernel, self.bias, self.geometry, self.x, self.z = kernel, bias, geometry, x, z
 
     def uses(self) -> list[tuple[Any, str]]:
@@ -218,7 +222,7 @@ class PatchTap:
         extra = k * c // geo.groups if method == "materialise" else 2 * L * L
         return self.x.dtype.size * (L * k + extra)
 
-    def method(self, num_rows, keep: bool) -> str:
+    def method(self, num_rows: tf.Tensor | int | None, keep: bool) -> str:
         """How this layer's kernel norms are computed: ``"materialise"`` or ``"ghost"``.
 
         ``keep``: a reweighted sum follows (the engine's clip path). Materialised rows that fit
@@ -237,7 +241,7 @@ class PatchTap:
         return isinstance(num_rows, int) and num_rows <= chunk_rows(self._row_bytes(method),
                                                                    MAX_BYTES)
 
-    def rows(self, role: str, delta: tf.Tensor, num_rows) -> tf.Tensor:
+    def rows(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None) -> tf.Tensor:
         """``[n, *variable.shape]`` per-step gradients of ``role`` ("kernel" or "bias")."""
         d = self._deltas(delta)
         if role == "bias":
@@ -252,7 +256,8 @@ class PatchTap:
         chunk = chunk_rows(self._row_bytes("materialise"), MAX_BYTES)
         return map_chunks(block, (self.x, d), num_rows, chunk, [spec])[0]
 
-    def norms_sq(self, role: str, delta: tf.Tensor, num_rows, keep: bool = False):
+    def norms_sq(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None,
+                 keep: bool = False) -> tuple[tf.Tensor, list[tf.Tensor] | None]:
         """``([n] squared norms of role's per-step gradients, kept blocks or None)``."""
         d = self._deltas(delta)
         if role == "bias":
@@ -281,7 +286,7 @@ class PatchTap:
             return tf.reduce_sum(self._deltas(dz), [0, 1])
         return tf.reshape(self.geometry.summed_kernel(self.x, dz), self.geometry.kernel_shape)
 
-    def reweigh_kept(self, blocks, coeff: tf.Tensor) -> tf.Tensor:
+    def reweigh_kept(self, blocks: list[tf.Tensor], coeff: tf.Tensor) -> tf.Tensor:
         """``sum_t coeff[t] * rows[t]`` from the blocks :meth:`norms_sq` kept."""
         coeff = tf.cast(coeff, blocks[0].dtype)
         return self.geometry.assemble([tf.tensordot(coeff, b, 1)[None] for b in blocks], True)[0]
@@ -311,7 +316,7 @@ def _conv_geometry(layer, shape, padding: str, kernel_shape) -> ConvGeometry | N
                         tuple(out), int(shape[-1]), int(layer.filters), int(layer.groups), args)
 
 
-def record_conv(rec, layer, inputs):
+def record_conv(rec: Recorder, layer: keras.layers.Layer, inputs: Any) -> tf.Tensor | None:
     """``layer(inputs)`` of a Conv1D/Conv2D with its taps recorded, or ``None`` where the tap
     would not be exact (then the caller runs Keras's own ``call``)."""
     conv = keras.layers.Conv2D  # kernel / convolution_op are BaseConv's, shared with Conv1D
@@ -346,7 +351,8 @@ def record_conv(rec, layer, inputs):
     return layer.activation(z) if layer.activation is not None else z
 
 
-def record_dense(rec, layer, inputs):
+def record_dense(rec: Recorder, layer: keras.layers.Layer, inputs: tf.Tensor
+                 ) -> tf.Tensor | None:
     """A Dense layer on ``[n, *middle, in]`` (static ``middle``), recorded; ``None`` otherwise.
 
     ``inputs`` were checked by the caller (a plain Dense kernel of the input's dtype).

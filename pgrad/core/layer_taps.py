@@ -17,10 +17,13 @@ from the tape), so the recorded pass computes exactly what the plain one does.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from pgrad.core.recording import Recorder
 
 
 def _square_rows(g: tf.Tensor) -> tf.Tensor:
@@ -31,7 +34,7 @@ class EmbeddingTap:
     """One recorded call of an Embedding layer: ``ids [n, ...]`` (negative ids wrapped, as
     ``keras.ops.take`` does) and the watched output ``z [n, ..., dim]``."""
 
-    def __init__(self, embeddings, ids: tf.Tensor, z: tf.Tensor):
+    def __init__(self, embeddings: keras.Variable, ids: tf.Tensor, z: tf.Tensor):
         self.embeddings, self.ids, self.z = embeddings, ids, z
         self.vocab, self.dim = int(embeddings.shape[0]), int(embeddings.shape[1])
 
@@ -43,13 +46,14 @@ class EmbeddingTap:
         ids = tf.reshape(tf.cast(self.ids, tf.int64), [n, -1])
         return tf.reshape(tf.range(tf.cast(n, tf.int64))[:, None] * self.vocab + ids, [-1])
 
-    def rows(self, role: str, delta: tf.Tensor, num_rows) -> tf.Tensor:
+    def rows(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None) -> tf.Tensor:
         n = tf.shape(delta)[0]
         flat = tf.reshape(delta, [-1, self.dim])
         out = tf.math.unsorted_segment_sum(flat, self._keys(n), tf.cast(n, tf.int64) * self.vocab)
         return tf.reshape(out, [n, self.vocab, self.dim])
 
-    def norms_sq(self, role: str, delta: tf.Tensor, num_rows, keep: bool = False):
+    def norms_sq(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None,
+                 keep: bool = False) -> tuple[tf.Tensor, None]:
         per_step = self.ids.shape[1:].num_elements()
         if per_step == 1:  # one id per step: the row itself
             return _square_rows(delta), None
@@ -69,25 +73,27 @@ class LayerNormTap:
     """One recorded call of a LayerNormalization layer: ``xhat`` and the watched output ``z``
     (both ``[n, ...]``); ``reduce_axes`` are the non-step axes the parameters do not span."""
 
-    def __init__(self, gamma, beta, xhat: tf.Tensor, z: tf.Tensor, reduce_axes: list[int]):
+    def __init__(self, gamma: keras.Variable | None, beta: keras.Variable | None,
+                 xhat: tf.Tensor, z: tf.Tensor, reduce_axes: list[int]):
         self.gamma, self.beta, self.xhat, self.z = gamma, beta, xhat, z
         self.reduce_axes = reduce_axes
 
     def uses(self) -> list[tuple[Any, str]]:
         return [(v, r) for v, r in ((self.gamma, "gamma"), (self.beta, "beta")) if v is not None]
 
-    def rows(self, role: str, delta: tf.Tensor, num_rows) -> tf.Tensor:
+    def rows(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None) -> tf.Tensor:
         g = delta * self.xhat if role == "gamma" else delta
         return tf.reduce_sum(g, self.reduce_axes) if self.reduce_axes else g
 
-    def norms_sq(self, role: str, delta: tf.Tensor, num_rows, keep: bool = False):
+    def norms_sq(self, role: str, delta: tf.Tensor, num_rows: tf.Tensor | int | None,
+                 keep: bool = False) -> tuple[tf.Tensor, None]:
         return _square_rows(self.rows(role, delta, num_rows)), None
 
     def summed(self, role: str, dz: tf.Tensor) -> tf.Tensor:
         return tf.reduce_sum(self.rows(role, dz, None), 0)
 
 
-def record_embedding(rec, layer, inputs):
+def record_embedding(rec: Recorder, layer: keras.layers.Layer, inputs: Any) -> tf.Tensor | None:
     """``layer(inputs)`` of an Embedding with its tap recorded, or ``None`` where the tap would
     not be exact (LoRA, quantised, sparse or ragged ids, a mixed-precision policy)."""
     table = getattr(layer, "_embeddings", None)
@@ -109,7 +115,8 @@ def record_embedding(rec, layer, inputs):
     return z
 
 
-def record_layer_norm(rec, layer, inputs):
+def record_layer_norm(rec: Recorder, layer: keras.layers.Layer, inputs: Any
+                      ) -> tf.Tensor | None:
     """``layer(inputs)`` of a LayerNormalization with its tap recorded, or ``None`` where the
     tap would not be exact (``rms_scaling``, the step axis normalised, mixed dtypes)."""
     params = [v for v in (layer.gamma, layer.beta) if v is not None]

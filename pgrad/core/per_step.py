@@ -149,7 +149,9 @@ def _sequence_block(fn, variables, length: int):
     return block
 
 
-def sequence_grads(fn, variables, args, num_rows, length: int, chunk_size=None,
+def sequence_grads(fn: Callable[..., tf.Tensor], variables: Sequence[tf.Variable],
+                   args: Sequence[Any], num_rows: tf.Tensor | int, length: int,
+                   chunk_size: int | None = None,
                    max_bytes: int = DEFAULT_MAX_BYTES) -> list[tf.Tensor]:
     """Per-step gradients of ``fn`` over env-major sequences of ``length`` rows (a recurrent
     policy: row ``t`` of a sequence depends on rows ``0..t`` of it), in chunks of whole

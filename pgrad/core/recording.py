@@ -87,7 +87,7 @@ class Recorder:
             return self.eager
         return not self.eager and tf.compat.v1.get_default_graph() is self.graph
 
-    def wants(self, variable) -> bool:
+    def wants(self, variable: Any) -> bool:
         return self.keys is None or not self.keys.isdisjoint(var_keys(variable))
 
 

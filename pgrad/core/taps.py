@@ -143,7 +143,8 @@ class Capture:
       out: the ``[T]`` output of the recorded pass; ``extras``: what ``fn`` returned besides it.
     """
 
-    def __init__(self, variables, parts: list[_Parts], covered: list[bool], rows_ok,
+    def __init__(self, variables: Sequence[Any], parts: list[_Parts], covered: list[bool],
+                 rows_ok: bool | tf.Tensor,
                  targets: list[tf.Tensor], deltas: list[tf.Tensor], tape: tf.GradientTape,
                  out: tf.Tensor, extras: dict, layer_taps: list, offset: int):
         self.variables = list(variables)
@@ -175,7 +176,7 @@ class Capture:
         return ([outer_rows(x, d[j]) for x, j in p.pairs] + [d[j] for j in p.rows]
                 + [self._layer(j).rows(role, d[j], num_rows) for j, role in p.layer])
 
-    def per_step_grads(self, num_rows) -> list[tf.Tensor | None]:
+    def per_step_grads(self, num_rows: tf.Tensor | int) -> list[tf.Tensor | None]:
         """``[T, *shape]`` per covered variable (``None`` where not covered)."""
         out: list[tf.Tensor | None] = []
         for v, p, ok in zip(self.variables, self._parts, self.covered):
@@ -186,7 +187,7 @@ class Capture:
             out.append(tf.add_n(terms) if terms else self._zeros(v, num_rows))
         return out
 
-    def norms_squared(self, num_rows, keep: bool = False) -> tf.Tensor:
+    def norms_squared(self, num_rows: tf.Tensor | int, keep: bool = False) -> tf.Tensor:
         """``[T]`` squared global norm of each step's gradient over the covered variables.
 
         ``keep``: a :meth:`weighted_sum` follows in the same graph; layers that materialise
@@ -284,7 +285,7 @@ def _rows_check(tensor: tf.Tensor, num_steps):
     return tf.equal(tf.shape(tensor)[0], tf.cast(num_steps, tf.int32))
 
 
-def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps,
+def capture(fn: Callable, variables: Sequence, args: Sequence, num_steps: tf.Tensor | int,
             where: str = "per_step_grads", aux: Callable | None = None
             ) -> tuple[tf.Tensor, Capture]:
     """Runs ``fn(*args)`` once under a recording and backpropagates ``sum(fn(*args))`` to taps.

@@ -38,7 +38,7 @@ it is padded by repeating the first frame (CleanRL's and envpool's way) rather t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -150,11 +150,12 @@ class GameScore(gym.Wrapper):
         super().__init__(env)
         self.score, self.finished, self.restarted = 0.0, None, False
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
         self.score, self.restarted = 0.0, True
         return self.env.reset(seed=seed, options=options)
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.score += float(reward)
         if terminated or truncated:  # the game is over (or at its frame limit)
@@ -175,7 +176,7 @@ class EpisodicLife(gym.Wrapper):
         super().__init__(env)
         self.lives, self._continue = 0, False
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = _ale(self).lives()
         lost = 0 < lives < self.lives  # 0 lives is the game over itself
@@ -183,7 +184,8 @@ class EpisodicLife(gym.Wrapper):
         self._continue = lost and not (terminated or truncated)
         return obs, reward, terminated or lost, truncated, info
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
         resume, self._continue = self._continue and seed is None and options is None, False
         if resume:
             obs, _, terminated, truncated, info = self.env.step(0)
@@ -209,7 +211,8 @@ class FireReset(gym.Wrapper):
             raise ValueError(f"FireReset: the game has no FIRE action ({meanings}).")
         self._actions = [meanings.index("FIRE")] + ([2] if len(meanings) >= 3 else [])
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         for action in self._actions:
             obs, _, terminated, truncated, _ = self.env.step(action)
@@ -240,14 +243,16 @@ class FrameStack(gym.Wrapper):
     def _obs(self) -> np.ndarray:
         return np.concatenate(self._frames, axis=-1)  # a new array: the frames are not shared
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         frame = obs.reshape(self._frame_shape)
         pad = frame if self.padding == "reset" else np.zeros_like(frame)
         self._frames = [pad] * (self.k - 1) + [frame]
         return self._obs(), info
 
-    def step(self, action):
+    def step(self, action: Any
+             ) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._frames = self._frames[1:] + [obs.reshape(self._frame_shape)]
         return self._obs(), reward, terminated, truncated, info
@@ -274,12 +279,13 @@ class ReportGames(gym.Wrapper):
         self._score.finished = None
         return {**info, GAME_INFO: game}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         self._steps += 1
         obs, reward, terminated, truncated, info = self.env.step(action)
         return obs, reward, terminated, truncated, self._report(info)
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         info = self._report(info)
         if self._score.restarted:  # a new game (or the first): count its steps from here

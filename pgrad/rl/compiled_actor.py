@@ -13,6 +13,7 @@ workers and evaluation use either without knowing which.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -62,7 +63,8 @@ class CompiledActor(NumpySampling):
                  for x, p in zip(self.layout.split(obs), self.layout.parts)]
         return self._concrete(*parts)
 
-    def forward(self, obs, with_value: bool = False):
+    def forward(self, obs: Any, with_value: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
         """Observations (the layout's parts) -> ``([N, param_size]``, ``[N]`` values or None)."""
         params = self._call(obs).numpy()
         value = None

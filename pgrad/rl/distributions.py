@@ -8,6 +8,7 @@ tracked, trained and checkpointed with the policy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -84,7 +85,7 @@ def _no_mask(head: ActionHead, action_mask) -> None:
 class CategoricalHead(ActionHead):
     """``Discrete(n, start)``: Categorical over n logits (masked: over the legal ones)."""
 
-    def __init__(self, n: int, start: int = 0, **kwargs):
+    def __init__(self, n: int, start: int = 0, **kwargs: Any):
         super().__init__(**kwargs)
         self.n, self.start = int(n), int(start)
         self.param_size, self.action_shape, self.action_dtype = self.n, (), tf.int32
@@ -159,7 +160,7 @@ class GaussianHead(ActionHead):
 
     def __init__(self, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0,
                  state_dependent_std: bool = False, squash: bool = False,
-                 sde_latent_dim: int = 0, **kwargs):
+                 sde_latent_dim: int = 0, **kwargs: Any):
         super().__init__(**kwargs)
         self.low = np.asarray(low, np.float32)
         self.high = np.asarray(high, np.float32)
@@ -225,7 +226,8 @@ class MultiCategoricalHead(ActionHead):
     """``MultiDiscrete(nvec)``: independent Categoricals, ragged sizes padded with -1e9 logits;
     a mask (the per-dimension masks concatenated) masks each dimension's logits."""
 
-    def __init__(self, nvec, start=None, **kwargs):
+    def __init__(self, nvec: Sequence[int] | np.ndarray,
+                 start: Sequence[int] | np.ndarray | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.nvec = np.asarray(nvec, np.int64).reshape(-1)
         self.start = np.zeros_like(self.nvec) if start is None else np.asarray(start).reshape(-1)
@@ -257,7 +259,7 @@ class MultiCategoricalHead(ActionHead):
 class BernoulliHead(ActionHead):
     """``MultiBinary(n)``: independent Bernoullis."""
 
-    def __init__(self, shape, **kwargs):
+    def __init__(self, shape: int | Sequence[int], **kwargs: Any):
         super().__init__(**kwargs)
         self.space_shape = tuple(np.atleast_1d(shape))
         size = int(np.prod(self.space_shape))

@@ -238,7 +238,7 @@ class ObservationEncoder(keras.layers.Layer):
                              f"observation it returned shape {out.shape.as_list()}")
         self.feature_dim = int(out.shape[1])
 
-    def call(self, obs):
+    def call(self, obs: Any) -> tf.Tensor:
         parts = self.layout.split(obs)
         scaled = [scale_image(x, p) if p.image else tf.cast(x, tf.float32)
                   for x, p in zip(parts, self.parts)]
@@ -268,7 +268,7 @@ def _own_model(encoder: Any, layout: ObsLayout):
     return model
 
 
-def encoder_copy(encoder: Any, layout: ObsLayout, **kwargs) -> ObservationEncoder:
+def encoder_copy(encoder: Any, layout: ObsLayout, **kwargs: Any) -> ObservationEncoder:
     """A second, independent encoder like ``encoder`` (the critic's, when not shared).
 
     Raises:

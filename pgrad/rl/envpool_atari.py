@@ -111,7 +111,7 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
                  noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
                  grayscale: bool = True, episodic_life: bool = True, fire_reset: bool = True,
                  clip_rewards: bool = True, frame_stack: int = 4, stack_padding: str = "reset",
-                 max_num_frames_per_episode: int = 108_000, **make_kwargs):
+                 max_num_frames_per_episode: int = 108_000, **make_kwargs: Any):
         _envpool()
         if not isinstance(env_id, str):
             raise TypeError(f"vector_mode='envpool' needs a registered env id string; got "
@@ -144,7 +144,8 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
         self._score = np.zeros(self.num_envs, np.float64)  # the running games' real scores
         self._steps = np.zeros(self.num_envs, np.int64)  # ... and their policy steps
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         """A new game in every sub-env; with ``seed``, sub-env ``i`` is seeded ``seed + i``."""
         obs, info = self._reset_all(seed, options)
         self._lives = info["lives"].astype(np.int64)
@@ -152,7 +153,8 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
         self._obs = obs = _channels_last(obs)
         return obs, {"elapsed_step": np.zeros(self.num_envs, np.int32), "lives": self._lives.copy()}
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One step of every sub-env; ended learning episodes reset in this same call."""
         if self._obs is None:
             raise RuntimeError("EnvpoolAtariVectorEnv.step called before reset().")
@@ -206,7 +208,7 @@ def _channels_last(obs: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
 
 
-def make_envpool(env_id: Any, num_envs: int, **kwargs) -> EnvpoolVectorEnv:
+def make_envpool(env_id: Any, num_envs: int, **kwargs: Any) -> EnvpoolVectorEnv:
     """The adapter for ``env_id``: :class:`EnvpoolAtariVectorEnv` for Atari ids, else
     :class:`EnvpoolVectorEnv` (``kwargs``: the class's options and ``envpool.make``'s)."""
     if is_envpool_atari(env_id):

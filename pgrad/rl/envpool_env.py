@@ -123,7 +123,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0,
                  max_episode_steps: int | None = None, num_threads: int = 0,
-                 pool_id: str | None = None, **make_kwargs):
+                 pool_id: str | None = None, **make_kwargs: Any):
         self._envpool = _envpool()
         self.env_id = env_id
         self._pool_id = check_env_id(env_id if pool_id is None else pool_id)
@@ -166,7 +166,8 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
             raise RuntimeError(f"envpool returned envs {env_id}, expected {rows}.")
         return tuple(a[order] for a in arrays)
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         """Resets every sub-env; with ``seed``, sub-env ``i`` restarts from seed ``seed + i``."""
         obs, _ = self._reset_all(seed, options)
         self._obs = obs
@@ -184,7 +185,8 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         obs, *values = self._in_order(self._ids, info["env_id"], obs, *(info[k] for k in keys))
         return obs, dict(zip(keys, values))
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One step of every sub-env; ended episodes reset in this same call (SAME_STEP)."""
         if self._obs is None:
             raise RuntimeError("EnvpoolVectorEnv.step called before reset().")
@@ -211,7 +213,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self._obs = obs
         return obs, rewards, terminated, truncated, out
 
-    def close_extras(self, **kwargs) -> None:
+    def close_extras(self, **kwargs: Any) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None

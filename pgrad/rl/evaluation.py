@@ -88,6 +88,9 @@ def as_policy(target: Any, env_id: Any,
         for directory in sorted({around, os.path.abspath(target)}, key=len):  # outermost first
             named_code.check_env(env_id, directory, given=given)
         if given is None and meta.get("env_kwargs"):
+            if not isinstance(meta["env_kwargs"], dict):
+                raise ValueError(f"{target}: the export's env_kwargs are not an object "
+                                 f"({type(meta['env_kwargs']).__name__}); pass env_id.")
             from pgrad.rl.envs import EnvRecipe  # the id with the options it was trained with
 
             env_id = EnvRecipe(env_id, meta["env_kwargs"])
@@ -146,8 +149,8 @@ def run_episodes(
     errors.
 
     Raises:
-      EnvError: an env failed (constructor, reset or step, or an observation that does not fit
-        its space), naming the episode and its step.
+      EnvError: an env failed (constructor, reset or step, an observation that does not fit
+        its space, a NaN/Inf observation or reward), naming the episode and its step.
     """
     from pgrad.rl.envs import GAME_INFO, EnvError, describe_failure
     from pgrad.rl.masks import env_mask
@@ -156,6 +159,11 @@ def run_episodes(
     def failed(err: Exception, i: int, what: str) -> EnvError:
         return EnvError(f"env {name!r} failed at {what} of evaluation episode {i} (seed "
                         f"{seed + i}): {describe_failure(err, policy.observation_space)}")
+
+    def nonfinite(what: str, i: int, step: int) -> EnvError:
+        return EnvError(f"env {name!r} returned a non-finite {what} at "
+                        f"{'the reset' if step == 0 else f'step {step}'} of evaluation episode "
+                        f"{i} (seed {seed + i}); pgrad needs finite observations and rewards.")
 
     envs: list = []
     try:
@@ -191,6 +199,10 @@ def run_episodes(
                     rows.append(policy.flatten(batch_of_one(obs[i])))
                 except (ValueError, TypeError, IndexError) as err:
                     raise failed(err, i, f"step {lengths[i]} (its observation)") from err
+                # NaN/Inf in the vector part (images are integers): the policy would act on it
+                vec = layout.vector(rows[-1])
+                if vec is not None and not np.isfinite(vec).all():
+                    raise nonfinite("observation", i, lengths[i])
                 legal.append(env_mask(envs[i], layout, obs[i], infos[i], name,
                                       f"step {lengths[i]} of evaluation episode {i}"))
             if layout.flat:
@@ -220,6 +232,8 @@ def run_episodes(
                     reward, done = float(reward), bool(term or trunc)
                 except Exception as err:
                     raise failed(err, i, f"step {lengths[i] + 1}") from err
+                if not math.isfinite(reward):
+                    raise nonfinite("reward", i, lengths[i] + 1)
                 returns[i] += reward
                 lengths[i] += 1
                 if done and games[i]:  # the game's end, or a lost life: reset and play on

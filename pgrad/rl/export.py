@@ -57,6 +57,7 @@ import tensorflow as tf
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl import export_heads, spaces
 from pgrad.rl.networks import ActorCritic
+from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.policy import Policy, dense_layers
 
 META_FILE = "pgrad_policy.json"
@@ -319,7 +320,8 @@ def _obs_spec(space) -> tf.TensorSpec:
     return tf.TensorSpec([None, spaces.flat_dim(space)], tf.float32, name="observation")
 
 
-def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
+def export_policy(net: ActorCritic, obs_norm: ObsNormalizer | None, obs_space: gym.Space,
+                  path: str | Path,
                   metadata: dict[str, Any] | None = None) -> None:
     """Writes a SavedModel whose ``action(observation)`` returns deterministic env actions.
 
@@ -350,7 +352,7 @@ def export_policy(net: ActorCritic, obs_norm, obs_space, path: str | Path,
     (Path(path) / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def head_options(head) -> dict[str, Any]:
+def head_options(head: dist_lib.ActionHead) -> dict[str, Any]:
     """The options :func:`pgrad.rl.distributions.make_head` needs to rebuild ``head``."""
     if isinstance(head, dist_lib.GaussianHead):
         return {"log_std_init": head.log_std_init,
@@ -397,23 +399,36 @@ class ExportedPolicy(Policy):
         if not hasattr(self._module, "params"):
             raise ValueError(f"the export in {found} predates pgrad 0.2 (no params function); "
                              "evaluate it from its checkpoint or export it again.")
-        head = dist_lib.make_head(action_space, **read_metadata(found).get("head", {}))
-        if getattr(head, "log_std", None) is not None:
-            head.log_std.assign(self._module.log_std)
+        meta = read_metadata(found)
+        try:  # data written by export(), but a file anyone can edit: its types checked
+            head_args, state_size = meta.get("head", {}), meta.get("state_size", 0) or 0
+            if not isinstance(head_args, dict) or isinstance(state_size, bool):
+                raise TypeError("'head' must be an object and 'state_size' a number")
+            head = dist_lib.make_head(action_space, **head_args)
+            state_size = int(state_size)
+            if state_size < 0:
+                raise ValueError(f"'state_size' is {state_size}")
+            if getattr(head, "log_std", None) is not None:
+                head.log_std.assign(self._module.log_std)
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"{found / META_FILE} does not describe this export: "
+                             f"{str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+                             "export the policy again.") from None
         super().__init__(observation_space, action_space, head)
         self.path = found
         #: A recurrent export's state width (its functions take and return the state).
-        self.state_size = int(read_metadata(found).get("state_size", 0) or 0)
+        self.state_size = state_size
 
     def _inputs(self, flat):
         if not self.layout.flat:  # the parts, each in its own dtype
             return self.layout.to_tensors(flat)
         return tf.cast(flat, tf.float32)
 
-    def params(self, flat) -> tf.Tensor:
+    def params(self, flat: Any) -> tf.Tensor:
         self._feed_forward_only()
         return self._module.params(self._inputs(flat))
 
-    def step_params(self, flat, state, episode_start):
+    def step_params(self, flat: Any, state: np.ndarray, episode_start: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
         out = self._module.params(self._inputs(flat), state, episode_start)
         return out["params"].numpy(), out["next_state"].numpy()

@@ -25,7 +25,7 @@ def _unsupported(head) -> ValueError:
                       f"{dist_lib.SUPPORTED} action spaces")
 
 
-def noise_size(head) -> int:
+def noise_size(head: dist_lib.ActionHead) -> int:
     """Uniforms per observation that :func:`sample` reads: one per categorical dimension or
     binary unit, two per Gaussian dimension (Box-Muller)."""
     if isinstance(head, dist_lib.CategoricalHead):
@@ -44,12 +44,14 @@ def _with_rows(x: tf.Tensor, shape) -> tf.Tensor:
     return tf.reshape(x, tf.concat([tf.shape(x)[:1], tf.constant(shape, tf.int32)], 0))
 
 
-def mean_and_log_std(head, params: tf.Tensor, log_std) -> tuple[tf.Tensor, tf.Tensor]:
+def mean_and_log_std(head: dist_lib.GaussianHead, params: tf.Tensor, log_std: tf.Tensor | None
+                     ) -> tuple[tf.Tensor, tf.Tensor]:
     """A Gaussian head's ``([N, A]`` mean, ``[N, A]`` log-std) (the pre-squash Gaussian), as
     :meth:`pgrad.rl.distributions.GaussianHead.mean_and_log_std`; gSDE: the per-state marginal."""
     a = head.size
     if head.uses_latent:
         latent = params[:, a:]
+        assert log_std is not None  # gSDE heads carry their log-std (narrows the type for mypy)
         var = tf.matmul(tf.square(latent), tf.exp(2.0 * log_std)) + dist_lib.SDE_EPS
         return params[:, :a], 0.5 * tf.math.log(var)
     if head.state_dependent_std:
@@ -78,7 +80,7 @@ def _split(head, params: tf.Tensor) -> list[tf.Tensor]:
     return tf.split(params, [int(n) for n in head.nvec], axis=1)
 
 
-def mode(head, params: tf.Tensor) -> tf.Tensor:
+def mode(head: dist_lib.ActionHead, params: tf.Tensor) -> tf.Tensor:
     """Deterministic env actions ``[N, ...]``: argmax (Discrete, MultiDiscrete), the Gaussian
     mean squashed if so and clipped to the bounds (Box), ``logit > 0`` (MultiBinary)."""
     if isinstance(head, dist_lib.CategoricalHead):
@@ -93,7 +95,8 @@ def mode(head, params: tf.Tensor) -> tf.Tensor:
     raise _unsupported(head)
 
 
-def sample(head, params: tf.Tensor, log_std, u: tf.Tensor) -> tf.Tensor:
+def sample(head: dist_lib.ActionHead, params: tf.Tensor, log_std: tf.Tensor | None,
+           u: tf.Tensor) -> tf.Tensor:
     """Env actions ``[N, ...]`` drawn from the head's distribution with the uniforms ``u``
     ``[N, noise_size]`` in ``[0, 1)``: inverse-CDF draws (Discrete, MultiDiscrete), Box-Muller
     normals ``mean + std * z`` squashed if so and clipped (Box), ``u < sigmoid(logit)``
@@ -114,7 +117,8 @@ def sample(head, params: tf.Tensor, log_std, u: tf.Tensor) -> tf.Tensor:
     raise _unsupported(head)
 
 
-def distribution_params(head, params: tf.Tensor, log_std) -> dict[str, tf.Tensor]:
+def distribution_params(head: dist_lib.ActionHead, params: tf.Tensor,
+                        log_std: tf.Tensor | None) -> dict[str, tf.Tensor]:
     """The distribution's parameters by name: ``logits`` (Discrete ``[N, n]``, MultiDiscrete
     ``[N, sum(nvec)]``, MultiBinary ``[N, *shape]``) or the pre-squash Gaussian's ``mean`` and
     ``log_std`` (Box, ``[N, *shape]`` each)."""

@@ -23,6 +23,8 @@ registered on first use (:func:`pgrad.rl.envs.ensure_registered`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 
@@ -78,13 +80,15 @@ class OffersEnv(gym.Env):
         """``[n]`` bool: the items on offer now (for :class:`pgrad.rl.masks.ActionMasker`)."""
         return self._legal.astype(bool)
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray | dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self._t = 0
         self._offer()
         return self._obs(), self._info()
 
-    def step(self, action):
+    def step(self, action: Any
+             ) -> tuple[np.ndarray | dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         a = int(action)
         reward = float(self.values[a]) if self._legal[a] else ILLEGAL_REWARD
         self._t += 1

@@ -23,7 +23,7 @@ the env and the env step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -227,7 +227,7 @@ class ActionMasker(gym.Wrapper):
         observation; ``env`` is the wrapped env.
     """
 
-    def __init__(self, env: gym.Env, action_mask_fn):
+    def __init__(self, env: gym.Env, action_mask_fn: Callable[[gym.Env], Any]):
         super().__init__(env)
         self._action_mask_fn = action_mask_fn
 

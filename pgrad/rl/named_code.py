@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class DirectoryCode(ValueError):
@@ -61,7 +63,7 @@ def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
 
 
 @contextlib.contextmanager
-def cwd_on_path():
+def cwd_on_path() -> Iterator[None]:
     """The working directory on ``sys.path`` for one import (or look-up) only."""
     cwd = os.getcwd()
     added = cwd not in sys.path
@@ -146,7 +148,7 @@ def check(what: str, spec: str | None, directory: str | os.PathLike, given: str 
                             "the module).")
 
 
-def check_env(spec, directory: str | os.PathLike, given=None) -> None:
+def check_env(spec: Any, directory: str | os.PathLike, given: Any = None) -> None:
     """:func:`check` for the Python API's env: ``given`` is the user's ``env_id=`` (a module the
     process imported already counts as named). An env recipe (:class:`pgrad.rl.envs.EnvRecipe`)
     is checked by the id it holds."""

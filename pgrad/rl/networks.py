@@ -16,7 +16,7 @@ Layout of :class:`ActorCritic`, ``params = actor(trunk(encoder(obs)))`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -28,6 +28,7 @@ from pgrad.tools.ops import scale_gradient
 
 if TYPE_CHECKING:
     from pgrad.rl.recurrent import RecurrentCore
+    from pgrad.rl.spaces import ObsLayout
 
 ACTIVATIONS = ("tanh", "relu")
 
@@ -123,20 +124,22 @@ class ActorCritic:
         assert encoder is not None
         return encoder(obs)
 
-    def params_sequence(self, obs, episode_starts, state0, length) -> tf.Tensor:
+    def params_sequence(self, obs: Any, episode_starts: tf.Tensor, state0: tf.Tensor,
+                        length: int | tf.Tensor) -> tf.Tensor:
         """Recurrent: ``[B L]`` env-major rows (see :mod:`pgrad.rl.recurrent`) ->
         ``[B L, param_size]``, each row through its sequence's prefix from ``state0 [B, S]``."""
         h, _ = self._recurrent(self.core).sequence(self._encoded(obs), episode_starts, state0,
                                                    length)
         return self._actor_params(h)
 
-    def value_sequence(self, obs, episode_starts, state0, length):
+    def value_sequence(self, obs: Any, episode_starts: tf.Tensor, state0: tf.Tensor,
+                       length: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Recurrent: ``([B L] values, [B L, S] critic states after each step)``."""
         h, states = self._recurrent(self.critic_core).sequence(
             self._encoded(obs, True), episode_starts, state0, length)
         return self._critic_net(h)[:, 0], states
 
-    def value_after(self, obs, states) -> tf.Tensor:
+    def value_after(self, obs: Any, states: tf.Tensor) -> tf.Tensor:
         """Recurrent: ``[N]`` values of observations that follow the ``[N, S]`` critic states
         (no reset: the final observation of an episode, ``V(o_{t+1})``)."""
         h, _ = self._recurrent(self.critic_core).step(self._encoded(obs, True), states)
@@ -173,7 +176,7 @@ class ActorCritic:
         return self.trunk is not None or (self.encoder is not None
                                           and self.critic_encoder is None)
 
-    def params(self, obs) -> tf.Tensor:
+    def params(self, obs: Any) -> tf.Tensor:
         """``[N, obs_dim] -> [N, param_size]`` distribution parameters (for a head that uses the
         latent, the actor's outputs and then its last hidden features). With an encoder ``obs``
         is the observation as the encoder takes it (:class:`pgrad.rl.spaces.ObsLayout`)."""
@@ -182,7 +185,7 @@ class ActorCritic:
                              "params_sequence")
         return self._actor_params(self._features(obs))
 
-    def value(self, obs) -> tf.Tensor:
+    def value(self, obs: Any) -> tf.Tensor:
         """``[N, obs_dim] -> [N]`` state values (trunk gradient scaled when shared)."""
         if self.core is not None:
             raise ValueError("a recurrent critic's values depend on its state: use "
@@ -235,7 +238,8 @@ class ActorCritic:
         return out
 
 
-def actor_critic(layout, head_fn, encoder="mlp", hidden: Sequence[int] = (64, 64),
+def actor_critic(layout: ObsLayout, head_fn: Callable[[int], dist_lib.ActionHead],
+                 encoder: Any = "mlp", hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared_trunk: bool = False, share_encoder: bool = True,
                  critic: bool = True, trunk_grad_scale: float = 1.0, seed: int = 0,
                  ortho_init: bool = True, recurrent: str | None = None,

@@ -9,6 +9,9 @@ sees one observation at a time cannot tell which way the pole moves; a recurrent
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 
@@ -20,7 +23,7 @@ IDS = {"CartPoleNoVel-v1": ("CartPole-v1", (1, 3), 500),
 class MaskVelocity(gym.ObservationWrapper):
     """Zeroes the observation entries ``indices`` (the velocities)."""
 
-    def __init__(self, env: gym.Env, indices):
+    def __init__(self, env: gym.Env, indices: Sequence[int]):
         super().__init__(env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box):
@@ -28,11 +31,11 @@ class MaskVelocity(gym.ObservationWrapper):
         self.mask = np.ones(space.shape, space.dtype)
         self.mask[list(indices)] = 0
 
-    def observation(self, observation):
+    def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation * self.mask
 
 
-def make(base: str, indices, **kwargs) -> gym.Env:
+def make(base: str, indices: Sequence[int], **kwargs: Any) -> gym.Env:
     """The base env (unwrapped of its own time limit: the registration adds it) masked."""
     return MaskVelocity(gym.make(base, **kwargs).unwrapped, indices)
 

@@ -12,6 +12,7 @@ CNN, the user's own) act through one compiled TensorFlow call instead
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import keras
@@ -28,6 +29,11 @@ from pgrad.rl.sampling import (  # noqa: F401 (the samplers, re-exported)
     mode_numpy,
     sample_numpy,
 )
+
+if TYPE_CHECKING:
+    from pgrad.rl.compiled_actor import CompiledActor
+    from pgrad.rl.normalize import ObsNormalizer
+    from pgrad.rl.spaces import ObsLayout
 
 
 def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -167,7 +173,7 @@ class NumpyPolicy(NumpySampling):
         return self._run("actor", feat)
 
 
-def make_actor(net: ActorCritic, layout=None):
+def make_actor(net: ActorCritic, layout: ObsLayout | None = None) -> NumpyPolicy | CompiledActor:
     """The acting copy of ``net``: the numpy mirror for Dense-only networks, else a compiled
     TensorFlow call (same interface: ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
     if net.encoder is None:
@@ -204,12 +210,12 @@ class Policy:
         self.layout = spaces.obs_layout(observation_space)
         self._flatten = self.layout.preprocess
 
-    def flatten(self, obs_batch):
+    def flatten(self, obs_batch: Any) -> Any:
         """Raw batched observations -> ``[N, d]`` float32 or the layout's parts (as
         :mod:`pgrad.rl.spaces`)."""
         return self._flatten(obs_batch)
 
-    def params(self, flat) -> tf.Tensor:
+    def params(self, flat: Any) -> tf.Tensor:
         """``[N, d]`` flat raw observations (or the layout's parts) -> ``[N, param_size]``
         (TensorFlow, differentiable)."""
         raise NotImplementedError
@@ -238,9 +244,11 @@ class Policy:
                                    action_mask=action_mask)[0]
         return self.head.to_env(actions)
 
-    def act_with_state(self, flat, state, episode_start, deterministic: bool,
+    def act_with_state(self, flat: Any, state: np.ndarray | None,
+                       episode_start: np.ndarray | None, deterministic: bool,
                        rng: np.random.Generator | None = None,
-                       action_mask: np.ndarray | None = None):
+                       action_mask: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
         """``(env-ready actions [N, ...], next state [N, S] or None)``: :meth:`act_flat` with the
         recurrent state carried (``state`` None: zeros; ``episode_start [N]``: rows whose state
         is reset first). A feed-forward policy ignores both and returns None."""
@@ -255,7 +263,8 @@ class Policy:
         params, state = self.step_params(flat, state, start)
         return self._env_actions(params, deterministic, rng, action_mask), state
 
-    def step_params(self, flat, state: np.ndarray, episode_start: np.ndarray):
+    def step_params(self, flat: Any, state: np.ndarray, episode_start: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """A recurrent policy's ``([N, param_size]`` parameters, ``[N, S]`` next state) at flat
         raw observations (or the layout's parts), ``state [N, S]``, ``episode_start [N]``."""
         raise NotImplementedError
@@ -274,12 +283,13 @@ class NetworkPolicy(Policy):
       obs_norm: the observation normaliser or ``None``.
     """
 
-    def __init__(self, net: ActorCritic, mirror, obs_norm, observation_space, action_space):
+    def __init__(self, net: ActorCritic, mirror: Any, obs_norm: ObsNormalizer | None,
+                 observation_space: gym.Space, action_space: gym.Space):
         super().__init__(observation_space, action_space, net.head)
         self.net, self.mirror, self.obs_norm = net, mirror, obs_norm
         self.state_size = getattr(mirror, "state_size", 0)
 
-    def params(self, flat) -> tf.Tensor:
+    def params(self, flat: Any) -> tf.Tensor:
         self._feed_forward_only()
         layout = self.layout
         vector = layout.vector(flat)
@@ -290,7 +300,7 @@ class NetworkPolicy(Policy):
             flat = layout.with_vector(flat, x)
         return self.net.params(flat)
 
-    def act_flat(self, flat, deterministic: bool,
+    def act_flat(self, flat: Any, deterministic: bool,
                  rng: np.random.Generator | None = None,
                  action_mask: np.ndarray | None = None) -> np.ndarray:
         layout = self.layout
@@ -302,7 +312,8 @@ class NetworkPolicy(Policy):
                                            action_mask=action_mask)[0])
         return self.head.to_env(actions)
 
-    def step_params(self, flat, state, episode_start):
+    def step_params(self, flat: Any, state: np.ndarray, episode_start: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
         layout = self.layout
         x = flat if self.obs_norm is None else layout.with_vector(
             flat, self.obs_norm(layout.vector(flat)))

@@ -17,9 +17,14 @@ Gates follow PyTorch (so sb3-contrib's): LSTM ``i, f, g, o = split(x W + h U + b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import keras
 import numpy as np
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from pgrad.rl.networks import ActorCritic
 
 KINDS = ("lstm", "gru")
 
@@ -31,7 +36,7 @@ class RecurrentCore(keras.layers.Layer):
     bias at 1 (Keras' ``unit_forget_bias``).
     """
 
-    def __init__(self, kind: str, units: int, input_dim: int, seed: int = 0, **kwargs):
+    def __init__(self, kind: str, units: int, input_dim: int, seed: int = 0, **kwargs: Any):
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"recurrent must be one of {KINDS}; got {kind!r}.")
@@ -76,7 +81,7 @@ class RecurrentCore(keras.layers.Layer):
         return h, h
 
     def sequence(self, x: tf.Tensor, episode_starts: tf.Tensor, state0: tf.Tensor,
-                 length) -> tuple[tf.Tensor, tf.Tensor]:
+                 length: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The core over env-major sequences.
 
         Args:
@@ -105,7 +110,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-def numpy_step(kind: str, weights: tuple, x: np.ndarray, state: np.ndarray):
+def numpy_step(kind: str, weights: tuple, x: np.ndarray, state: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`RecurrentCore.step` in numpy (``weights``: kernel, recurrent kernel, biases)."""
     kernel, rkernel, bias, rbias = weights
     u = rkernel.shape[0]
@@ -124,7 +130,7 @@ def numpy_step(kind: str, weights: tuple, x: np.ndarray, state: np.ndarray):
     return h, h
 
 
-def reset_rows(state: np.ndarray, episode_start) -> np.ndarray:
+def reset_rows(state: np.ndarray, episode_start: Any) -> np.ndarray:
     """``state [N, S]`` with the rows where ``episode_start [N]`` is set zeroed (a copy)."""
     if episode_start is None:
         return state
@@ -136,9 +142,10 @@ def reset_rows(state: np.ndarray, episode_start) -> np.ndarray:
     return out
 
 
-def actor_step(net, obs, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def actor_step(net: ActorCritic, obs: Any, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """One acting step of a recurrent :class:`pgrad.rl.networks.ActorCritic`: its encoder (if
     any) -> core -> actor layers. ``(obs [N, ...] as the network reads it, state [N, S])`` ->
     ``(params [N, param_size], state after the step [N, S])``; no reset (zero the rows first)."""
+    assert net.core is not None  # a recurrent network (narrows the type for mypy)
     h, state = net.core.step(net._encoded(obs), state)
     return net._actor_params(h), state

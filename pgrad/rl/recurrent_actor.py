@@ -38,7 +38,8 @@ class CompiledRecurrentActor(CompiledActor):
         keep = 1.0 - tf.cast(episode_start, tf.float32)[:, None]  # [N, 1]
         return recurrent.actor_step(self.net, self.layout.join(parts), state * keep)
 
-    def step(self, obs, state: np.ndarray, episode_start=None):
+    def step(self, obs: Any, state: np.ndarray, episode_start: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
         """``(observations (the layout's parts), [N, S] state, [N] episode starts or None)`` ->
         ``([N, param_size], [N, S] next state)``; rows that start an episode start from zeros."""
         if self._step_concrete is None:  # one trace: the batch dimension left open
@@ -55,5 +56,6 @@ class CompiledRecurrentActor(CompiledActor):
                                             *parts)
         return params.numpy(), after.numpy()
 
-    def forward(self, obs, with_value: bool = False):
+    def forward(self, obs: Any, with_value: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
         raise ValueError("a recurrent policy acts with its state: CompiledRecurrentActor.step")

@@ -27,7 +27,7 @@ vector env returns, where a TensorFlow call would cost far more than the arithme
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 import gymnasium as gym
@@ -294,7 +294,7 @@ class ObsLayout:
 
         return image
 
-    def action_mask(self, raw_obs) -> np.ndarray | None:
+    def action_mask(self, raw_obs: Any) -> np.ndarray | None:
         """``[N, n]`` bool: the ``action_mask`` key of a batch of raw Dict observations, or None
         when the space has no such key."""
         if not self.has_mask_key:
@@ -308,22 +308,22 @@ class ObsLayout:
 
     # -- helpers on observations (an array, or a tuple of arrays in part order) -----------------
 
-    def split(self, obs) -> tuple:
+    def split(self, obs: Any) -> tuple:
         """The observation's arrays as a tuple in part order."""
         return (obs,) if self.single else tuple(obs)
 
-    def join(self, arrays):
+    def join(self, arrays: Iterable[Any]) -> Any:
         """Inverse of :meth:`split`."""
         arrays = tuple(arrays)
         return arrays[0] if self.single else arrays
 
-    def vector(self, obs):
+    def vector(self, obs: Any) -> Any:
         """The float32 vector part (the whole observation when :attr:`flat`), or None."""
         if self.single:
             return obs if self.vector_index is not None else None
         return None if self.vector_index is None else obs[self.vector_index]
 
-    def with_vector(self, obs, vector):
+    def with_vector(self, obs: Any, vector: Any) -> Any:
         """``obs`` with its vector part replaced (e.g. by normalised values)."""
         if self.single:
             return vector if self.vector_index is not None else obs
@@ -333,10 +333,10 @@ class ObsLayout:
         out[self.vector_index] = vector
         return tuple(out)
 
-    def copy(self, obs):
+    def copy(self, obs: Any) -> Any:
         return obs.copy() if self.single else tuple(x.copy() for x in obs)
 
-    def set_row(self, obs, i: int | np.integer, one) -> None:
+    def set_row(self, obs: Any, i: int | np.integer, one: Any) -> None:
         """``obs[i] = one[0]`` in every part (``one`` a batch of one)."""
         if self.single:
             obs[i] = one[0]
@@ -344,22 +344,22 @@ class ObsLayout:
             for x, y in zip(obs, one):
                 x[i] = y[0]
 
-    def stack(self, steps: Sequence[Any]):
+    def stack(self, steps: Sequence[Any]) -> np.ndarray | tuple[np.ndarray, ...]:
         """``[T]`` observations ``[B, ...]`` -> ``[T, B, ...]`` (each part in its own dtype)."""
         if self.single:
             return np.array(steps)
         return tuple(np.array(col) for col in zip(*steps))
 
-    def concat(self, batches: list):
+    def concat(self, batches: list) -> Any:
         """Batches of observations concatenated along the batch axis."""
         if self.single:
             return np.concatenate(batches)
         return tuple(np.concatenate(col) for col in zip(*batches))
 
-    def nbytes(self, obs) -> int:
+    def nbytes(self, obs: Any) -> int:
         return sum(x.nbytes for x in self.split(obs))
 
-    def tensor_specs(self, batch_dims: tuple = (None,), names: bool = True):
+    def tensor_specs(self, batch_dims: tuple = (None,), names: bool = True) -> Any:
         """``tf.TensorSpec`` s of the parts (one, or a tuple), named after them if ``names``."""
         import tensorflow as tf
 
@@ -368,7 +368,7 @@ class ObsLayout:
                       for p in self.parts)
         return self.join(specs)
 
-    def to_tensors(self, obs):
+    def to_tensors(self, obs: Any) -> Any:
         """The observation as tensors, each part in its own dtype."""
         import tensorflow as tf
 
@@ -389,7 +389,7 @@ def obs_layout(space: gym.Space) -> ObsLayout:
     return ObsLayout(space)
 
 
-def batch_of_one(x):
+def batch_of_one(x: Any) -> Any:
     """One observation -> a batch of one, as a vector env returns it (dicts/tuples recursively)."""
     if isinstance(x, dict):
         return {k: batch_of_one(v) for k, v in x.items()}
@@ -398,7 +398,7 @@ def batch_of_one(x):
     return np.asarray(x)[None]
 
 
-def is_batch(obs, space: gym.Space) -> bool:
+def is_batch(obs: Any, space: gym.Space) -> bool:
     """Whether ``obs`` is a batch of observations of ``space`` (else one observation).
 
     Decided by shape against the space: ``[N, *shape]`` for Box/MultiDiscrete/MultiBinary,
@@ -424,7 +424,7 @@ def is_batch(obs, space: gym.Space) -> bool:
                      f"({type(space).__name__}).")
 
 
-def check_finite(obs, where: str = "observation") -> None:
+def check_finite(obs: Any, where: str = "observation") -> None:
     """Raises ValueError naming ``where`` if a float observation (or any Dict/Tuple entry) holds
     NaN or inf: a policy acting on one returns an arbitrary action, silently."""
     if isinstance(obs, dict):

@@ -29,6 +29,7 @@ any per-example method.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -123,8 +124,9 @@ class PerSampleModel(keras.Model):
             cls = PerSampleFunctional
         return super().__new__(cls, *args, **kwargs)
 
-    def __init__(self, *args, transform=None, path: str = "auto", chunk_size: int | None = None,
-                 use_taps: bool = True, **kwargs):
+    def __init__(self, *args: Any, transform: GradientTransform | str | Sequence[Any] | None = None,
+                 path: str = "auto", chunk_size: int | None = None, use_taps: bool = True,
+                 **kwargs: Any):
         if Functional is not None and isinstance(self, Functional):
             # keras.Model.__init__ minus the class surgery.
             _keras_model.Trainer.__init__(self)
@@ -148,7 +150,7 @@ class PerSampleModel(keras.Model):
     def transform_spec(self) -> list | None:
         return self._pgrad_spec
 
-    def set_transform(self, transform) -> None:
+    def set_transform(self, transform: GradientTransform | str | Sequence[Any] | None) -> None:
         """Replaces the chain (spec or ``GradientTransform``); its state starts fresh."""
         if transform is None:
             transform = [list(item) for item in DEFAULT_SPEC]
@@ -181,7 +183,8 @@ class PerSampleModel(keras.Model):
 
     # -- losses --------------------------------------------------------------------------------
 
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+    def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None,
+                     sample_weight: Any = None, training: bool = True) -> tf.Tensor:
         """Per-sample losses ``[B]``: compiled loss (``reduction=None``) + regularisers.
 
         Used by ``train_step`` and by Keras' ``test_step`` (``evaluate`` reports their mean).
@@ -204,7 +207,7 @@ class PerSampleModel(keras.Model):
 
     # -- training ------------------------------------------------------------------------------
 
-    def train_step(self, data):
+    def train_step(self, data: Any) -> dict[str, Any]:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if y is None:
             raise ValueError("PerSampleModel.train_step needs targets y.")
@@ -246,7 +249,7 @@ class PerSampleModel(keras.Model):
 
     # -- serialisation -------------------------------------------------------------------------
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         if self._pgrad_spec is None:
             raise ValueError(
                 f"PerSampleModel: the transform {self.transform.name!r} was given as a "
@@ -258,13 +261,13 @@ class PerSampleModel(keras.Model):
                       chunk_size=self._pgrad_chunk_size, use_taps=self._pgrad_use_taps)
         return config
 
-    def save_own_variables(self, store):
+    def save_own_variables(self, store: Any) -> None:  # Keras's dict-like weights store
         super().save_own_variables(store)
         if self.built and self.trainable_variables:
             for i, v in enumerate(self._ensure_state().values):
                 store[f"{_STATE_KEY}{i}"] = v.numpy()
 
-    def load_own_variables(self, store):
+    def load_own_variables(self, store: Any) -> None:
         keys = list(store.keys())
         own = {k: store[k] for k in keys if not k.startswith(_STATE_KEY)}
         super().load_own_variables(own)

@@ -139,7 +139,7 @@ class _FactorLayer(keras.layers.Layer):
 class ScaleGradient(_FactorLayer):
     """Keras layer: identity forward, gradient multiplied by ``factor`` (see ``scale_gradient``)."""
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> tf.Tensor:
         return scale_gradient(inputs, self.factor)
 
 
@@ -147,7 +147,7 @@ class ScaleGradient(_FactorLayer):
 class ReverseGradient(_FactorLayer):
     """Keras layer: identity forward, gradient multiplied by ``-factor`` (gradient reversal)."""
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> tf.Tensor:
         return reverse_gradient(inputs, self.factor)
 
 
@@ -155,7 +155,7 @@ class ReverseGradient(_FactorLayer):
 class ClipGradient(keras.layers.Layer):
     """Keras layer: identity forward, gradient clipped element-wise to ``[lo, hi]``."""
 
-    def __init__(self, lo: float, hi: float, **kwargs):
+    def __init__(self, lo: float, hi: float, **kwargs: Any):
         super().__init__(**kwargs)
         if lo > hi:
             raise ValueError(f"ClipGradient: lo={lo} is greater than hi={hi}.")
@@ -163,13 +163,13 @@ class ClipGradient(keras.layers.Layer):
         self.lo = float(lo)
         self.hi = float(hi)
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> tf.Tensor:
         return clip_gradient(inputs, self.lo, self.hi)
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return input_shape
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(lo=self.lo, hi=self.hi)
         return config

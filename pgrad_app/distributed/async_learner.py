@@ -105,7 +105,8 @@ class TrajectoryActor:
     def collect(self, state: dict, version: int) -> dict:
         """One trajectory of ``n_steps`` vector steps acted with ``state["weights"]``.
 
-        Returns ``{"traj", "episodes": [(env steps into it, return, length)], "steps",
+        Returns ``{"traj", "episodes": [(env steps into it, return, length)], "successes":
+        ``info["is_success"]`` (1.0 / 0.0) of the episodes that ended and reported it, "steps",
         "version", "stats": {name: batch (mean, var, count) of what it counted}, "collect_s",
         "restarted"}``.
         """
@@ -121,7 +122,8 @@ class TrajectoryActor:
         began = time.perf_counter()
         traj, eps = self.collector.collect(policy_fn, agent.cfg.n_steps)
         restarted, self.restarted = self.restarted, False
-        return {"traj": traj, "episodes": eps, "steps": self.collector.env_steps,
+        return {"traj": traj, "episodes": eps, "successes": self.collector.take_successes(),
+                "steps": self.collector.env_steps,
                 "version": int(version), "collect_s": time.perf_counter() - began,
                 "stats": {k: d.state() for k, d in self.deltas.items()},
                 "restarted": restarted}
@@ -211,6 +213,9 @@ class AsyncSource:
             print(f"warning: actor {k + 1} of {len(self.actors)} died and was restarted with its "
                   "envs re-seeded; the run goes on.", file=sys.stderr, flush=True)
         merge_statistics(self.agent, result["stats"])
+        # the learner's own collector is never stepped: it carries the actor's successes to the
+        # training loop, which takes them from there as from an in-process run
+        self.agent.collector.successes.extend(result["successes"])
         self.learned += 1
         self.collect_s += result["collect_s"]
         return self._batch(result["traj"], result["episodes"], result["steps"],

@@ -145,9 +145,11 @@ class RolloutWorker:
         """One rollout of this worker's envs with the learner's ``state`` (``acting_state()``).
 
         Returns ``{"traj": Trajectory [T, n, ...], "episodes": [(vector step, return, length)],
-        "steps": env steps taken, "stats": {name: (final (mean, var, count), batch moments)},
-        "collect_s": seconds collecting, "restarted": bool}``; for a recurrent policy also
-        ``"rollout_state"`` ``[n, S]`` and ``"episode_start"`` ``[n]`` after the rollout.
+        "successes": ``info["is_success"]`` (1.0 / 0.0) of the episodes that ended and reported
+        it, oldest first, "steps": env steps taken, "stats": {name: (final (mean, var, count),
+        batch moments)}, "collect_s": seconds collecting, "restarted": bool}``; for a recurrent
+        policy also ``"rollout_state"`` ``[n, S]`` and ``"episode_start"`` ``[n]``
+        after the rollout.
         """
         agent = self.agent
         agent.mirror.load_flat(state["weights"])
@@ -176,6 +178,7 @@ class RolloutWorker:
                 **carried,
                 "collect_s": time.perf_counter() - began,
                 "episodes": [((step - start) // self.count - 1, r, n) for step, r, n in eps],
+                "successes": self.collector.take_successes(),
                 "restarted": restarted}
 
     def close(self) -> None:
@@ -248,6 +251,10 @@ class RemoteCollector:
         self.episode_start = np.ones(self.num_envs, bool)
         self.shares = split_envs(self.num_envs, workers)
         self.max_restarts = int(max_restarts)
+        #: ``info["is_success"]`` the workers' episodes reported, as ``Collector.successes``
+        #: (worker 0's of a rollout first, then worker 1's...: the order within one rollout
+        #: differs from one process's with more than one worker, the set does not).
+        self.successes: list[float] = []
         #: The last rollout: its wall time on the learner (weights out, trajectories in) and
         #: each worker's time collecting; the difference is the cost of distributing it.
         self.timing: dict[str, Any] = {}
@@ -325,12 +332,18 @@ class RemoteCollector:
             if norm is not None:
                 _merge_stats(results, key, norm.rms)
         traj = _merge_traj([r["traj"] for r in results])
+        self.successes.extend(s for r in results for s in r["successes"])
         if "rollout_state" in results[0]:  # a recurrent policy: the state goes on from here
             self.agent.rollout_state = np.concatenate([r["rollout_state"] for r in results])
             self.episode_start = np.concatenate([r["episode_start"] for r in results])
         self.timing = {"rollout_s": time.perf_counter() - began,
                        "worker_collect_s": [r["collect_s"] for r in results]}
         return traj, episodes_out
+
+    def take_successes(self) -> list[float]:
+        """The :attr:`successes` recorded since the last call (then forgotten here)."""
+        out, self.successes = self.successes, []
+        return out
 
     def _share(self, steps: int, count: int) -> int:
         return -(-steps * count // self.num_envs)  # ceil: the shares cover ``steps``

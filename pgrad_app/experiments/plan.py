@@ -10,7 +10,6 @@ other settings refused). :mod:`pgrad_app.experiments.launch` runs what is left.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from pgrad_app.config import settings as config_lib
 from pgrad_app.config import tuned as hyperparams
 from pgrad_app.config.values import parse_set, to_plain
 from pgrad_app.errors import UserError, one_line
+from pgrad_app.experiments.report import read_result
 
 #: The folder holding pgrad/, agents/ and pgrad_app/ (tuned tables are recorded relative to it).
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,14 +136,13 @@ def check_existing(specs: Sequence[RunSpec], results: Path) -> list[RunSpec]:
     todo = []
     for spec in specs:
         path = result_path(results, spec)
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             todo.append(spec)
             continue
         try:
-            diff = mismatch(spec, json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as err:
-            raise UserError(f"{path}: unreadable result ({one_line(err)}); delete it to "
-                            "rerun that run.") from None
+            diff = mismatch(spec, read_result(path))
+        except ValueError as err:
+            raise UserError(one_line(err)) from None
         if diff:
             raise UserError(f"{path} was made with other settings ({diff}); use another "
                             "--results folder, or delete it to rerun.")

@@ -43,21 +43,54 @@ class Row:
     steps_per_s: float  # mean over seeds
 
 
-def load_results(results: Path) -> list[dict]:
-    """Every finished run in ``results`` (``*.json`` with a schema), sorted by name.
+#: What a result must hold (what the report and the resume check read), with its JSON types;
+#: OPTIONAL: read when present (written by single_run.run_one).
+FIELDS: dict[str, tuple[type, ...]] = {
+    "agent": (str,), "env": (str,), "seed": (int,), "budget": (int,), "steps": (int,),
+    "eval_episodes": (int,), "wall_s": (int, float), "eval": (dict,)}
+OPTIONAL: dict[str, tuple[type, ...]] = {
+    "steps_per_s": (int, float, type(None)), "curve": (list,), "curve_block": (int,),
+    "hyperparameters": (dict,)}
+EVAL_FIELDS: dict[str, tuple[type, ...]] = {"return_mean": (int, float)}
+
+
+def read_result(path: Path) -> dict:
+    """One run's result file, its fields checked (a damaged or foreign file is not a result).
 
     Raises:
-      ValueError: a result file that is not valid JSON, naming it.
+      ValueError: naming the file and what is wrong with it.
     """
-    out = []
-    for path in sorted(Path(results).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not a valid result ({err}).") from None
-        if isinstance(data, dict) and "schema" in data and "eval" in data:
-            out.append(data)
-    return out
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{path}: not a valid result ({why}); delete it to rerun that run.")
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:  # a folder, unreadable
+        raise bad(err.strerror or str(err)) from None
+    except ValueError as err:  # not UTF-8, not JSON
+        raise bad(str(err).splitlines()[0] if str(err) else "not JSON") from None
+    if not isinstance(data, dict):
+        raise bad(f"a JSON {type(data).__name__}, not an object")
+    for fields, where, required in ((FIELDS, data, True), (OPTIONAL, data, False),
+                                    (EVAL_FIELDS, data.get("eval"), True)):
+        for key, types in fields.items():
+            if key not in where:
+                if required:
+                    raise bad(f"no {key!r}")
+                continue
+            value = where[key]
+            if isinstance(value, bool) or not isinstance(value, types):
+                raise bad(f"{key!r} is {str(value)[:40]!r}")
+    return data
+
+
+def load_results(results: Path) -> list[dict]:
+    """Every finished run in ``results`` (``*.json``), sorted by name.
+
+    Raises:
+      ValueError: a ``*.json`` there that is not a valid result (:func:`read_result`).
+    """
+    return [read_result(path) for path in sorted(Path(results).glob("*.json"))]
 
 
 def unfinished(results: Path) -> list[str]:

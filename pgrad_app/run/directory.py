@@ -52,7 +52,13 @@ def _existing_parent(path: Path) -> Path:
 
 
 def check_path(path: Path, flag: str) -> None:
-    """Refuses a path the file system cannot hold (a component or the whole too long)."""
+    """Refuses a path the file system cannot hold (a component or the whole too long) or
+    TensorFlow cannot name (not UTF-8: its file writers take the path as a UTF-8 string)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag}: the path is not valid UTF-8 (TensorFlow's file writers need "
+                        "UTF-8 names); choose another name.") from None
     base = _existing_parent(path)
     try:
         name_max = os.pathconf(base if base.is_dir() else base.parent, "PC_NAME_MAX")

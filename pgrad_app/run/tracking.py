@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import read_episodes
 
 RUN_ID_FILE = RunLayout.TRACKER_ID
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def require(name: str) -> None:
@@ -78,19 +80,35 @@ class WandbTracker(Callback):
 
     def _run_id(self) -> str:
         path = self.out / RUN_ID_FILE
-        if path.is_file():
-            return path.read_text().strip()
+        if path.exists() or path.is_symlink():
+            try:
+                run_id = path.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as err:
+                raise UserError(f"{path}: cannot read the tracked run's id ({err}); delete the "
+                                "file to start a new tracked run.") from None
+            # wandb's run ids: letters, digits, '-' and '_' (its path and URL component).
+            if not RUN_ID.fullmatch(run_id):
+                raise UserError(f"{path}: {run_id[:40]!r} is not a wandb run id (1 to 64 "
+                                "letters, digits, '-' or '_'); restore it, or delete the file "
+                                "to start a new tracked run.")
+            return run_id
         run_id = secrets.token_hex(6)
         path.write_text(run_id + "\n")
         return run_id
 
     def start(self, config: dict[str, Any] | None = None) -> None:
         """Starts (or continues) the tracked run of ``out``."""
-        self.run = self.wandb.init(
-            project=self.project, dir=str(self.out), id=self._run_id(), resume="allow",
-            name=self.out.name, config=config, settings=self.wandb.Settings(
-                console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
-                x_save_requirements=False, x_disable_machine_info=True))
+        run_id = self._run_id()
+        try:
+            self.run = self.wandb.init(
+                project=self.project, dir=str(self.out), id=run_id, resume="allow",
+                name=self.out.name, config=config, settings=self.wandb.Settings(
+                    console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
+                    x_save_requirements=False, x_disable_machine_info=True))
+        except self.wandb.errors.Error as err:  # no login, a server that refuses, bad settings
+            raise UserError(f"--track wandb: wandb could not start: {err} (wandb login, or "
+                            "WANDB_API_KEY=..., or WANDB_MODE=offline to keep the log in "
+                            f"{self.out / 'wandb'}).") from None
 
     def on_start(self, loop: Loop) -> None:
         self.start({"run": dataclasses.asdict(self.settings),

@@ -31,6 +31,7 @@ from typing import Any
 
 from agents.callbacks import EvalCallback, EvaluationInterrupted, StopAtReturn
 from agents.learning import ROLLING, Callback, Loop, as_callbacks
+from pgrad.rl.envs import EnvError
 from pgrad.transforms import TransformError
 from pgrad_app.config.settings import RunSettings
 from pgrad_app.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, command, one_line
@@ -168,6 +169,9 @@ class Trainer:
                 raise
             if loop.in_step:
                 raise self._step_error(err, loop) from err
+            if isinstance(err, EnvError):  # the evaluation env of --eval-every failed
+                raise RunError(f"{one_line(err)} (the evaluation at env step "
+                               f"{loop.env_steps:,}; {self.recorder.where()})") from err
             if isinstance(err, OSError):  # the logs (disk full, ...); checkpoints raise RunError
                 raise RunError(f"writing to {self.out} failed: {err.strerror or err} "
                                f"({self.recorder.where()}).") from err

@@ -165,7 +165,8 @@ def test_plan_refuses_bad_input_before_running(kwargs, fragment):
 def test_existing_results_are_skipped_or_refused(tmp_path):
     spec = benchmark.plan(["a2c"], ["CartPole-v1"], [0], steps=1000)[0]
     assert benchmark.check_existing([spec], tmp_path) == [spec]
-    stored = {"budget": 1000, "eval_episodes": 20, "hyperparameters": dict(spec.hyperparameters)}
+    stored = {**fake_run("a2c", 0, 1.0), "env": "CartPole-v1",
+              "hyperparameters": dict(spec.hyperparameters)}
     benchmark.result_path(tmp_path, spec).write_text(json.dumps(stored))
     assert benchmark.check_existing([spec], tmp_path) == []
     stored["hyperparameters"]["gamma"] = 0.9

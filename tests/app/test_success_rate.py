@@ -45,6 +45,11 @@ class Reporting(gym.Env):
         return np.full(2, self.t / LENGTH, np.float32), 1.0, done, False, info
 
 
+# at import: Ray workers import this module (``--env tests.app.test_success_rate:Reporting-v0``)
+if "Reporting-v0" not in gym.registry:
+    gym.register("Reporting-v0", entry_point=Reporting)
+
+
 def expected_rate(env_steps: int, num_envs: int) -> float | None:
     """The reference: replay which episodes ended by ``env_steps`` and what they reported."""
     reported = []
@@ -65,8 +70,6 @@ def test_the_successes_of_one_vector_step_are_read_from_final_info():
 def test_success_rate_in_tensorboard_and_updates_csv_over_the_last_100(tmp_path):
     from pgrad_app import RunDirectory
 
-    if "Reporting-v0" not in gym.registry:  # a run directory names its env by id
-        gym.register("Reporting-v0", entry_point=Reporting)
     agent = agents.make("a2c", "Reporting-v0", seed=0, num_envs=2, n_steps=5)
     try:  # 60 updates of 10 env steps: 200 episodes, 150 reported, past the window of 100
         agent.learn(600, progress=False, callbacks=[
@@ -108,3 +111,31 @@ def test_an_env_that_reports_no_success_logs_no_success_rate(tmp_path):
     acc.Reload()
     assert "rollout/ep_rew_mean" in acc.Tags()["scalars"]
     assert "rollout/success_rate" not in acc.Tags()["scalars"]
+
+
+@pytest.mark.subprocess
+def test_success_rate_is_carried_back_from_a_ray_worker_and_an_async_actor(tmp_path):
+    """Synchronous workers (A2C) and the asynchronous learner (IMPALA) collect in other
+    processes; the successes come back with the trajectories, so the tag is the in-process one.
+    One Ray start-up for both (it is slow here)."""
+    pytest.importorskip("ray")
+    from pgrad_app.distributed import async_learner, session, workers
+
+    spec = "tests.app.test_success_rate:Reporting-v0"  # what the workers import
+    runs = {"a2c": (workers, {}), "impala": (async_learner, {"queue_size": 1})}
+    with session.ray_session(num_cpus=1):
+        for name, (module, options) in runs.items():
+            agent = agents.make(name, "Reporting-v0", seed=0, num_envs=2, n_steps=5, **options)
+            try:  # 30 updates of 10 env steps: 100 episodes, 75 reported
+                module.distribute(agent, 1, env_spec=spec)
+                agent.learn(300, progress=False,
+                            callbacks=logger.TensorBoardLog(tmp_path / name, log_every=1))
+            finally:
+                agent.close()
+            acc = EventAccumulator(str(next((tmp_path / name).iterdir())))
+            acc.Reload()
+            events = acc.Scalars("rollout/success_rate")
+            assert events, name
+            assert events[-1].step == 300, name
+            for e in events:
+                assert e.value == pytest.approx(expected_rate(e.step, 2)), (name, e.step)
