@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,26 @@ def start_with(distribute: Callable[..., Any], agent, workers: int, address: str
         stack.close()
         raise
     return stack
+
+
+def wait_for_cpus(workers: int, patience_s: float = 10.0) -> None:
+    """Wait until the connected Ray cluster has ``workers`` free CPUs, or raise one line.
+
+    Actors that cannot be placed would wait forever; actors just stopped (a previous
+    ``distribute`` in this process) give their CPUs back within a few seconds.
+
+    Raises:
+      UserError: still fewer free CPUs than ``workers`` after ``patience_s`` seconds.
+    """
+    import ray
+
+    deadline = time.monotonic() + patience_s
+    while (free := ray.available_resources().get("CPU", 0.0)) < workers \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if free < workers:
+        raise UserError(f"--workers {workers} needs {workers} free CPUs in the Ray cluster; it "
+                        f"has {free:g} (of {ray.cluster_resources().get('CPU', 0.0):g}).")
 
 
 def worker_runtime_env() -> dict:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from pgrad.rl.rollout import Trajectory
-from pgrad_app.distributed.session import start_with, worker_runtime_env
+from pgrad_app.distributed.session import start_with, wait_for_cpus, worker_runtime_env
 from pgrad_app.errors import RunError, UserError, one_line
 
 MAX_RESTARTS = 3
@@ -395,14 +395,6 @@ def distribute(agent, workers: int, env_spec: Any = None,
     if getattr(cfg, "adversarial_epsilon", 0) > 0:
         raise UserError("adversarial_epsilon attacks the learner's network at every env step; "
                         "it does not run with --workers.")
-    import ray
-
-    deadline = time.monotonic() + 10.0  # actors just stopped give their CPUs back soon
-    while (free := ray.available_resources().get("CPU", 0.0)) < workers \
-            and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if free < workers:  # actors that cannot be placed would wait forever
-        raise UserError(f"--workers {workers} needs {workers} free CPUs in the Ray cluster; it "
-                        f"has {free:g} (of {ray.cluster_resources().get('CPU', 0.0):g}).")
+    wait_for_cpus(workers)
     agent.collector = RemoteCollector(agent, workers, env_spec, max_restarts)
     return agent

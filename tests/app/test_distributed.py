@@ -17,7 +17,7 @@ from pgrad.rl.rollout import Trajectory
 from pgrad_app.cli import sweep as sweep_cli
 from pgrad_app.distributed import session
 from pgrad_app.distributed import workers as distributed
-from pgrad_app.errors import run_cli
+from pgrad_app.errors import UserError, run_cli
 from pgrad_app.experiments import sweep
 
 SMALL = ("--no-tuned", "--num-envs", "4", "--set", "n_steps=16", "--quiet")
@@ -113,6 +113,31 @@ def test_no_ray_names_the_extra_and_writes_nothing(tmp_path, monkeypatch, capsys
 
 
 # -- on a local Ray instance -------------------------------------------------------------------
+
+
+class _FakeRay:
+    """``ray``'s two resource calls, with CPUs that come free after ``busy_polls`` polls."""
+
+    def __init__(self, busy_polls):
+        self.polls, self.busy_polls = 0, busy_polls
+
+    def available_resources(self):
+        self.polls += 1
+        return {"CPU": 2.0 if self.polls > self.busy_polls else 1.0}
+
+    def cluster_resources(self):
+        return {"CPU": 2.0}
+
+
+def test_waits_for_cpus_that_come_free_then_names_the_shortfall(monkeypatch):
+    fake = _FakeRay(busy_polls=3)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    session.wait_for_cpus(2, patience_s=5.0)
+    assert fake.polls == 4
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(busy_polls=10**9))
+    with pytest.raises(UserError, match=r"^--workers 2 needs 2 free CPUs in the Ray cluster; "
+                                        r"it has 1 \(of 2\)\.$"):
+        session.wait_for_cpus(2, patience_s=0.3)
 
 
 @pytest.mark.subprocess
