@@ -308,10 +308,10 @@ def main(argv: list[str] | None = None) -> int:
                        f"-seed{settings.seed}")
             rundir.check_new(out, args.overwrite)
         warn_about_work(settings, cfg)
-        if settings.track:
-            from pgrad_app.run.tracking import require
+        if settings.track:  # its package and its login, before the run directory is written
+            from pgrad_app.run.tracking import check_can_start
 
-            require(settings.track)
+            check_can_start(settings.track)
         if settings.workers:
             from pgrad_app.distributed import session
 

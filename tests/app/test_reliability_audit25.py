@@ -11,7 +11,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from cli_helpers import one_error_line, train
+from cli_helpers import evaluate, one_error_line, train
 
 import agents
 import pgrad
@@ -97,17 +97,80 @@ def test_a_tampered_wandb_run_id_is_one_line_naming_the_file(content, message, t
     assert str(path) in str(err.value)
 
 
-def test_track_wandb_without_a_login_is_one_line(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    from pgrad_app.run.tracking import WandbTracker
-
+@pytest.fixture
+def no_wandb_login(tmp_path, monkeypatch):
+    """No wandb credentials anywhere, and wandb's per-process settings read afresh (another
+    test in this process may have set it up offline)."""
+    wandb = pytest.importorskip("wandb")
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no wandb settings
     monkeypatch.setenv("NETRC", str(tmp_path / "home" / ".netrc"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "home" / "wandb"))
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
+def test_track_wandb_without_a_login_is_one_line(tmp_path, no_wandb_login):
+    from pgrad_app.run.tracking import WandbTracker
+
     with pytest.raises(UserError, match="wandb could not start: .*WANDB_MODE=offline"):
         WandbTracker(tmp_path, None).start()
+
+
+def test_track_wandb_without_a_login_fails_before_anything_is_written(tmp_path, capsys,
+                                                                       no_wandb_login):
+    out = tmp_path / "run"
+    code, _, err = train("--out", out, "--total-steps", 40, "--num-envs", 2, "--track", "wandb",
+                         "--quiet", capsys=capsys)
+    assert code == 2, err
+    assert "wandb could not start: no API key is configured" in one_error_line(err)
+    assert not out.exists()
+
+
+def test_evaluating_a_tracked_run_without_a_login_fails_before_anything_is_written(
+        tmp_path, capsys, no_wandb_login):
+    out = tmp_path / "run"
+    code, _, err = train("--out", out, "--total-steps", 40, "--num-envs", 2, "--quiet",
+                         capsys=capsys)
+    assert code == 0, err
+    config = out / "config.yaml"  # as --track wandb writes it (training it needs a login)
+    config.write_text(config.read_text().replace("track: null", "track: wandb"))
+    code, printed, err = evaluate(out, "--episodes", 1, capsys=capsys)
+    assert code == 2 and not printed, err
+    assert "wandb could not start: no API key is configured" in one_error_line(err)
+    assert not (out / "eval.json").exists()  # not evaluated, then refused
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_tracked_run_that_never_started_leaves_no_id_to_continue(resumed, tmp_path,
+                                                                   monkeypatch):
+    """wandb.init failing after its local files were made (a server that refuses): a new
+    tracked run's id and wandb's folder of it go (a re-run must not "continue", nor ``wandb
+    sync`` send, a run that never existed); a resumed run's id stays."""
+    wandb = pytest.importorskip("wandb")
+    from pgrad_app.run.tracking import RUN_ID_FILE, WandbTracker
+
+    if resumed:
+        (tmp_path / RUN_ID_FILE).write_text("abc123\n")
+
+    def refusing_init(*, dir, id, **kw):
+        folder = Path(dir) / "wandb" / f"run-20260101_000000-{id}"
+        folder.mkdir(parents=True)
+        (folder.parent / "latest-run").symlink_to(folder.name)
+        (folder.parent / "debug.log").write_text("why it failed\n")
+        raise wandb.errors.CommError("server refused")
+
+    monkeypatch.setattr(wandb, "init", refusing_init)
+    with pytest.raises(UserError, match="wandb could not start: server refused"):
+        WandbTracker(tmp_path, None).start()
+    left = sorted(p.name for p in (tmp_path / "wandb").iterdir())
+    if resumed:
+        assert (tmp_path / RUN_ID_FILE).read_text() == "abc123\n"
+        assert left == ["debug.log", "latest-run", "run-20260101_000000-abc123"]
+    else:
+        assert not (tmp_path / RUN_ID_FILE).exists() and left == ["debug.log"]
 
 
 # ---------------------------------------------------------------------------------------------
