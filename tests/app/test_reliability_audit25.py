@@ -11,6 +11,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import tensorflow as tf
 from cli_helpers import evaluate, one_error_line, train
 
 import agents
@@ -217,6 +218,29 @@ def test_a_tampered_pgrad_policy_json_is_a_value_error(change, saved_agent, tmp_
     with pytest.raises(ValueError, match="pgrad_policy.json does not describe|env_kwargs are "
                                          "not an object"):
         pgrad.evaluate(copy / "policy", episodes=1)
+
+
+class _Foreign(tf.Module):
+    """A SavedModel someone else made: an ``action`` function, no ``params``."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def action(self, obs):
+        return tf.zeros([tf.shape(obs)[0]], tf.int64)
+
+
+@pytest.mark.parametrize("described", [False, True])
+def test_a_savedmodel_not_made_by_pgrad_says_so(described, tmp_path):
+    """Not "predates pgrad 0.2": nothing says pgrad made it (no ``pgrad_policy.json``), or its
+    ``pgrad_policy.json`` describes a SavedModel without pgrad's functions."""
+    from pgrad.rl.export import META_FILE
+
+    tf.saved_model.save(_Foreign(), str(tmp_path / "policy"))
+    if described:
+        (tmp_path / "policy" / META_FILE).write_text('{"format": 1}')
+    why = "it has no params function" + ("" if described else " and no pgrad_policy.json")
+    with pytest.raises(ValueError, match=f"was not made by pgrad \\({why}\\)") as err:
+        pgrad.evaluate(tmp_path / "policy", env_id="CartPole-v1", episodes=1)
+    assert "predates" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------
