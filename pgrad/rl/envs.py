@@ -30,12 +30,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 
 from pgrad.rl import spaces
+from pgrad.rl.async_worker import WORKER_LOG, ChildEnvError, guarded_worker
 from pgrad.rl.env_ids import GAME_INFO, ensure_registered, is_atari_id  # noqa: F401 (re-exported)
 
 #: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
@@ -253,12 +255,20 @@ _HINTS = (
 
 
 def describe_failure(err: BaseException, space: Any = None) -> str:
-    """``"Type: message (hint)"`` in one line, for an exception an env raised."""
-    text = " ".join(str(err).split()) or "(no message)"
+    """``"Type: message (hint)"`` in one line, for an exception an env raised (in an async env's
+    subprocess too: a :class:`~pgrad.rl.async_worker.ChildEnvError` is described as the
+    exception it carries)."""
+    if isinstance(err, ChildEnvError):
+        return _describe(err.type_name, err.text, space)
+    return _describe(type(err).__name__, str(err), space)
+
+
+def _describe(type_name: str, message: str, space: Any) -> str:
+    text = " ".join(message.split()) or "(no message)"
     if len(text) > 300:
         text = text[:297] + "..."
-    hint = next((h for key, h in _HINTS if key in str(err)), None)
-    out = f"{type(err).__name__}: {text}"
+    hint = next((h for key, h in _HINTS if key in message), None)
+    out = f"{type_name}: {text}"
     if hint:
         out += f" ({hint.format(space=space)})"
     return out
@@ -325,15 +335,20 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
     factory = functools.partial(make_env, env_id, **kwargs) if is_atari_id(env_id) else env_id
     if max_obs_dim is not None:
         _check_obs_size(env_id, max_obs_dim, kwargs)
-    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    vector_kwargs: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    if mode == "async":  # a constructor failing in the subprocess: one error, no traceback
+        vector_kwargs["worker"] = guarded_worker
     try:
-        if isinstance(factory, str):
-            envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                                vector_kwargs=same_step, **kwargs)
-        else:
-            cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-            envs = cls([factory] * num_envs,
-                       autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        with warnings.catch_warnings():
+            # gymnasium warns each worker's error (and traceback) before raising it; raised
+            # below as one line instead
+            warnings.filterwarnings("ignore", message=WORKER_LOG, category=UserWarning)
+            if isinstance(factory, str):
+                envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
+                                    vector_kwargs=vector_kwargs, **kwargs)
+            else:
+                cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+                envs = cls([factory] * num_envs, **vector_kwargs)
     except MemoryError:
         raise EnvError(f"env {env_name(env_id)!r} could not be created: out of memory "
                        f"building {num_envs} of it{_space_of(env_id, kwargs)}.") from None

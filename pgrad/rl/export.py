@@ -396,9 +396,11 @@ class ExportedPolicy(Policy):
         except Exception as err:  # noqa: BLE001  (a damaged file fails in many ways)
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ValueError(f"cannot load the exported policy in {found}: {first}") from None
-        if not hasattr(self._module, "params"):
-            raise ValueError(f"the export in {found} predates pgrad 0.2 (no params function); "
-                             "evaluate it from its checkpoint or export it again.")
+        if not hasattr(self._module, "params"):  # pgrad's exports have had it since 0.2
+            why = "" if (found / META_FILE).exists() else f" and no {META_FILE}"
+            raise ValueError(f"the SavedModel in {found} was not made by pgrad (it has no params "
+                             f"function{why}); pgrad loads the policies it exports (0.2 and "
+                             "later): evaluate the run's checkpoint, or export it again.")
         meta = read_metadata(found)
         try:  # data written by export(), but a file anyone can edit: its types checked
             head_args, state_size = meta.get("head", {}), meta.get("state_size", 0) or 0

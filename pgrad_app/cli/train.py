@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -251,7 +252,16 @@ class _StartupSignal(BaseException):
 
 
 def _startup_sigterm(signum, frame) -> None:
+    if os.getpid() != _startup_pid:
+        # an async env's worker, forked during start-up, inherited this handler: its parent ends
+        # it with SIGTERM when start-up fails; it ends the default way, without a traceback
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise _StartupSignal
+
+
+_startup_pid = os.getpid()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     lock = ray_run = None
     # Until training starts (its own handler checkpoints), SIGTERM ends start-up cleanly: the
     # lock released, an --overwrite's old run put back; a re-run replaces what was written.
+    global _startup_pid
+    _startup_pid = os.getpid()
     previous = signal.signal(signal.SIGTERM, _startup_sigterm)
     try:
         if resume:
@@ -296,10 +308,10 @@ def main(argv: list[str] | None = None) -> int:
                        f"-seed{settings.seed}")
             rundir.check_new(out, args.overwrite)
         warn_about_work(settings, cfg)
-        if settings.track:
-            from pgrad_app.run.tracking import require
+        if settings.track:  # its package and its login, before the run directory is written
+            from pgrad_app.run.tracking import check_can_start
 
-            require(settings.track)
+            check_can_start(settings.track)
         if settings.workers:
             from pgrad_app.distributed import session
 

@@ -206,6 +206,11 @@ def evaluate_run(
         check_same_spaces(bare_id, env_source(resolve_env(trained_on, forbid_dir=run_dir),
                                               values.get("env_kwargs"), values.get("env_wrapper")))
     _check_creates(bare_id)
+    tracked = write and attack is None and values.get("track") == "wandb"
+    if tracked:  # the tracked run gets the result too: its login checked before the work
+        from pgrad_app.run.tracking import check_can_start
+
+        check_can_start("wandb")
     seed = eval_seed(int(values.get("seed", 0))) if seed is None else int(seed)
     if video_dir is not None:
         try:
@@ -260,7 +265,7 @@ def evaluate_run(
         except OSError as err:  # nothing was printed yet: the results go in the error line
             raise RunError(f"cannot write {written}: {err.strerror or err}; the results were "
                            f"not saved: {_headline(result)}.") from None
-        if values.get("track") == "wandb" and attack is None:  # the tracked run gets it too
+        if tracked:
             from pgrad_app.run.tracking import log_evaluation
 
             log_evaluation(run_dir, result, video_dir)

@@ -18,16 +18,19 @@ A resumed run continues the same tracked run (its id is kept in ``DIR/wandb-run-
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
 import re
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
 from agents.learning import Callback, Loop
 from agents.logger import eval_tags, finite
-from pgrad_app.errors import UserError
+from pgrad_app.errors import UserError, one_line
 from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.logs import read_episodes
 
@@ -42,6 +45,32 @@ def require(name: str) -> None:
     if name == "wandb" and importlib.util.find_spec("wandb") is None:
         raise UserError("--track wandb needs wandb: pip install 'pgrad[wandb]' (or pip install "
                         "wandb).")
+
+
+def check_can_start(name: str) -> None:
+    """Refuses (:class:`UserError`) a tracker that could not start, before anything is written:
+    for wandb online, no credentials (``WANDB_API_KEY``, ``~/.netrc``, wandb's settings). It
+    never prompts, as the tracked run's own start does not (wandb runs silent)."""
+    if name != "wandb":
+        return
+    require("wandb")
+    import wandb
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # wandb's "loaded credentials" lines
+            if wandb.setup().settings.mode in ("offline", "dryrun", "disabled"):
+                return  # nothing to log in to
+            if wandb.login(verify=False, prompt=False):
+                return
+    except (wandb.errors.Error, ValueError) as err:  # ValueError: a bad WANDB_* setting
+        why = one_line(str(err))
+    else:
+        why = "no API key is configured"
+    raise UserError(f"--track wandb: wandb could not start: {why}{_HELP}") from None
+
+
+_HELP = (" (wandb login, or WANDB_API_KEY=..., or WANDB_MODE=offline to keep the log in the "
+         "run directory's wandb/).")
 
 
 def tracker(name: str, out: Path, settings: Any, recorder: Any = None) -> Callback:
@@ -98,6 +127,8 @@ class WandbTracker(Callback):
 
     def start(self, config: dict[str, Any] | None = None) -> None:
         """Starts (or continues) the tracked run of ``out``."""
+        id_file = self.out / RUN_ID_FILE
+        new = not (id_file.exists() or id_file.is_symlink())
         run_id = self._run_id()
         try:
             self.run = self.wandb.init(
@@ -106,9 +137,22 @@ class WandbTracker(Callback):
                     console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
                     x_save_requirements=False, x_disable_machine_info=True))
         except self.wandb.errors.Error as err:  # no login, a server that refuses, bad settings
+            if new:  # no tracked run has this id: nothing may "continue" or sync it later
+                self._forget(run_id)
             raise UserError(f"--track wandb: wandb could not start: {err} (wandb login, or "
                             "WANDB_API_KEY=..., or WANDB_MODE=offline to keep the log in "
                             f"{self.out / 'wandb'}).") from None
+
+    def _forget(self, run_id: str) -> None:
+        """Removes the id file and wandb's local folder of a tracked run that never started
+        (``wandb sync`` would send it); wandb's debug logs, which say why, stay."""
+        (self.out / RUN_ID_FILE).unlink(missing_ok=True)
+        local = self.out / "wandb"
+        for folder in local.glob(f"*run-*-{run_id}"):
+            shutil.rmtree(folder, ignore_errors=True)
+        latest = local / "latest-run"
+        if latest.is_symlink() and not latest.exists():
+            latest.unlink(missing_ok=True)
 
     def on_start(self, loop: Loop) -> None:
         self.start({"run": dataclasses.asdict(self.settings),

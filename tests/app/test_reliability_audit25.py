@@ -11,7 +11,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from cli_helpers import one_error_line, train
+import tensorflow as tf
+from cli_helpers import evaluate, one_error_line, train
 
 import agents
 import pgrad
@@ -97,17 +98,80 @@ def test_a_tampered_wandb_run_id_is_one_line_naming_the_file(content, message, t
     assert str(path) in str(err.value)
 
 
-def test_track_wandb_without_a_login_is_one_line(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    from pgrad_app.run.tracking import WandbTracker
-
+@pytest.fixture
+def no_wandb_login(tmp_path, monkeypatch):
+    """No wandb credentials anywhere, and wandb's per-process settings read afresh (another
+    test in this process may have set it up offline)."""
+    wandb = pytest.importorskip("wandb")
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no wandb settings
     monkeypatch.setenv("NETRC", str(tmp_path / "home" / ".netrc"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "home" / "wandb"))
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
+def test_track_wandb_without_a_login_is_one_line(tmp_path, no_wandb_login):
+    from pgrad_app.run.tracking import WandbTracker
+
     with pytest.raises(UserError, match="wandb could not start: .*WANDB_MODE=offline"):
         WandbTracker(tmp_path, None).start()
+
+
+def test_track_wandb_without_a_login_fails_before_anything_is_written(tmp_path, capsys,
+                                                                       no_wandb_login):
+    out = tmp_path / "run"
+    code, _, err = train("--out", out, "--total-steps", 40, "--num-envs", 2, "--track", "wandb",
+                         "--quiet", capsys=capsys)
+    assert code == 2, err
+    assert "wandb could not start: no API key is configured" in one_error_line(err)
+    assert not out.exists()
+
+
+def test_evaluating_a_tracked_run_without_a_login_fails_before_anything_is_written(
+        tmp_path, capsys, no_wandb_login):
+    out = tmp_path / "run"
+    code, _, err = train("--out", out, "--total-steps", 40, "--num-envs", 2, "--quiet",
+                         capsys=capsys)
+    assert code == 0, err
+    config = out / "config.yaml"  # as --track wandb writes it (training it needs a login)
+    config.write_text(config.read_text().replace("track: null", "track: wandb"))
+    code, printed, err = evaluate(out, "--episodes", 1, capsys=capsys)
+    assert code == 2 and not printed, err
+    assert "wandb could not start: no API key is configured" in one_error_line(err)
+    assert not (out / "eval.json").exists()  # not evaluated, then refused
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_tracked_run_that_never_started_leaves_no_id_to_continue(resumed, tmp_path,
+                                                                   monkeypatch):
+    """wandb.init failing after its local files were made (a server that refuses): a new
+    tracked run's id and wandb's folder of it go (a re-run must not "continue", nor ``wandb
+    sync`` send, a run that never existed); a resumed run's id stays."""
+    wandb = pytest.importorskip("wandb")
+    from pgrad_app.run.tracking import RUN_ID_FILE, WandbTracker
+
+    if resumed:
+        (tmp_path / RUN_ID_FILE).write_text("abc123\n")
+
+    def refusing_init(*, dir, id, **kw):
+        folder = Path(dir) / "wandb" / f"run-20260101_000000-{id}"
+        folder.mkdir(parents=True)
+        (folder.parent / "latest-run").symlink_to(folder.name)
+        (folder.parent / "debug.log").write_text("why it failed\n")
+        raise wandb.errors.CommError("server refused")
+
+    monkeypatch.setattr(wandb, "init", refusing_init)
+    with pytest.raises(UserError, match="wandb could not start: server refused"):
+        WandbTracker(tmp_path, None).start()
+    left = sorted(p.name for p in (tmp_path / "wandb").iterdir())
+    if resumed:
+        assert (tmp_path / RUN_ID_FILE).read_text() == "abc123\n"
+        assert left == ["debug.log", "latest-run", "run-20260101_000000-abc123"]
+    else:
+        assert not (tmp_path / RUN_ID_FILE).exists() and left == ["debug.log"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +218,29 @@ def test_a_tampered_pgrad_policy_json_is_a_value_error(change, saved_agent, tmp_
     with pytest.raises(ValueError, match="pgrad_policy.json does not describe|env_kwargs are "
                                          "not an object"):
         pgrad.evaluate(copy / "policy", episodes=1)
+
+
+class _Foreign(tf.Module):
+    """A SavedModel someone else made: an ``action`` function, no ``params``."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def action(self, obs):
+        return tf.zeros([tf.shape(obs)[0]], tf.int64)
+
+
+@pytest.mark.parametrize("described", [False, True])
+def test_a_savedmodel_not_made_by_pgrad_says_so(described, tmp_path):
+    """Not "predates pgrad 0.2": nothing says pgrad made it (no ``pgrad_policy.json``), or its
+    ``pgrad_policy.json`` describes a SavedModel without pgrad's functions."""
+    from pgrad.rl.export import META_FILE
+
+    tf.saved_model.save(_Foreign(), str(tmp_path / "policy"))
+    if described:
+        (tmp_path / "policy" / META_FILE).write_text('{"format": 1}')
+    why = "it has no params function" + ("" if described else " and no pgrad_policy.json")
+    with pytest.raises(ValueError, match=f"was not made by pgrad \\({why}\\)") as err:
+        pgrad.evaluate(tmp_path / "policy", env_id="CartPole-v1", episodes=1)
+    assert "predates" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,8 +293,11 @@ import gymnasium as gym
 
 class FailsInChild(gym.Env):
     def __init__(self):
-        if os.getpid() != int(os.environ["AUDIT25_PARENT"]):  # an async env's subprocess
-            raise RuntimeError("license server unreachable")
+        if os.getpid() != int(os.environ["AUDIT25_PARENT"]):  # an async env's subprocess ...
+            try:  # ... but the first one to claim the flag
+                os.close(os.open(os.environ["AUDIT25_FLAG"], os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                raise RuntimeError("license server unreachable") from None
         from gymnasium.envs.classic_control import CartPoleEnv
         self._env = CartPoleEnv()
         self.observation_space, self.action_space = self._env.observation_space, \\
@@ -218,10 +308,10 @@ gym.register("Audit25/FailsInChild-v0", entry_point=FailsInChild, max_episode_st
 
 
 @pytest.mark.subprocess
-@pytest.mark.xfail(strict=True, reason="still open (issue 25): gymnasium's async worker builds "
-                   "the env outside its try, so the worker's traceback is printed and the parent "
-                   "sees only a ConnectionResetError, not the constructor's error")
 def test_an_async_envs_constructor_failing_in_its_subprocess_is_one_line(tmp_path):
+    """Two of three workers fail to build their env and one builds it: one line, no traceback
+    from the failing workers (gymnasium's builds outside its try) nor from the healthy one, which
+    the parent ends with SIGTERM while the command's start-up handler is installed."""
     import subprocess
     import sys
 
@@ -233,9 +323,10 @@ def test_an_async_envs_constructor_failing_in_its_subprocess_is_one_line(tmp_pat
     proc = subprocess.run(
         ["sh", "-c", f'export AUDIT25_PARENT=$$; exec "{sys.executable}" '
          f'"{ROOT / "scripts" / "train.py"}" --env childenvs:Audit25/FailsInChild-v0 --out '
-         f'"{out}" --total-steps 64 --num-envs 2 --set vector_mode=async --quiet'],
+         f'"{out}" --total-steps 64 --num-envs 3 --set vector_mode=async --quiet'],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)])))
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
+                 AUDIT25_FLAG=str(tmp_path / "flag")))
     line = one_error_line(proc.stderr)
     assert proc.returncode == 2, proc.stderr
     assert "could not be created: RuntimeError: license server unreachable" in line

@@ -302,3 +302,40 @@ def test_async_vector_env_gives_the_same_trajectory():
             np.testing.assert_array_equal(x, y)
     sync.close()
     asyn.close()
+
+
+def fails_in_children_but_the_first(flag):
+    """A factory of CounterEnv whose constructor raises in every subprocess except the first to
+    claim ``flag`` (in this process it builds: make_vec_env's checks build one here)."""
+    import os
+
+    parent = os.getpid()
+
+    def make():
+        if os.getpid() != parent:
+            try:
+                os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                raise RuntimeError("license server unreachable") from None
+        return CounterEnv()
+
+    return make
+
+
+@pytest.mark.subprocess  # one process per env
+def test_an_async_envs_constructor_failing_in_its_subprocess_is_one_env_error(tmp_path, capfd):
+    import warnings
+
+    factory = fails_in_children_but_the_first(str(tmp_path / "flag"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(rollout.EnvError) as err:
+            rollout.make_vec_env(factory, 3, "async")
+    assert str(err.value) == ("env 'make' could not be created: RuntimeError: license server "
+                              "unreachable")
+    assert not caught, [str(w.message) for w in caught]  # gymnasium's worker log: silenced
+    import gc
+
+    gc.collect()  # the half-built vector env ends its workers (the healthy one by SIGTERM)
+    out, stderr = capfd.readouterr()
+    assert "Traceback" not in stderr + out and "license" not in stderr + out, stderr
