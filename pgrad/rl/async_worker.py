@@ -18,7 +18,10 @@ import signal
 from multiprocessing.connection import Connection
 from typing import Any
 
-from gymnasium.vector.async_vector_env import _async_worker
+try:  # gymnasium's private worker; its trailing arguments changed across 1.x, passed through
+    from gymnasium.vector.async_vector_env import _async_worker
+except ImportError:  # pragma: no cover - another gymnasium layout: its own worker is used
+    _async_worker = None  # type: ignore[assignment]
 
 #: The start of the messages gymnasium's ``logger.error`` warns with (after a colour code) when a
 #: worker reports an error; :func:`pgrad.rl.envs.make_vec_env` silences them while it builds the
@@ -40,10 +43,10 @@ class ChildEnvError(RuntimeError):
 
 
 def guarded_worker(index: int, env_fn: Any, pipe: Connection, parent_pipe: Connection,
-                   shared_memory: Any, error_queue: Any, autoreset_mode: Any,
-                   semaphore: Any) -> None:
+                   shared_memory: Any, error_queue: Any, *rest: Any) -> None:
     """``AsyncVectorEnv(worker=...)``: gymnasium's ``_async_worker`` with ``env_fn()`` guarded
-    (same eight arguments)."""
+    (same arguments; ``rest`` -- ``autoreset_mode``, ``semaphore`` in gymnasium 1.4 -- passed
+    through as they come)."""
     try:
         env = env_fn()
     except Exception as err:  # noqa: BLE001 -- any constructor failure goes to the parent
@@ -61,5 +64,4 @@ def guarded_worker(index: int, env_fn: Any, pipe: Connection, parent_pipe: Conne
         finally:
             pipe.close()
         return
-    _async_worker(index, lambda: env, pipe, parent_pipe, shared_memory, error_queue,
-                  autoreset_mode, semaphore)
+    _async_worker(index, lambda: env, pipe, parent_pipe, shared_memory, error_queue, *rest)

@@ -37,7 +37,7 @@ from typing import Any
 import gymnasium as gym
 
 from pgrad.rl import spaces
-from pgrad.rl.async_worker import WORKER_LOG, ChildEnvError, guarded_worker
+from pgrad.rl.async_worker import WORKER_LOG, ChildEnvError, _async_worker, guarded_worker
 from pgrad.rl.env_ids import GAME_INFO, ensure_registered, is_atari_id  # noqa: F401 (re-exported)
 
 #: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
@@ -336,7 +336,8 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
     if max_obs_dim is not None:
         _check_obs_size(env_id, max_obs_dim, kwargs)
     vector_kwargs: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-    if mode == "async":  # a constructor failing in the subprocess: one error, no traceback
+    if mode == "async" and _async_worker is not None:
+        # a constructor failing in the subprocess: one error, no traceback
         vector_kwargs["worker"] = guarded_worker
     try:
         with warnings.catch_warnings():
