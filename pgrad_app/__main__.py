@@ -3,9 +3,9 @@
 
 import sys
 
-from pgrad_app.cli.entry import PROGRAMS, run
+from pgrad_app.cli.entry import PROGRAMS, finish, run
 
 if len(sys.argv) < 2 or sys.argv[1] not in PROGRAMS:
     print(f"usage: python -m pgrad_app {{{','.join(PROGRAMS)}}} [ARGS...]", file=sys.stderr)
     sys.exit(2)
-sys.exit(run(sys.argv[1], sys.argv[2:]))
+finish(run(sys.argv[1], sys.argv[2:]))

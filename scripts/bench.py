@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's pgrad, if any
-from pgrad_app.cli.entry import run  # noqa: E402
+from pgrad_app.cli.entry import finish, run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run("bench"))
+    finish(run("bench"))

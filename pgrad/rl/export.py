@@ -102,38 +102,64 @@ class _ExportedPolicy(tf.Module):
 
     def _functions(self, obs_spec, params_spec) -> None:
         """The exported functions (see the module docstring), from the batched observation
-        spec: as attributes, taking one observation or a batch (inputs of any rank)."""
+        spec.
+
+        Each function's body is traced once, on batched inputs of fixed rank: that concrete
+        function is the serving signature (:meth:`signatures`). The attribute, which takes one
+        observation or a batch (inputs of any rank), is a thin wrapper traced around it: inputs
+        to rows, one call of the signature's graph, outputs back to the leading shape. Traced
+        without autograph: the bodies hold no Python control flow on tensors, and autograph's
+        conversion of them cost more CPU than the tracing itself (docs/performance.md).
+        """
         ctx = self._context
         ctx.obs_spec = obs_spec
         ctx.noise_size = export_heads.noise_size(ctx.head)
-        obs = tf.nest.map_structure(lambda s: tf.TensorSpec(None, s.dtype, s.name), obs_spec)
-        noise = tf.TensorSpec(None, tf.float32, name="noise")
-        self.action = tf.function(self._action, input_signature=[obs])
-        self.sample = tf.function(self._sample, input_signature=[obs, SEED_SPEC])
-        self.sample_with_noise = tf.function(self._sample_with_noise,
-                                             input_signature=[obs, noise])
-        self.distribution_params = tf.function(self._distribution_params,
-                                               input_signature=[obs])
-        self.params = tf.function(self._params, input_signature=[params_spec])
+        batched = {"action": [obs_spec], "sample": [obs_spec, SEED_SPEC],
+                   "sample_with_noise": [obs_spec, tf.TensorSpec(
+                       [None, ctx.noise_size], tf.float32, name="noise")],
+                   "distribution_params": [obs_spec]}
         h = ctx.head
         self.action_masked = None
-        if isinstance(h, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
+        masked = isinstance(h, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead))
+        if masked:
             ctx.mask_width = h.param_size  # n, or sum(nvec): one logit per action
-            self.action_masked = tf.function(self._action_masked, input_signature=[
-                obs, tf.TensorSpec(None, tf.bool, name="action_mask")])
+            batched["action_masked"] = [obs_spec, tf.TensorSpec(
+                [None, ctx.mask_width], tf.bool, name="action_mask")]
+        self._signatures = {name: _traced(getattr(self, f"_{name}"), specs)
+                            for name, specs in batched.items()}
+        obs = tf.nest.map_structure(lambda s: tf.TensorSpec(None, s.dtype, s.name), obs_spec)
+        noise = tf.TensorSpec(None, tf.float32, name="noise")
+        self.action = _compiled(self._any_rank("action"), [obs])
+        self.sample = _compiled(self._any_rank("sample"), [obs, SEED_SPEC])
+        self.sample_with_noise = _compiled(self._any_rank("sample_with_noise", self._noise_rows),
+                                           [obs, noise])
+        self.distribution_params = _compiled(self._any_rank("distribution_params"), [obs])
+        self.params = _compiled(self._params, [params_spec])
+        if masked:
+            self.action_masked = _compiled(
+                self._any_rank("action_masked", self._mask_rows),
+                [obs, tf.TensorSpec(None, tf.bool, name="action_mask")])
+
+    def _any_rank(self, name: str, rows_of=None):
+        """The attribute ``name``: one observation or a batch (any leading axes) -> as many
+        results, through the signature's concrete function on ``[N, ...]`` rows; ``rows_of``
+        turns the second input into rows (noise, masks; a seed is passed as it is)."""
+        traced = self._signatures[name]
+
+        def call(observation, *rest):
+            rows, lead = self._rows(observation)
+            if rest and rows_of is not None:
+                rest = (rows_of(rest[0]), *rest[1:])
+            out = traced(rows, *rest)
+            return tf.nest.map_structure(lambda x: _unrows(x, lead), out)
+
+        call.__name__ = name
+        return call
 
     def signatures(self) -> dict[str, Any]:
         """The serving signatures: the functions of an observation traced on batched inputs of
-        fixed rank (what converters read), by name with their inputs."""
-        obs = self._context.obs_spec
-        noise = tf.TensorSpec([None, self._context.noise_size], tf.float32, name="noise")
-        inputs = {"action": [obs], "sample": [obs, SEED_SPEC],
-                  "sample_with_noise": [obs, noise], "distribution_params": [obs]}
-        if self.action_masked is not None:
-            inputs["action_masked"] = [obs, tf.TensorSpec(
-                [None, self._context.mask_width], tf.bool, name="action_mask")]
-        return {name: tf.function(getattr(self, f"_{name}")).get_concrete_function(*specs)
-                for name, specs in inputs.items()}
+        fixed rank (what converters read), by name; the attributes call these same graphs."""
+        return dict(self._signatures)
 
     def _preprocess(self, obs):
         space = self._context.space
@@ -212,15 +238,23 @@ class _ExportedPolicy(tf.Module):
         return export_heads.mode(self._context.head, x)
 
     def _masked_mode(self, x, action_mask):
-        mask = tf.reshape(action_mask, [-1, self._context.mask_width])
+        mask = self._mask_rows(action_mask)
         return export_heads.mode(self._context.head, dist_lib.mask_logits(x, mask))
 
-    def _noise_sample(self, x, noise):
+    def _noise_rows(self, noise):
+        """``[..., noise_size]`` uniforms -> ``[N, noise_size]`` (checked if of unknown rank)."""
         k = self._context.noise_size
         checks = [] if noise.shape.rank is not None else [tf.debugging.assert_equal(
             tf.shape(noise)[-1:], [k], message=f"noise: [..., {k}] uniforms in [0, 1)")]
         with tf.control_dependencies(checks):
-            u = tf.reshape(noise, [-1, k])
+            return tf.reshape(noise, [-1, k])
+
+    def _mask_rows(self, action_mask):
+        """``[..., n]`` legal actions -> ``[N, n]``."""
+        return tf.reshape(action_mask, [-1, self._context.mask_width])
+
+    def _noise_sample(self, x, noise):
+        u = self._noise_rows(noise)
         return export_heads.sample(self._context.head, x, self._log_std(), u)
 
     def _seeded_sample(self, x, seed):
@@ -304,6 +338,17 @@ def _parts_spec(layout: spaces.ObsLayout):
         p = layout.parts[0]
         return tf.TensorSpec([None, *p.shape], tf.as_dtype(p.dtype), name="observation")
     return layout.tensor_specs()
+
+
+def _traced(fn, specs: list) -> Any:
+    """``fn``'s concrete function on ``specs``, traced once and without autograph."""
+    return tf.function(fn, autograph=False).get_concrete_function(*specs)
+
+
+def _compiled(fn, specs: list) -> Any:
+    """``fn`` as a ``tf.function`` of ``input_signature`` ``specs`` (one trace, at saving),
+    without autograph."""
+    return tf.function(fn, input_signature=specs, autograph=False)
 
 
 def _unrows(x: tf.Tensor, lead: tf.Tensor) -> tf.Tensor:

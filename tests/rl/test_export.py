@@ -149,6 +149,28 @@ def test_signatures_are_batched_with_named_inputs(built):
         "image": (tf.uint8, [None, 12, 12, 3]), "vector": (tf.float32, [None, 3])}
 
 
+def test_each_function_is_traced_once_on_batched_rows(monkeypatch, tmp_path):
+    """The network and head are traced once per exported function, on ``[N, ...]`` rows: the
+    attributes (any rank) call the signatures' graphs instead of tracing the body again."""
+    import pgrad.rl.export as export_lib
+
+    seen: list = []
+    params = export_lib._ExportedPolicy._params
+    monkeypatch.setattr(export_lib._ExportedPolicy, "_params",
+                        lambda self, x: seen.append(x.shape.rank) or params(self, x))
+    layout = spaces.obs_layout(VECTOR)
+    net = actor_critic(layout, lambda latent: pgrad.make_head(DISCRETE), "mlp", hidden=(8,),
+                       seed=0)
+    export_policy(net, None, VECTOR, tmp_path / "policy")
+    # action, sample, sample_with_noise, distribution_params, action_masked, params
+    assert seen == [2] * 6
+    loaded = tf.saved_model.load(str(tmp_path / "policy"))
+    obs = np.random.default_rng(0).uniform(-1, 1, (5, 4)).astype(np.float32)
+    expected = loaded.signatures["action"](observation=tf.constant(obs))["output_0"].numpy()
+    np.testing.assert_array_equal(loaded.action(obs).numpy(), expected)
+    np.testing.assert_array_equal(loaded.action(obs[2]).numpy(), expected[2])
+
+
 def test_a_wrong_observation_shape_is_one_clear_error(built):
     b = built("discrete-mlp")
     for bad in (np.zeros(3, np.float32), np.zeros((2, 2), np.float32)):
