@@ -113,3 +113,32 @@ def test_finish_exits_with_the_code_after_atexit_and_flushed_output(tmp_path, th
     assert "finalizer ran" in r.stdout
     assert r.stderr == "err buffered"
     assert marker.read_text() == "atexit ran"
+
+
+@pytest.mark.subprocess
+def test_a_command_ended_by_finish_has_written_every_row_it_logged(tmp_path):
+    """The commands skip the interpreter's teardown (``finish``): nothing a normal exit would have
+    flushed may be missing -- every update's row in updates.csv and in TensorBoard (a C++ writer
+    that only a close flushes), whole episode rows, a checkpoint that loads."""
+    import csv
+
+    from cli_helpers import run
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import agents
+
+    out = tmp_path / "run"
+    r = run("train.py", "--agent", "a2c", "--env", "CartPole-v1", "--no-tuned", "--num-envs", "2",
+            "--set", "n_steps=8", "--total-steps", "1600", "--log-every", "1", "--out", out,
+            "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(out / "updates.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row["step"]) for row in rows] == [16 * (i + 1) for i in range(100)]
+    acc = EventAccumulator(str(out / "tb"))
+    acc.Reload()
+    for tag in ("train/policy_loss", "train/grad_norm", "time/fps"):
+        assert [e.step for e in acc.Scalars(tag)] == [int(row["step"]) for row in rows], tag
+    text = (out / "episodes.csv").read_text()
+    assert text.endswith("\n") and len(text.splitlines()) > 10
+    assert agents.load(out).env_steps == 1600
