@@ -1,5 +1,7 @@
 """A critic sharing the policy's features gets its values from the policy's own forward pass
-(``agents.update.ONE_PASS``): the update equals the one with a second pass for the value."""
+(``agents.minibatch.ONE_PASS``), and with PPO's and A2C's chains the policy gradient and the
+value and entropy terms from one backward pass (``FOLD_AUX``): each update equals the one with a
+second pass for the value and a backward pass per term."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 
 import agents
 import pgrad
-from agents import update as update_lib
+from agents import minibatch as update_lib
+from pgrad.rl.networks import ActorCritic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv  # noqa: E402
@@ -44,13 +47,13 @@ def test_one_pass_update_equals_a_second_pass_for_the_value(case, monkeypatch):
     if options.pop("transform", None):
         options["transform"] = clip_chain()
     calls = []
-    shared_pass = update_lib.shared_pass
+    shared_pass = ActorCritic.params_and_value
 
     def spy(net, obs):
         calls.append(1)  # at trace time
         return shared_pass(net, obs)
 
-    monkeypatch.setattr(update_lib, "shared_pass", spy)
+    monkeypatch.setattr(ActorCritic, "params_and_value", spy)
 
     def run(one_pass):
         monkeypatch.setattr(update_lib, "ONE_PASS", one_pass)
@@ -66,13 +69,39 @@ def test_one_pass_update_equals_a_second_pass_for_the_value(case, monkeypatch):
     for a, b in zip(w_one, w_two):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     for key in ("value_loss", "entropy", "policy_loss", "grad_norm", "pg_grad_norm"):
-        np.testing.assert_allclose(m_one[key], m_two[key], rtol=1e-5, atol=1e-6, err_msg=key)
+        if key in m_one:  # pg_grad_norm: not when the aux loss is folded (below)
+            np.testing.assert_allclose(m_one[key], m_two[key], rtol=1e-5, atol=1e-6,
+                                       err_msg=key)
+
+
+@pytest.mark.parametrize("case", ["ppo_cnn_entropy", "ppo_cnn_value_clip"])
+def test_folded_backward_pass_equals_one_per_term(case, monkeypatch):
+    """PPO's chain is its weighted sum alone: the policy gradient, value and entropy terms come
+    from one backward pass (FOLD_AUX), equal to a backward pass per term."""
+    name, env_id, options = CASES[case]
+
+    def run(fold):
+        monkeypatch.setattr(update_lib, "FOLD_AUX", fold)
+        agent = agents.make(name, env_id, seed=3, num_envs=2, n_steps=8, **options)
+        assert agent.updater.step.folded is fold
+        metrics = agent.step()["metrics"]
+        weights = [v.numpy() for v in agent.net.variables]
+        agent.close()
+        return metrics, weights
+
+    (m_fold, w_fold), (m_two, w_two) = run(True), run(False)
+    for a, b in zip(w_fold, w_two):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert "pg_grad_norm" not in m_fold and "pg_grad_norm" in m_two
+    assert set(m_two) - set(m_fold) == {"pg_grad_norm"}
+    for key in m_fold:
+        np.testing.assert_allclose(m_fold[key], m_two[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
 def test_no_one_pass_without_shared_features(monkeypatch):
     """A separate critic (MLP policy, or share_encoder off) keeps the update as it was."""
     called = []
-    monkeypatch.setattr(update_lib, "shared_pass", lambda *a: called.append(1))
+    monkeypatch.setattr(ActorCritic, "params_and_value", lambda *a: called.append(1))
     for env_id, options in (("CartPole-v1", {}), (PLANES, {"share_encoder": False})):
         agent = agents.make("a2c", env_id, seed=0, num_envs=2, n_steps=4, **options)
         agent.step()
