@@ -21,6 +21,7 @@ from agents import loss as loss_lib
 from agents.minibatch import MinibatchStep, values_of
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
+from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
 _map = tf.nest.map_structure
@@ -49,53 +50,6 @@ def _needs_autograph(err: BaseException | None) -> bool:
 #: Observations per chunk of the update's value pass over a rollout with images (the float32
 #: frames and first-layer activations of 2 T B observations at once would dominate the memory).
 VALUE_CHUNK = 512
-
-# Fixed-shape updates call their concrete function through its flat entry point (see
-# flat_caller); False: the public call (the tests compare the two).
-FLAT_CALLS = True
-
-
-def flat_caller(concrete: Any) -> Any:
-    """A callable running ``concrete(*args)`` for tensors-or-None ``args``, without re-binding
-    them to its structured signature on every call.
-
-    The public call binds the arguments to the traced signature each time (~50 us of a ~270 us
-    CartPole update here); this goes straight to ``ConcreteFunction._call_flat``, TensorFlow's
-    own next step (tape and variable handling kept). ``_call_flat`` is private and its signature
-    has changed across TensorFlow 2.x releases, so it is used only when it has the shape this
-    was written for (``(tensor_inputs, captured_inputs)``, TensorFlow 2.16-2.21): otherwise, or
-    with ``FLAT_CALLS = False``, this is the public call. A mismatch that shows only when called
-    (a ``TypeError`` while binding, before anything runs) falls back to the public call too.
-    """
-    call_flat: Any = getattr(concrete, "_call_flat", None)
-    if not FLAT_CALLS or not flat_call_supported(concrete):
-        return concrete
-    state = {"flat": True}
-
-    def call(*args):
-        if state["flat"]:
-            try:  # None (no mask) is not a graph input, as in the public binding
-                return call_flat([a for a in args if a is not None], concrete.captured_inputs)
-            except TypeError:  # a binding error: raised before the graph ran
-                state["flat"] = False
-        return concrete(*args)
-
-    return call
-
-
-def flat_call_supported(concrete: Any) -> bool:
-    """Whether ``concrete._call_flat`` has the signature :func:`flat_caller` relies on."""
-    import inspect
-
-    call_flat: Any = getattr(concrete, "_call_flat", None)
-    if call_flat is None or not hasattr(concrete, "captured_inputs"):
-        return False
-    try:
-        params = list(inspect.signature(call_flat).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params == ["tensor_inputs", "captured_inputs"]
-
 
 class CompiledUpdate:
     """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
