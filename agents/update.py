@@ -51,6 +51,11 @@ def _needs_autograph(err: BaseException | None) -> bool:
 #: frames and first-layer activations of 2 T B observations at once would dominate the memory).
 VALUE_CHUNK = 512
 
+#: Encoded (image) policies: next observations that are the following row's observation take
+#: their value from that row's (about half the value pass); False: a pass over all of them
+#: (the tests compare the two).
+REUSE_NEXT_VALUES = True
+
 class CompiledUpdate:
     """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
 
@@ -145,6 +150,38 @@ class CompiledUpdate:
             floats, [tf.shape(floats)[0] - 2 * n - batch, n, batch, n])
         return floats, (tf.reshape(state0, [batch, size]), start0,
                         tf.reshape(state_end, [batch, size]))
+
+    def _chunked_values(self, rows: Any, n: tf.Tensor | int) -> tf.Tensor:
+        """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK` at a time (the float32
+        frames and first-layer activations of a whole rollout at once would dominate memory)."""
+        return map_chunks(lambda r: [self.net.value(r)], rows, n, VALUE_CHUNK,
+                          [tf.TensorSpec([None], tf.float32)])[0]
+
+    def _encoded_values(self, obs: Any, next_obs: Any, T, B) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(V(o_t), V(o_{t+1}))`` ``[T, B]`` with one value pass over the rollout's
+        observations plus one over only the next observations that are not the following row's.
+
+        Within an episode ``next_obs[t]`` is ``obs[t + 1]`` (the same observation), so its value
+        is already there; only the last step's, the episode ends' final observations and any
+        row whose parts differ in any element (compared here, never assumed: attacked
+        observations, episode batches) take a pass of their own. Equal to the value of every
+        next observation to float32 round-off (a row's value does not depend on its batch)."""
+        flat = lambda x: _map(  # noqa: E731  [T, B, ...] -> [T B, ...]
+            lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
+        values = self._chunked_values(flat(obs), T * B)  # [T B]
+
+        def same_rows(a, b):  # [T - 1, B]: next_obs[t] == obs[t + 1] in every element
+            eq = tf.equal(a[:-1], b[1:])
+            return tf.reduce_all(tf.reshape(eq, tf.concat([tf.shape(eq)[:2], [-1]], 0)), -1)
+
+        same = tf.concat([tf.reduce_all(tf.stack(tf.nest.flatten(
+            _map(same_rows, next_obs, obs))), 0), tf.zeros([1, B], tf.bool)], 0)  # [T, B]
+        shifted = tf.concat([tf.reshape(values, [T, B])[1:], tf.zeros([1, B])], 0)  # V(o[t+1])
+        own = tf.where(tf.logical_not(tf.reshape(same, [-1])))  # [K, 1] rows needing a pass
+        rows = _map(lambda x: tf.gather_nd(x, own), flat(next_obs))
+        own_values = self._chunked_values(rows, tf.shape(own)[0])  # [K]
+        next_values = tf.tensor_scatter_nd_update(tf.reshape(shifted, [-1]), own, own_values)
+        return tf.reshape(values, [T, B]), tf.reshape(next_values, [T, B])
 
     def _split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
         """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
@@ -264,13 +301,14 @@ class CompiledUpdate:
                 tf.reshape(states, [B, T, -1])[:, -1])  # after the rollout: the next one's start
             values, next_values = (tf.transpose(tf.reshape(v, [B, T])) for v in (seq_values,
                                                                                   seq_next))
+        elif net.critic is not None and net.encoder is not None and REUSE_NEXT_VALUES:
+            values, next_values = self._encoded_values(obs, next_obs, T, B)
         elif net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
             both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))
             if net.encoder is None:
                 both = net.value(both)  # [2TB]
             else:  # images: in chunks, so that their float32 activations stay bounded
-                both = map_chunks(lambda rows: [net.value(rows)], both, 2 * T * B,
-                                  VALUE_CHUNK, [tf.TensorSpec([None], tf.float32)])[0]
+                both = self._chunked_values(both, 2 * T * B)
             values = tf.reshape(both[: T * B], [T, B])
             next_values = tf.reshape(both[T * B:], [T, B])
         else:

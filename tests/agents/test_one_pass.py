@@ -15,6 +15,7 @@ import pytest
 import agents
 import pgrad
 from agents import minibatch as update_lib
+from agents import update
 from pgrad.rl.networks import ActorCritic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -107,3 +108,45 @@ def test_no_one_pass_without_shared_features(monkeypatch):
         agent.step()
         agent.close()
     assert not called
+
+
+SHORT = "pgrad-test/ShortPlanes-v0"  # episodes of 5 steps: ends inside every 8-step rollout
+if SHORT not in gym.registry:
+    gym.register(SHORT, entry_point=ImageEnv,
+                 kwargs={"shape": (10, 10, 4), "dtype": np.bool_, "length": 5})
+
+
+def test_next_values_from_the_following_rows_equal_a_pass_over_every_next_observation():
+    """``V(o_{t+1})`` taken from the next row's value where the next observation is that row's
+    (update.REUSE_NEXT_VALUES), else its own pass: the same values as a pass over all of them,
+    for next observations that match the following row, end episodes, or differ anywhere."""
+    agent = agents.make("ppo", SHORT, seed=2, num_envs=3, n_steps=8, minibatch_size=8)
+    traj, _ = agent.collector.collect(agent.acting_fn(np.random.default_rng(0)), 8)
+    obs, nxt = traj.observations.copy(), traj.next_observations.copy()
+    nxt[2, 1, 0, 0, 0] = not nxt[2, 1, 0, 0, 0]  # one element off: that row needs its own value
+    ends = traj.terminated + traj.truncated
+    assert ends[:-1].any() and (ends[:-1] == 0).any()  # both kinds of rows are there
+    values, next_values = agent.updater._encoded_values(obs, nxt, 8, 3)
+    want = agent.net.value(nxt.reshape(-1, 10, 10, 4)).numpy().reshape(8, 3)
+    np.testing.assert_allclose(next_values.numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(values.numpy(),
+                               agent.net.value(obs.reshape(-1, 10, 10, 4)).numpy().reshape(8, 3),
+                               rtol=1e-5, atol=1e-6)
+    agent.close()
+
+
+def test_update_with_reused_next_values_equals_a_pass_over_every_next_observation(monkeypatch):
+    def run(reuse):
+        monkeypatch.setattr(update, "REUSE_NEXT_VALUES", reuse)
+        agent = agents.make("ppo", SHORT, seed=3, num_envs=2, n_steps=8, minibatch_size=8)
+        metrics = [agent.step()["metrics"] for _ in range(2)]
+        weights = [v.numpy() for v in agent.net.variables]
+        agent.close()
+        return metrics, weights
+
+    (m_reuse, w_reuse), (m_all, w_all) = run(True), run(False)
+    for a, b in zip(w_reuse, w_all):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for got, want in zip(m_reuse, m_all):
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
