@@ -27,7 +27,8 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   compiled graph): ``{"env_steps": int total so far, "episodes": [(env_step, return, length),
   ...] finished during this call, "metrics": {name: float}}`` with ``policy_loss``,
   ``value_loss``, ``entropy``, ``approx_kl``, ``pg_grad_norm`` (policy gradient after the
-  chain), ``grad_norm`` (combined, before ``max_grad_norm`` clipping), ``learning_rate``,
+  chain; absent when the aux terms share its backward pass, ``agents.minibatch.FOLD_AUX``),
+  ``grad_norm`` (combined, before ``max_grad_norm`` clipping), ``learning_rate``,
   ``nonfinite_skipped`` (the fraction of minibatch steps skipped for NaN/Inf gradients),
   ``batch_steps``, ``advantage_mean``, ``minibatch_updates``, ``path_fused`` and what the chain
   reports (``clip_fraction`` of ``clip_per_step`` or ``clip_ratio``). An env that fails or emits

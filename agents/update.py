@@ -3,34 +3,28 @@
 :class:`CompiledUpdate` turns a collected ``[T, B]`` rollout into one call of a traced
 ``tf.function`` that stores the counters and normaliser statistics, computes values and
 GAE(lambda) targets, runs ``epochs`` passes of shuffled minibatch steps in a ``tf.while_loop``
-(each: the engine's policy gradient through the chain, the value and entropy terms, global-norm
-clipping, the Keras optimizer, early stop on approximate KL) and returns the metrics and the
-actor's new flat weights in one tensor, so a step costs one host fetch.
+(each a :class:`agents.minibatch.MinibatchStep`: the engine's policy gradient through the chain,
+the value and entropy terms, global-norm clipping, the Keras optimizer, early stop on approximate
+KL) and returns the metrics and the actor's new flat weights in one tensor, so a step costs one
+host fetch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-import pgrad
-from agents import hooks, schedules
+from agents import hooks
 from agents import loss as loss_lib
+from agents.minibatch import MinibatchStep, values_of
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
-from pgrad.tools.ops import scale_gradient
-from pgrad.transforms import standardized
+from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
 _map = tf.nest.map_structure
-
-
-#: What a chain may report about its own objective under these names (``clip_ratio`` does):
-#: the update then uses them instead of computing them a second time.
-REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 
 
 def explained_variance(predicted: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
@@ -40,12 +34,6 @@ def explained_variance(predicted: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
     var = tf.math.reduce_variance(target)
     residual = tf.math.reduce_variance(target - tf.cast(predicted, tf.float32))
     return tf.where(var > 0, 1.0 - residual / tf.maximum(var, 1e-30), float("nan"))
-
-
-def _metric_name(key: str) -> str:
-    """``'clip_per_step(1.0)/clip_fraction' -> 'clip_fraction'`` for the usual report keys."""
-    last = key.rsplit("/", 1)[-1]
-    return last if "/" in key and last in REPORTED else key
 
 
 def _needs_autograph(err: BaseException | None) -> bool:
@@ -63,73 +51,10 @@ def _needs_autograph(err: BaseException | None) -> bool:
 #: frames and first-layer activations of 2 T B observations at once would dominate the memory).
 VALUE_CHUNK = 512
 
-# Fixed-shape updates call their concrete function through its flat entry point (see
-# flat_caller); False: the public call (the tests compare the two).
-FLAT_CALLS = True
-
-
-def flat_caller(concrete: Any) -> Any:
-    """A callable running ``concrete(*args)`` for tensors-or-None ``args``, without re-binding
-    them to its structured signature on every call.
-
-    The public call binds the arguments to the traced signature each time (~50 us of a ~270 us
-    CartPole update here); this goes straight to ``ConcreteFunction._call_flat``, TensorFlow's
-    own next step (tape and variable handling kept). ``_call_flat`` is private and its signature
-    has changed across TensorFlow 2.x releases, so it is used only when it has the shape this
-    was written for (``(tensor_inputs, captured_inputs)``, TensorFlow 2.16-2.21): otherwise, or
-    with ``FLAT_CALLS = False``, this is the public call. A mismatch that shows only when called
-    (a ``TypeError`` while binding, before anything runs) falls back to the public call too.
-    """
-    call_flat: Any = getattr(concrete, "_call_flat", None)
-    if not FLAT_CALLS or not flat_call_supported(concrete):
-        return concrete
-    state = {"flat": True}
-
-    def call(*args):
-        if state["flat"]:
-            try:  # None (no mask) is not a graph input, as in the public binding
-                return call_flat([a for a in args if a is not None], concrete.captured_inputs)
-            except TypeError:  # a binding error: raised before the graph ran
-                state["flat"] = False
-        return concrete(*args)
-
-    return call
-
-
-def flat_call_supported(concrete: Any) -> bool:
-    """Whether ``concrete._call_flat`` has the signature :func:`flat_caller` relies on."""
-    import inspect
-
-    call_flat: Any = getattr(concrete, "_call_flat", None)
-    if call_flat is None or not hasattr(concrete, "captured_inputs"):
-        return False
-    try:
-        params = list(inspect.signature(call_flat).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params == ["tensor_inputs", "captured_inputs"]
-
-
-#: Shared features (encoder or trunk): the value from the policy's own forward pass, its loss
-#: in the engine's aux loss (False: a second pass for the value; the tests compare the two).
-ONE_PASS = True
-
-
-def shared_pass(net: Any, obs: Any) -> tuple[tf.Tensor, tf.Tensor]:
-    """``([N, param_size]`` distribution parameters, ``[N]`` values``)`` from one pass through
-    the features the actor and critic share (``net.params`` and ``net.value`` in one; the
-    critic's gradient into a shared trunk scaled as ``net.value`` scales it)."""
-    feat = net._features(obs)
-    critic_in = feat
-    if net.trunk is not None and net.trunk_grad_scale != 1.0:
-        critic_in = scale_gradient(feat, net.trunk_grad_scale)
-    return net._actor_params(feat), net.critic(critic_in)[:, 0]
-
-
-def _firsts(rows: tf.Tensor, length: int) -> tf.Tensor:
-    """``[B L, S]`` per-row copies -> ``[B, S]``: each env sequence's first row."""
-    return tf.reshape(rows, [-1, length, rows.shape[-1]])[:, 0]
-
+#: Encoded (image) policies: next observations that are the following row's observation take
+#: their value from that row's (about half the value pass); False: a pass over all of them
+#: (the tests compare the two).
+REUSE_NEXT_VALUES = True
 
 class CompiledUpdate:
     """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
@@ -161,9 +86,7 @@ class CompiledUpdate:
         self._autograph = False
         self._fn = tf.function(self._update, reduce_retracing=True, autograph=False)
         self._concrete: dict[tuple, Any] = {}
-        # Terms a schedule can switch on: left out of the graph when constantly 0.
-        self.clip_values = schedules.may_be_positive(agent.cfg.clip_range_vf, "clip_range_vf")
-        self.entropy_bonus = schedules.may_be_positive(agent.cfg.ent_coef, "ent_coef")
+        self.step = MinibatchStep(agent)  # the loss of one minibatch step
         # Reported each update besides learning_rate: PPO's clip range (as SB3's train/clip_range)
         # and every value that changes over the run.
         self.reported_schedules = [
@@ -228,13 +151,37 @@ class CompiledUpdate:
         return floats, (tf.reshape(state0, [batch, size]), start0,
                         tf.reshape(state_end, [batch, size]))
 
-    def _values(self, data: dict) -> tf.Tensor:
-        """``[M]`` values of a batch of flat rows (recurrent: whole env-major sequences)."""
-        if not self.net.recurrent:
-            return self.net.value(data["obs"])
-        length = int(self.cfg.n_steps)
-        return self.net.value_sequence(data["obs"], data["episode_starts"],
-                                       _firsts(data["critic_state0"], length), length)[0]
+    def _chunked_values(self, rows: Any, n: tf.Tensor | int) -> tf.Tensor:
+        """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK` at a time (the float32
+        frames and first-layer activations of a whole rollout at once would dominate memory)."""
+        return map_chunks(lambda r: [self.net.value(r)], rows, n, VALUE_CHUNK,
+                          [tf.TensorSpec([None], tf.float32)])[0]
+
+    def _encoded_values(self, obs: Any, next_obs: Any, T, B) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(V(o_t), V(o_{t+1}))`` ``[T, B]`` with one value pass over the rollout's
+        observations plus one over only the next observations that are not the following row's.
+
+        Within an episode ``next_obs[t]`` is ``obs[t + 1]`` (the same observation), so its value
+        is already there; only the last step's, the episode ends' final observations and any
+        row whose parts differ in any element (compared here, never assumed: attacked
+        observations, episode batches) take a pass of their own. Equal to the value of every
+        next observation to float32 round-off (a row's value does not depend on its batch)."""
+        flat = lambda x: _map(  # noqa: E731  [T, B, ...] -> [T B, ...]
+            lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
+        values = self._chunked_values(flat(obs), T * B)  # [T B]
+
+        def same_rows(a, b):  # [T - 1, B]: next_obs[t] == obs[t + 1] in every element
+            eq = tf.equal(a[:-1], b[1:])
+            return tf.reduce_all(tf.reshape(eq, tf.concat([tf.shape(eq)[:2], [-1]], 0)), -1)
+
+        same = tf.concat([tf.reduce_all(tf.stack(tf.nest.flatten(
+            _map(same_rows, next_obs, obs))), 0), tf.zeros([1, B], tf.bool)], 0)  # [T, B]
+        shifted = tf.concat([tf.reshape(values, [T, B])[1:], tf.zeros([1, B])], 0)  # V(o[t+1])
+        own = tf.where(tf.logical_not(tf.reshape(same, [-1])))  # [K, 1] rows needing a pass
+        rows = _map(lambda x: tf.gather_nd(x, own), flat(next_obs))
+        own_values = self._chunked_values(rows, tf.shape(own)[0])  # [K]
+        next_values = tf.tensor_scatter_nd_update(tf.reshape(shifted, [-1]), own, own_values)
+        return tf.reshape(values, [T, B]), tf.reshape(next_values, [T, B])
 
     def _split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
         """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
@@ -354,20 +301,21 @@ class CompiledUpdate:
                 tf.reshape(states, [B, T, -1])[:, -1])  # after the rollout: the next one's start
             values, next_values = (tf.transpose(tf.reshape(v, [B, T])) for v in (seq_values,
                                                                                   seq_next))
+        elif net.critic is not None and net.encoder is not None and REUSE_NEXT_VALUES:
+            values, next_values = self._encoded_values(obs, next_obs, T, B)
         elif net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
             both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))
             if net.encoder is None:
                 both = net.value(both)  # [2TB]
             else:  # images: in chunks, so that their float32 activations stay bounded
-                both = map_chunks(lambda rows: [net.value(rows)], both, 2 * T * B,
-                                  VALUE_CHUNK, [tf.TensorSpec([None], tf.float32)])[0]
+                both = self._chunked_values(both, 2 * T * B)
             values = tf.reshape(both[: T * B], [T, B])
             next_values = tf.reshape(both[T * B:], [T, B])
         else:
             values = next_values = tf.zeros_like(rewards)
         if getattr(self.agent, "off_policy", False):  # V-trace (agents/impala.py): pi and mu
             acts = flat(actions) if action_mask is None else (flat(actions), flat(action_mask))
-            target = tf.reshape(self._log_prob_only(flat(obs), acts), [T, B])
+            target = tf.reshape(self.step.log_prob_only(flat(obs), acts), [T, B])
             advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
                                                      next_values, log_probs, target)
         else:
@@ -393,7 +341,7 @@ class CompiledUpdate:
             acts = (data["actions"] if action_mask is None  # the masks ride with the actions
                     else (data["actions"], data["action_mask"]))
             diag, step_norms = hooks.update_diagnostics(
-                self._log_prob_only, net.policy_variables, data["obs"], acts,
+                self.step.log_prob_only, net.policy_variables, data["obs"], acts,
                 data["advantages"], cfg.diagnostics_max_norm)
             extra_out = (step_norms,)
         sums, count = self._epochs(data, scalars)
@@ -422,7 +370,7 @@ class CompiledUpdate:
         mb = int(cfg.minibatch_size)
         whole = mb == 0 or (n_static is not None and mb >= n_static)
         if cfg.epochs == 1 and whole:  # plain A2C / REINFORCE: one step on the rollout as it is
-            metrics, _ = self._minibatch(data, scalars)
+            metrics, _ = self.step(data, scalars)
             return metrics, tf.constant(1.0)
         n = tf.shape(data["advantages"])[0]
         size = n if whole else tf.minimum(tf.constant(mb), n)
@@ -440,7 +388,7 @@ class CompiledUpdate:
                 tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + e, update])))
                 for e in range(int(cfg.epochs))])
         total = per_epoch * int(cfg.epochs)
-        keys = self._minibatch_keys()
+        keys = self.step.keys()
 
         def body(i, stopped, count, sums):
             start = (i % per_epoch) * size
@@ -449,7 +397,7 @@ class CompiledUpdate:
             if not whole and n_static is not None:  # static minibatch shapes: taps, no retrace
                 batch = {k: _map(lambda x: tf.ensure_shape(x, [mb, *x.shape[1:]]), v)
                          for k, v in batch.items()}
-            metrics, stop = self._minibatch(batch, scalars)
+            metrics, stop = self.step(batch, scalars)
             if set(metrics) != set(keys):
                 raise RuntimeError(f"minibatch metrics {sorted(metrics)} differ from the "
                                    f"expected {sorted(keys)}")
@@ -487,7 +435,7 @@ class CompiledUpdate:
                 batch = {"obs": _map(lambda x: tf.gather(x, idx), data["obs"])}
                 ret = tf.gather(data["returns"], idx)
             with tf.GradientTape() as tape:
-                loss = loss_lib.value_loss(self._values(batch), ret)
+                loss = loss_lib.value_loss(values_of(net, cfg.n_steps, batch), ret)
             grads = zeros_for_unconnected(tape.gradient(loss, variables), variables)
             if cfg.max_grad_norm > 0:
                 grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
@@ -499,139 +447,9 @@ class CompiledUpdate:
                                  (tf.constant(0), tf.constant(0.0)))
         return total / tf.cast(tf.maximum(steps, 1), tf.float32)
 
-    def _minibatch_keys(self) -> list[str]:
-        """The metric names one minibatch step reports (fixed: they are loop variables)."""
-        form = self.transform.fused_form()
-        fused = form is not None and self.cfg.engine_path != "full"
-        keys = ["policy_loss", "value_loss", "entropy", "approx_kl", "pg_grad_norm", "grad_norm",
-                "nonfinite_skipped", "path_fused"]
-        if fused and form.needs_norms:
-            keys.append("step_norm_mean")
-        structure = tf.nest.pack_sequence_as(
-            self.transform_state.template, [0.0] * len(self.transform_state.values))
-        return keys + [_metric_name(k) for k in self.transform.metrics(structure)]
+    # Kept for callers that drive one minibatch step by hand (tests/agents/test_ppo.py).
+    def _minibatch(self, mb: dict, scalars: dict) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        return self.step(mb, scalars)
 
     def _log_prob_only(self, obs, actions):
-        """``[N]`` log-probs; ``actions`` may be ``(actions, action masks)``."""
-        actions, action_mask = actions if isinstance(actions, tuple) else (actions, None)
-        return self.head.distribution(self.net.params(obs), action_mask).log_prob(actions)
-
-    def _minibatch(self, mb: dict, scalars: dict) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-        """One gradient step on a minibatch of flat ``[M, ...]`` tensors.
-
-        Returns ``(metrics, stop)``; ``stop`` is true when ``target_kl`` ended the update (the
-        step was then not applied).
-        """
-        cfg, net, head = self.cfg, self.net, self.head
-        policy_vars = net.policy_variables
-        adv = mb["advantages"]
-        if cfg.normalize_advantage:
-            adv = standardized(adv)
-        # A critic that shares the policy's features (an encoder or trunk) and its optimizer:
-        # its values come out of the policy's forward pass and its loss joins the entropy term
-        # as the engine's aux loss, differentiated from that same pass (the sum of the same
-        # terms; docs/performance.md, "PPO on MinAtar": the encoder's second forward and
-        # backward for the value were a third of a CNN update).
-        one_pass = (ONE_PASS and net.critic is not None and net.shares_features
-                    and self.critic_optimizer is None and not net.recurrent)
-
-        def value_loss(values):  # [M] -> [] (PPO2's clipped form when clip_range_vf is on)
-            return loss_lib.value_loss(values, mb["returns"], mb["values"],
-                                       scalars["clip_range_vf"] if self.clip_values else 0.0)
-
-        value_term = tf.constant(0.0)
-        value_grads = []
-        value_vars = net.variables if net.shares_features else net.value_only_variables
-        if net.critic is not None and self.critic_optimizer is not None:
-            value_term = loss_lib.value_loss(self._values(mb), mb["returns"])  # reported
-        elif net.critic is not None and not one_pass:
-            with tf.GradientTape() as tape:
-                value_term = value_loss(self._values(mb))
-                weighted = scalars["vf_coef"] * value_term
-            value_grads = zeros_for_unconnected(tape.gradient(weighted, value_vars), value_vars)
-        context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
-                   "old_values": mb["values"], "rewards": mb["rewards"],
-                   "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
-
-        length = int(cfg.n_steps) if net.recurrent else None
-
-        def step_log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
-            if one_pass:
-                params, values = shared_pass(net, o)
-                extras = {"value": values}  # [M]
-            else:
-                params, extras = net.params(o), {}
-            dist = head.distribution(params, action_mask)
-            return dist.log_prob(a), {"entropy": dist.entropy(), **extras}  # [M], [M]
-
-        log_prob_fn: Callable[..., tuple[tf.Tensor, dict[str, tf.Tensor]]] = step_log_prob_fn
-        inputs: tuple[tf.Tensor, ...] = (mb["obs"], mb["actions"])
-        if net.recurrent:  # row t through its sequence's prefix: d log pi(a_t | o_1..t)
-            steps = int(cfg.n_steps)  # = length
-
-            def sequence_log_prob_fn(o, starts, state0, a, action_mask=None):
-                params = net.params_sequence(o, starts, _firsts(state0, steps), steps)
-                dist = head.distribution(params, action_mask)
-                return dist.log_prob(a), {"entropy": dist.entropy()}
-
-            log_prob_fn = sequence_log_prob_fn
-            inputs = (mb["obs"], mb["episode_starts"], mb["state0"], mb["actions"])
-        if "action_mask" in mb:
-            inputs += (mb["action_mask"],)
-        aux = None
-        if self.entropy_bonus or one_pass:
-            def aux(log_probs, extras):
-                entropy = (extras["entropy"] if self.entropy_bonus
-                           else tf.zeros_like(log_probs))
-                value = value_loss(extras["value"]) if one_pass else 0.0
-                return loss_lib.aux_loss(value, entropy, scalars["vf_coef"] if one_pass else 0.0,
-                                         scalars["ent_coef"] if self.entropy_bonus else 0.0)
-
-        aux_vars = net.variables if one_pass else policy_vars
-        out = pgrad.run_engine(self.transform, self.transform_state.read(), log_prob_fn,
-                               policy_vars, inputs, context, aux_loss=aux,
-                               aux_variables=aux_vars, path=cfg.engine_path,
-                               sequence_length=length)
-        if one_pass:
-            value_term = value_loss(out.extras["value"])  # reported (the pass's own values)
-        # Combine in the ascent direction, aligned with net.variables: policy gradient minus the
-        # gradients of the losses (entropy term on the policy, value term on its variables).
-        total = {id(v): g for v, g in zip(policy_vars, out.grads)}
-        for v, g in zip(aux_vars, out.aux_grads or []):
-            total[id(v)] = total[id(v)] - g if id(v) in total else -g
-        for v, g in zip(value_vars, value_grads):
-            total[id(v)] = total[id(v)] - g if id(v) in total else -g
-        all_vars = net.variables
-        grads = [total.get(id(v), tf.zeros(v.shape, v.dtype)) for v in all_vars]
-        grad_norm = pgrad.global_norm(grads)
-        if cfg.max_grad_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm, use_norm=grad_norm)
-        reported = {_metric_name(k): tf.cast(v, tf.float32) for k, v in out.metrics.items()
-                    if k != "grad_norm"}
-        kl = reported.pop("approx_kl", None)  # the chain's own, else the same estimate here
-        if kl is None:
-            kl = loss_lib.approx_kl(out.log_probs, mb["behaviour_log_probs"])
-        policy_loss = reported.pop("policy_loss", None)
-        if policy_loss is None:  # the plain policy loss -mean(A log pi), as SB3 reports it
-            policy_loss = loss_lib.surrogate(out.log_probs, mb["behaviour_log_probs"], adv)
-        stop = tf.constant(False)
-        if cfg.target_kl > 0:
-            stop = kl > 1.5 * cfg.target_kl
-        finite = pgrad.all_finite(grads)  # computed once: apply_updates takes it as condition
-        metrics = {
-            "policy_loss": policy_loss,
-            "value_loss": value_term,
-            "entropy": tf.reduce_mean(out.extras["entropy"]),
-            "approx_kl": kl,
-            "pg_grad_norm": out.metrics["grad_norm"],
-            "grad_norm": grad_norm,
-            "nonfinite_skipped": 1.0 - tf.cast(finite, tf.float32),
-        }
-        metrics.update(reported)
-        applied = pgrad.apply_updates(self.optimizer, grads, all_vars,
-                                      condition=tf.logical_and(finite, tf.logical_not(stop)))
-        # A skipped update leaves the transform state as it was, too.
-        old = self.transform_state.read()
-        self.transform_state.write(tf.nest.map_structure(
-            lambda n, o: tf.where(applied, tf.cast(n, o.dtype), o), out.state, old))
-        return metrics, stop
+        return self.step.log_prob_only(obs, actions)

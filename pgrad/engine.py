@@ -110,6 +110,26 @@ class _Pass:
                 covered[i] = g
         return [tf.convert_to_tensor(g) for g in covered]
 
+    def folded_sum(self, coeff) -> list[tf.Tensor]:
+        """``sum_t coeff[t] grad log_prob_t - grad aux_loss`` per variable, in one backward pass
+        (plain pass only: the taps keep the two apart)."""
+        tape, out, _, aux = self.plain()
+        grads = tape.gradient([out, aux], self.variables,
+                              output_gradients=[tf.cast(coeff, out.dtype),
+                                                tf.constant(-1.0, aux.dtype)])
+        return [tf.convert_to_tensor(g) for g in _zeros(grads, self.variables)]
+
+    def folded_aux_gradients(self) -> list[tf.Tensor]:
+        """With :meth:`folded_sum`: per aux variable, zero where it is a policy variable (its
+        aux gradient is in the folded sum), else the gradient of ``aux_loss`` (a backward pass
+        through only what lies between the loss and those variables, e.g. a value head)."""
+        vs = list(self.aux_variables)
+        policy = {id(v) for v in self.variables}
+        others = [v for v in vs if id(v) not in policy]
+        tape, aux = self.plain()[0], self.plain()[3]
+        rest = iter(_zeros(tape.gradient(aux, others), others) if others else [])
+        return [tf.zeros(v.shape, v.dtype) if id(v) in policy else next(rest) for v in vs]
+
     def aux_gradients(self) -> list[tf.Tensor] | None:
         if self.aux_loss is None:
             return None
@@ -178,6 +198,7 @@ def run(
     chunk_size: int | None = None,
     use_taps: bool = True,
     sequence_length: int | None = None,
+    fold_aux: bool = False,
 ) -> EngineOutput:
     """Aggregated, transformed policy gradients (ascent direction) for one batch.
 
@@ -201,6 +222,14 @@ def run(
         of ``L`` steps, row ``t`` of one depending on its rows ``0..t``. The fused path stays
         one backward pass through time; per-step gradients and norms are taken through each
         row's prefix (:func:`pgrad.core.per_step.sequence_grads`); no taps.
+      fold_aux: take the policy gradient and ``aux_loss``'s from one backward pass where that is
+        exact: a fused chain that is its weighted sum alone (nothing after the aggregation,
+        :attr:`~pgrad.transforms.base.FusedForm.weighted_sum_only`), no per-step norms, and
+        an ``aux_loss``. ``grads`` is then ``sum_t c_t grad log pi_t - grad aux_loss`` (the
+        ascent direction of the combined objective) per variable; ``aux_grads`` is zero for the
+        aux variables among ``variables`` (folded in) and ``grad aux_loss`` for the others;
+        ``metrics`` has ``aux_folded`` = 1 and no ``grad_norm`` (the policy gradient's own norm
+        needs its own backward pass). Otherwise (or ``False``) the two stay apart.
 
     Returns:
       An :class:`EngineOutput`.
@@ -228,10 +257,16 @@ def run(
     log_probs = tf.stop_gradient(fwd.log_probs)
     ctx["log_probs"] = log_probs
     metrics: dict[str, tf.Tensor] = {}
+    folded = folds_aux(transform, path, aux_loss is not None) and fold_aux and fwd.cap is None
 
     def compute(pass_: _Pass, aux_grads):
         norm_mean = tf.constant(0.0)
-        if fused_form is not None:
+        if folded:
+            assert fused_form is not None
+            grads, new_state = fused_form.run(pass_.folded_sum, None, state,
+                                              num_steps=num_steps, **ctx)
+            aux_grads = pass_.folded_aux_gradients()
+        elif fused_form is not None:
             norms = pass_.norms(chunk_size) if needs_norms else None
             if norms is not None:
                 norm_mean = tf.reduce_mean(norms)
@@ -258,11 +293,22 @@ def run(
         metrics["step_norm_mean"] = norm_mean
     aux_grads = list(aux_grads) if aux_loss is not None else None
     _check_final(transform, grads, variables)
-    metrics["grad_norm"] = global_norm(grads)
+    if folded:
+        metrics["aux_folded"] = tf.constant(1.0)
+    else:
+        metrics["grad_norm"] = global_norm(grads)
     metrics["path_fused"] = tf.constant(1.0 if fused else 0.0)
     metrics.update(transform.metrics(new_state))
     return EngineOutput(grads, new_state, metrics, log_probs,
                         {k: tf.stop_gradient(v) for k, v in fwd.extras.items()}, aux_grads)
+
+
+def folds_aux(transform: GradientTransform, path: str = "auto", has_aux: bool = True) -> bool:
+    """Whether :func:`run` with ``fold_aux=True`` takes the policy gradient and the aux loss's
+    from one backward pass (known before tracing: callers size their metrics by it)."""
+    form = transform.fused_form()
+    return (has_aux and path != "full" and form is not None and form.weighted_sum_only
+            and not form.needs_norms)
 
 
 def policy_gradients(

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from pgrad.rl.flat_call import flat_caller
 from pgrad.rl.networks import ActorCritic
 from pgrad.rl.sampling import NumpySampling
 from pgrad.rl.spaces import ObsLayout
@@ -52,13 +53,9 @@ class CompiledActor(NumpySampling):
     def _call(self, obs) -> tf.Tensor:
         if self._concrete is None:
             specs = self.layout.split(self.layout.tensor_specs(names=False))
-            concrete = self._fn.get_concrete_function(*specs)
-            # Straight to the flat entry point (as agents.update.flat_caller): the public call
-            # re-binds the arguments to the signature every step; without it, the public call.
-            call_flat = getattr(concrete, "_call_flat", None)
-            self._concrete = (
-                concrete if call_flat is None or not hasattr(concrete, "captured_inputs")
-                else lambda *args: call_flat(list(args), concrete.captured_inputs))
+            # Straight to the flat entry point: the public call re-binds the arguments to the
+            # signature every step.
+            self._concrete = flat_caller(self._fn.get_concrete_function(*specs))
         parts = [tf.constant(np.asarray(x, p.dtype))
                  for x, p in zip(self.layout.split(obs), self.layout.parts)]
         return self._concrete(*parts)

@@ -195,6 +195,22 @@ class ActorCritic:
             feat = scale_gradient(feat, self.trunk_grad_scale)
         return self._critic_net(feat)[:, 0]
 
+    def params_and_value(self, obs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(params(obs) [N, param_size], value(obs) [N])`` with the features the actor and
+        critic share (:attr:`shares_features`) computed once: one forward pass, and so one
+        backward pass through them for a loss of both (the critic's gradient into a shared
+        trunk scaled by ``trunk_grad_scale`` as in :meth:`value`)."""
+        if not self.shares_features or self.critic_encoder is not None:  # features differ
+            return self.params(obs), self.value(obs)
+        if self.core is not None:
+            raise ValueError("a recurrent policy's parameters depend on its state: use "
+                             "params_sequence")
+        feat = self._features(obs)
+        critic_in = feat
+        if self.trunk is not None and self.trunk_grad_scale != 1.0:
+            critic_in = scale_gradient(feat, self.trunk_grad_scale)
+        return self._actor_params(feat), self._critic_net(critic_in)[:, 0]
+
     @property
     def policy_variables(self) -> list[tf.Variable]:
         """Everything the policy's log-probabilities depend on (encoder, trunk, actor, head)."""

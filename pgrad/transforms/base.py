@@ -80,10 +80,14 @@ class FusedForm(NamedTuple):
       run: ``run(weighted_sum, norms, state, *, num_steps, **context) -> (grads, state)`` where
         ``weighted_sum(coeff)`` returns ``sum_t coeff[t] * grad_t`` for a ``[T]`` ``coeff`` (one
         backward pass) and ``norms`` is ``[T]`` or ``None``.
+      weighted_sum_only: ``run`` returns ``weighted_sum(coeff)`` itself, untouched (nothing
+        after the aggregation), so the engine may take that sum from a backward pass it shares
+        with another loss (:func:`pgrad.engine.run`'s ``fold_aux``).
     """
 
     needs_norms: bool
     run: Callable[..., tuple[list[tf.Tensor], Any]]
+    weighted_sum_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ class StepScale(GradientTransform):
             coeff = tf.broadcast_to(tf.cast(c, tf.float32), tf.reshape(num_steps, [1]))
             return weighted_sum(tf.stop_gradient(coeff)), state
 
-        return FusedForm(self.needs_norms, run)
+        return FusedForm(self.needs_norms, run, weighted_sum_only=True)
 
 
 def step_scale_update(scale_fn: ScaleFn, who: str, needs_norms: bool,

@@ -130,7 +130,7 @@ class Chain(GradientTransform):
                                           total=total)
             return grads, tuple(new_pre) + tuple(new_post)
 
-        return FusedForm(any(t.needs_norms for t in pre), run)
+        return FusedForm(any(t.needs_norms for t in pre), run, weighted_sum_only=not post)
 
     def metrics(self, state: Any) -> dict[str, tf.Tensor]:
         out: dict[str, tf.Tensor] = {}

@@ -9,7 +9,8 @@
 
 Trains until the mean return of the last 20 training episodes reaches ``target`` (if given) or
 ``max_steps`` env steps (pgrad: ``agent.learn``, the loop every run uses), and prints one
-JSON line: env steps, wall and CPU seconds from building the agent (env included) to the end,
+JSON line: env steps, wall and CPU seconds from building the agent (env included; imports and
+the env id's registration before, on both sides) to the end,
 whether the target was reached, the last-20 mean return,
 and the process's peak resident memory (VmHWM, which exec resets: this process alone; the
 ``command`` side reports the ``pgrad-train`` process's, from its ``ru_maxrss``).
@@ -65,7 +66,14 @@ def pgrad_run(spec: dict) -> dict:
     silence()  # this process's own TensorFlow, before agents imports it
     import agents
     from agents.callbacks import StopAtReturn
+    from pgrad.rl.env_ids import ensure_registered
 
+    # Imports and the env's registration before the clock, as on SB3's side (which imports
+    # SB3 and torch, and registers MinAtar, before its clock): the agent's module pulls in
+    # TensorFlow Probability (~1.5-3.5 s here) and MinAtar's ids import seaborn and scipy
+    # (~1.5-3 s); both are process start-up, which the command's whole-process wall counts.
+    agents.get(spec["agent"])
+    ensure_registered(spec["env"])
     target = spec.get("target")
     start, cpu_start = time.perf_counter(), time.process_time()
     agent = agents.make(spec["agent"], spec["env"], seed=spec["seed"], **spec.get("hp", {}))

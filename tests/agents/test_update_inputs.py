@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import agents
+from pgrad.rl import flat_call
 
 
 @pytest.mark.parametrize("env_id, options", [
@@ -50,10 +51,9 @@ def test_unpacked_update_inputs_equal_the_trajectory_and_statistics(env_id, opti
 def test_flat_calls_run_the_update_exactly_as_the_public_call(name, env_id, options, monkeypatch):
     """The fixed-shape update's flat entry point gives the public call's weights, metrics and
     counters, bit for bit, over several updates."""
-    from agents import update as update_lib
 
     def run(flat):
-        monkeypatch.setattr(update_lib, "FLAT_CALLS", flat)
+        monkeypatch.setattr(flat_call, "FLAT_CALLS", flat)
         agent = agents.make(name, env_id, seed=1, num_envs=2, n_steps=8, **options)
         metrics = [agent.step()["metrics"] for _ in range(3)]
         called = next(iter(agent.updater._concrete.values()))
@@ -75,11 +75,9 @@ def test_the_flat_call_is_used_only_with_the_signature_it_was_written_for():
     call; a binding error on the first call falls back to the public call for good."""
     import tensorflow as tf
 
-    from agents import update as update_lib
-
     concrete = tf.function(lambda x: x + 1.0).get_concrete_function(tf.constant(1.0))
-    assert update_lib.flat_call_supported(concrete)
-    call = update_lib.flat_caller(concrete)
+    assert flat_call.flat_call_supported(concrete)
+    call = flat_call.flat_caller(concrete)
     assert call is not concrete and float(call(tf.constant(2.0))) == 3.0
 
     class Changed:  # a future TensorFlow whose private entry point takes other arguments
@@ -96,15 +94,15 @@ def test_the_flat_call_is_used_only_with_the_signature_it_was_written_for():
             return "public"
 
     changed = Changed()
-    assert not update_lib.flat_call_supported(changed)
-    assert update_lib.flat_caller(changed) is changed
+    assert not flat_call.flat_call_supported(changed)
+    assert flat_call.flat_caller(changed) is changed
 
     class Refuses(Changed):  # the right names, but it refuses the arguments when called
         def _call_flat(self, tensor_inputs, captured_inputs):
             raise TypeError("bad arguments")
 
     refuses = Refuses()
-    call = update_lib.flat_caller(refuses)
+    call = flat_call.flat_caller(refuses)
     assert call(1) == "public" and call(2) == "public" and refuses.public == 2
 
 
