@@ -209,6 +209,7 @@ def minatar_settings(agent: str = "ppo") -> tuple[dict, dict]:
     to_sb3 = {v: k for k, v in RENAMED.items()}
     sb3_hp = {to_sb3.get(k, k): v for k, v in hp.items()}
     n_envs = sb3_hp.pop("n_envs")
+    sb3_hp["learning_rate"] = float(str(sb3_hp["learning_rate"]).removeprefix("lin_"))  # speed only
     return hp, {"n_envs": n_envs, "hp": sb3_hp, "network": "minatar_cnn"}
 
 

@@ -230,7 +230,8 @@ def test_family_entries_cover_atari_and_minatar_ids():
     assert hyperparams.family("CartPole-v1") is None
     for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
         hyper, _ = hyperparams.tuned("ppo", f"MinAtar/{game}-v1")
-        assert (hyper["num_envs"], hyper["n_steps"], hyper["epochs"]) == (64, 128, 3)
+        assert (hyper["num_envs"], hyper["n_steps"], hyper["epochs"]) == (64, 128, 4)
+        assert hyper["learning_rate"] == "lin_2.5e-3"  # benchmarks/minatar-tuning
         assert hyperparams.budget("ppo", f"MinAtar/{game}-v1") == 5_000_000
         assert hyperparams.tuned("a2c", f"MinAtar/{game}-v1")[0]["vf_coef"] == 0.25
     hyper, _ = hyperparams.tuned("ppo", "ALE/Breakout-v5")
