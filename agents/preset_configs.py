@@ -119,6 +119,16 @@ class IMPALAConfig(ActorCriticConfig):
 
     num_envs: int = preset("num_envs", 16)
     learning_rate: float = preset("learning_rate", 1.4e-3)
+    # A floor under RMSprop's root (1e-6 inside Keras's, ~1e-3 outside it). With A2C's 1e-10,
+    # once the policy solves and its gradients fade, RMSprop's mean square fades with them; the
+    # next failure's gradient is divided by almost nothing (~10x the learning rate per weight)
+    # and a learner that sees its step only `lag` updates later overshoots into a deterministic
+    # policy: CartPole, lag 4, 150k steps: 4 of 8 seeds below 475 (seed 0: 9.4); with 1e-6, 8 of
+    # 8 at 500. Reference IMPALAs use a larger floor (RMSProp epsilon 0.01 in TorchBeast, 0.1 in
+    # RLlib); 1e-4 (TorchBeast's, 0.01 outside) stopped the collapse too but slowed CartPole at
+    # this learning rate so much that no seed's training mean reached 475 in 150k steps
+    # (docs/benchmarks/async/README.md).
+    optimizer_eps: float = preset("optimizer_eps", 1e-6)
     rho_bar: float = field(default=1.0, metadata=doc(
         "V-trace: truncation of the importance weights in the value targets (rho-bar)"))
     c_bar: float = field(default=1.0, metadata=doc(
@@ -157,6 +167,8 @@ class APPOConfig(IMPALAConfig):
 
     clip_range: float | str = field(default=0.4, metadata=scheduled(
         "APPO's clip range epsilon of the ratio pi / mu", floor=1e-3))
+    # A2C's (its clipping bounds each step; its CartPole results were measured with this).
+    optimizer_eps: float = preset("optimizer_eps", 1e-10)
 
     def validate(self) -> None:
         super().validate()

@@ -62,8 +62,9 @@ def weights(agent):
 def test_lag_0_is_a2c_with_lambda_1():
     """On-policy (rho = c = 1): the V-trace targets are the n-step returns and q - V is GAE(1),
     so each update is A2C's on the same trajectories."""
-    a2c = agents.make("a2c", "CartPole-v1", seed=3, gae_lambda=1.0, **SMALL)
     imp = agents.make("impala", "CartPole-v1", seed=3, gae_lambda=1.0, **SMALL)
+    a2c = agents.make("a2c", "CartPole-v1", seed=3, gae_lambda=1.0,
+                      optimizer_eps=imp.cfg.optimizer_eps, **SMALL)  # IMPALA's RMSprop floor
     seen = recording(imp)
     for _ in range(4):
         a, b = a2c.step(), imp.step()
@@ -163,6 +164,42 @@ def agent_log_probs(agent, obs, traj):
     T, B = traj.rewards.shape
     return agent.head.distribution(agent.net.params(obs)).log_prob(
         tf.reshape(traj.actions, [T * B]))
+
+
+def rmsprop_steps(grads, lr, rho, eps):
+    """Keras's RMSprop (epsilon inside the root) in plain Python: each update's step."""
+    v, steps = 0.0, []
+    for g in grads:
+        v = rho * v + (1 - rho) * g * g
+        steps.append(lr * g / (v + eps) ** 0.5)
+    return steps
+
+
+@pytest.mark.parametrize("name", ["impala", "a2c"])
+def test_rmsprop_after_a_plateau_steps_as_the_plain_recursion(name):
+    """A solved task's gradients fade (CartPole at 500: global norm < 0.005 for thousands of
+    updates) and RMSprop's mean square fades with them; the next failure's gradient is then
+    divided by almost nothing. IMPALA's epsilon (1e-6 inside the root) keeps that step within
+    the learning rate; A2C's 1e-10 lets it reach ~10x the learning rate, which a learner that
+    sees its step only `lag` updates later repeats into a collapse."""
+    from agents.base import make_optimizer
+
+    cfg = agents.get(name).Config()
+    lr = 1e-3
+    grads = [1e-6] * 20 + [1e-3] * 3  # a plateau (velocity from 0: as faded), then a failure
+    var = tf.Variable([0.0])
+    opt = make_optimizer(cfg, lr)
+    got = []
+    for g in grads:
+        before = float(var.numpy()[0])
+        opt.apply([tf.constant([g])], [var])
+        got.append(before - float(var.numpy()[0]))
+    want = rmsprop_steps(grads, lr, cfg.rmsprop_rho, cfg.optimizer_eps)
+    np.testing.assert_allclose(got, want, rtol=1e-3)
+    if name == "impala":
+        assert max(got[-3:]) <= lr
+    else:
+        assert got[-3] > 5 * lr  # what IMPALA's floor is for
 
 
 @pytest.mark.parametrize("bad,match", [
