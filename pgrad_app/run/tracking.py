@@ -192,6 +192,9 @@ class WandbTracker(Callback):
         if self.run is not None:
             self.run.finish()
             self.run = None
+            # finish() hands the last records to wandb's service process; teardown waits until
+            # it has written them (seen: an offline .wandb file with its header only, under load)
+            self.wandb.teardown()
 
 
 def log_evaluation(run_dir: str | Path, result: dict[str, Any],
