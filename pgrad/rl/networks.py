@@ -84,10 +84,10 @@ class ActorCritic:
                 raise ValueError("a recurrent policy has its own core for actor and critic; "
                                  "shared_trunk does not apply")
             self.core = RecurrentCore(recurrent, core_units, obs_dim, seed=seed + 5000,
-                                      name="core")
+                                      ortho_init=ortho_init, name="core")
             if critic:
-                self.critic_core = RecurrentCore(recurrent, core_units, obs_dim,
-                                                 seed=seed + 6000, name="critic_core")
+                self.critic_core = RecurrentCore(recurrent, core_units, obs_dim, seed=seed + 6000,
+                                                 ortho_init=ortho_init, name="critic_core")
             obs_dim = int(core_units)
         widths: tuple[int, ...]
         if self.shared:

@@ -32,29 +32,39 @@ KINDS = ("lstm", "gru")
 class RecurrentCore(keras.layers.Layer):
     """An LSTM or GRU over ``[N, in]`` features (PyTorch's gate layout; see the module).
 
-    Kernels: orthogonal input and recurrent kernels (seeded), zero biases with the LSTM's forget
-    bias at 1 (Keras' ``unit_forget_bias``).
+    Initialisation (seeded): ``ortho_init=True``, orthogonal input and recurrent kernels, zero
+    biases with the LSTM's forget bias at 1 (Keras' ``unit_forget_bias``); ``ortho_init=False``,
+    PyTorch's ``nn.LSTM`` / ``nn.GRU`` default, every kernel and bias uniform in
+    ``+-1/sqrt(units)`` -- sb3-contrib's ``MlpLstmPolicy`` core, whose ``ortho_init`` never
+    reaches the LSTM.
     """
 
-    def __init__(self, kind: str, units: int, input_dim: int, seed: int = 0, **kwargs: Any):
+    def __init__(self, kind: str, units: int, input_dim: int, seed: int = 0,
+                 ortho_init: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"recurrent must be one of {KINDS}; got {kind!r}.")
         self.kind, self.units, self.input_dim = kind, int(units), int(input_dim)
         gates = 4 if kind == "lstm" else 3
         width = gates * self.units
+        inits: list[Any]
+        if ortho_init:
+            bias = np.zeros(width, np.float32)
+            if kind == "lstm":
+                bias[self.units: 2 * self.units] = 1.0
+            inits = [keras.initializers.Orthogonal(seed=seed),
+                     keras.initializers.Orthogonal(seed=seed + 1),
+                     keras.initializers.Constant(bias), "zeros"]
+        else:  # PyTorch: k = 1/sqrt(hidden_size) for weight_ih, weight_hh, bias_ih, bias_hh
+            k = 1.0 / np.sqrt(self.units)
+            inits = [keras.initializers.RandomUniform(-k, k, seed=seed + i) for i in range(4)]
         self.kernel = self.add_weight(shape=(self.input_dim, width), name="kernel",
-                                      initializer=keras.initializers.Orthogonal(seed=seed))
-        self.recurrent_kernel = self.add_weight(
-            shape=(self.units, width), name="recurrent_kernel",
-            initializer=keras.initializers.Orthogonal(seed=seed + 1))
-        bias = np.zeros(width, np.float32)
-        if kind == "lstm":
-            bias[self.units: 2 * self.units] = 1.0
-        self.bias = self.add_weight(shape=(width,), name="bias",
-                                    initializer=keras.initializers.Constant(bias))
+                                      initializer=inits[0])
+        self.recurrent_kernel = self.add_weight(shape=(self.units, width),
+                                                name="recurrent_kernel", initializer=inits[1])
+        self.bias = self.add_weight(shape=(width,), name="bias", initializer=inits[2])
         self.recurrent_bias = self.add_weight(shape=(width,), name="recurrent_bias",
-                                              initializer="zeros")
+                                              initializer=inits[3])
         self.built = True
 
     @property

@@ -60,6 +60,57 @@ def test_sequence_resets_where_an_episode_starts(kind):
             np.testing.assert_allclose(states.numpy()[row], state[0], atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", recurrent.KINDS)
+def test_pytorch_init_without_ortho_init(kind):
+    """ortho_init=False: every kernel and bias uniform in +-1/sqrt(units), as nn.LSTM / nn.GRU
+    (sb3-contrib's core); ortho_init=True: orthogonal kernels, the LSTM's forget bias at 1."""
+    units = 16
+    core = recurrent.RecurrentCore(kind, units, D, seed=3, ortho_init=False)
+    k = 1.0 / np.sqrt(units)
+    weights = [v.numpy() for v in (core.kernel, core.recurrent_kernel, core.bias,
+                                   core.recurrent_bias)]
+    for w in weights:
+        assert np.abs(w).max() <= k and np.abs(w).max() > 0.8 * k
+        assert abs(w.std() - k / np.sqrt(3.0)) < 0.25 * k  # a uniform's spread, not a constant
+    assert not np.allclose(weights[2], weights[3])  # seeded apart
+    core = recurrent.RecurrentCore(kind, units, D, seed=3)
+    u = core.recurrent_kernel.numpy()  # [units, gates units]: orthonormal rows
+    np.testing.assert_allclose(u @ u.T, np.eye(units), atol=1e-5)
+    forget = np.zeros_like(core.bias.numpy())
+    if kind == "lstm":
+        forget[units: 2 * units] = 1.0
+    np.testing.assert_array_equal(core.bias.numpy(), forget)
+
+
+@pytest.mark.parametrize("kind", recurrent.KINDS)
+def test_core_is_pytorchs_lstm_and_gru(kind):
+    """The same weights in torch.nn.LSTM / nn.GRU give the same outputs over a sequence with
+    resets (torch's layout, so sb3-contrib's): weight_ih = kernel^T, weight_hh = U^T."""
+    torch = pytest.importorskip("torch")
+    units = 5
+    core = recurrent.RecurrentCore(kind, units, D, seed=2, ortho_init=False)
+    x, starts, state0 = _batch(units, kind)
+    h, _ = core.sequence(tf.constant(x), tf.constant(starts), tf.constant(state0), L)
+    cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+    ref = cls(D, units)
+    with torch.no_grad():
+        for name, v in (("weight_ih_l0", core.kernel.numpy().T),
+                        ("weight_hh_l0", core.recurrent_kernel.numpy().T),
+                        ("bias_ih_l0", core.bias.numpy()),
+                        ("bias_hh_l0", core.recurrent_bias.numpy())):
+            getattr(ref, name).copy_(torch.from_numpy(np.ascontiguousarray(v)))
+        for b in range(B):
+            state = torch.from_numpy(state0[b: b + 1])[None]  # [1, 1, S]
+            for t in range(L):
+                row = b * L + t
+                state = state * (1.0 - float(starts[row]))  # sb3-contrib's reset
+                split = ((state[..., :units].contiguous(), state[..., units:].contiguous())
+                         if kind == "lstm" else state)
+                out, new = ref(torch.from_numpy(x[row: row + 1])[None], split)
+                state = torch.cat(new, -1) if kind == "lstm" else new
+                np.testing.assert_allclose(out[0, 0].numpy(), h.numpy()[row], atol=1e-5)
+
+
 def _policy(kind):
     core = _core(kind)
     head = keras.layers.Dense(3, name="head")
