@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,18 +126,18 @@ class _ExportedPolicy(tf.Module):
             ctx.mask_width = h.param_size  # n, or sum(nvec): one logit per action
             batched["action_masked"] = [obs_spec, tf.TensorSpec(
                 [None, ctx.mask_width], tf.bool, name="action_mask")]
-        self._signatures = {name: _traced(getattr(self, f"_{name}"), specs)
+        self._signatures = {name: traced(getattr(self, f"_{name}"), specs)
                             for name, specs in batched.items()}
         obs = tf.nest.map_structure(lambda s: tf.TensorSpec(None, s.dtype, s.name), obs_spec)
         noise = tf.TensorSpec(None, tf.float32, name="noise")
-        self.action = _compiled(self._any_rank("action"), [obs])
-        self.sample = _compiled(self._any_rank("sample"), [obs, SEED_SPEC])
-        self.sample_with_noise = _compiled(self._any_rank("sample_with_noise", self._noise_rows),
+        self.action = compiled(self._any_rank("action"), [obs])
+        self.sample = compiled(self._any_rank("sample"), [obs, SEED_SPEC])
+        self.sample_with_noise = compiled(self._any_rank("sample_with_noise", self._noise_rows),
                                            [obs, noise])
-        self.distribution_params = _compiled(self._any_rank("distribution_params"), [obs])
-        self.params = _compiled(self._params, [params_spec])
+        self.distribution_params = compiled(self._any_rank("distribution_params"), [obs])
+        self.params = compiled(self._params, [params_spec])
         if masked:
-            self.action_masked = _compiled(
+            self.action_masked = compiled(
                 self._any_rank("action_masked", self._mask_rows),
                 [obs, tf.TensorSpec(None, tf.bool, name="action_mask")])
 
@@ -340,12 +341,12 @@ def _parts_spec(layout: spaces.ObsLayout):
     return layout.tensor_specs()
 
 
-def _traced(fn, specs: list) -> Any:
+def traced(fn: Callable[..., Any], specs: list) -> Any:
     """``fn``'s concrete function on ``specs``, traced once and without autograph."""
     return tf.function(fn, autograph=False).get_concrete_function(*specs)
 
 
-def _compiled(fn, specs: list) -> Any:
+def compiled(fn: Callable[..., Any], specs: list) -> Any:
     """``fn`` as a ``tf.function`` of ``input_signature`` ``specs`` (one trace, at saving),
     without autograph."""
     return tf.function(fn, input_signature=specs, autograph=False)

@@ -61,19 +61,17 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
         carry = [tf.TensorSpec(None, tf.float32, name=STATE), tf.TensorSpec(None, tf.bool,
                                                                             name=START)]
         noise = tf.TensorSpec(None, tf.float32, name="noise")
-        self.action = tf.function(self._carry_action, input_signature=[obs, *carry])
-        self.sample = tf.function(self._carry_sample,
-                                  input_signature=[obs, *carry, export.SEED_SPEC])
-        self.sample_with_noise = tf.function(self._carry_sample_with_noise,
-                                             input_signature=[obs, *carry, noise])
-        self.distribution_params = tf.function(self._carry_distribution_params,
-                                               input_signature=[obs, *carry])
-        self.params = tf.function(self._flat_params, input_signature=[params_spec,
-                                                                      *self._state_specs()])
+        self.action = export.compiled(self._carry_action, [obs, *carry])
+        self.sample = export.compiled(self._carry_sample, [obs, *carry, export.SEED_SPEC])
+        self.sample_with_noise = export.compiled(self._carry_sample_with_noise,
+                                                 [obs, *carry, noise])
+        self.distribution_params = export.compiled(self._carry_distribution_params,
+                                                   [obs, *carry])
+        self.params = export.compiled(self._flat_params, [params_spec, *self._state_specs()])
         self.action_masked = None
         if isinstance(ctx.head, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
             ctx.mask_width = ctx.head.param_size
-            self.action_masked = tf.function(self._carry_action_masked, input_signature=[
+            self.action_masked = export.compiled(self._carry_action_masked, [
                 obs, *carry, tf.TensorSpec(None, tf.bool, name="action_mask")])
 
     def signatures(self) -> dict:
@@ -89,8 +87,8 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
         if self.action_masked is not None:
             inputs["action_masked"] = [obs, *carry, tf.TensorSpec(
                 [None, ctx.mask_width], tf.bool, name="action_mask")]
-        return {name: tf.function(getattr(self, f"_carry_{name}")).get_concrete_function(
-            *specs) for name, specs in inputs.items()}
+        return {name: export.traced(getattr(self, f"_carry_{name}"), specs)
+                for name, specs in inputs.items()}
 
     def _state_specs(self) -> list[tf.TensorSpec]:
         """``state [N, S]`` float32 and ``episode_start [N]`` bool: batched, of fixed rank."""
