@@ -217,8 +217,9 @@ def ppo_minatar_vs_sb3(repeats: int, steps: int = 65_536, seed: int = 0,
                        env: str = "MinAtar/Breakout-v1") -> dict:
     """PPO on MinAtar Breakout, ``pgrad-train`` then SB3 then the bare ``agent.learn`` (opt-in).
 
-    pgrad's tuned ``minatar`` entry on both sides (64 envs x 128 steps, 3 epochs of minibatches
-    of 1024, Adam 3e-4, clip 0.2, ent 0.01, vf 0.5, grad norm 0.5) and the same network (the
+    pgrad's tuned ``minatar`` entry on both sides (64 envs x 128 steps, 4 epochs of minibatches
+    of 1024, Adam 2.5e-3 (decayed linearly in pgrad, constant in SB3: the cost is the same),
+    clip 0.2 on policy and value, ent 0.01, vf 0.5, grad norm 0.5) and the same network (the
     MinAtar paper's conv 16 3x3 + 128 units, shared by actor and critic; SB3 gets it as a
     features extractor, :mod:`pgrad_app.perf.sb3_networks`). Goal (issue 22): >= 2x SB3's env
     steps/s, i.e. the command's wall per env step <= 0.5 x SB3's.
