@@ -35,7 +35,7 @@ import tensorflow as tf
 from pgrad.core.chunking import chunk_rows, map_chunks
 
 if TYPE_CHECKING:
-    from pgrad.core.recording import Recorder
+    from pgrad.core.recorder import Recorder
 
 #: ``"auto"`` (per layer, :meth:`PatchTap.method`), or force ``"ghost"`` / ``"materialise"``.
 NORM_METHOD = "auto"

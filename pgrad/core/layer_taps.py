@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 if TYPE_CHECKING:
-    from pgrad.core.recording import Recorder
+    from pgrad.core.recorder import Recorder
 
 
 def _square_rows(g: tf.Tensor) -> tf.Tensor:

@@ -33,12 +33,16 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 from pgrad.core import conv_taps, layer_taps
+from pgrad.core.recorder import DenseTap, Recorder, StepTap, var_keys
+
+__all__ = ["DenseTap", "Recorder", "StepTap", "disabled", "enabled", "per_step_variable",
+           "recording", "var_keys"]
 
 _local = threading.local()
 _patch_lock = threading.Lock()
@@ -46,49 +50,6 @@ _open_recordings = 0  # recordings open on any thread; the layers' call is wrapp
 _original_dense_call: Callable | None = None
 _saved_calls: list[tuple[type, Any]] = []  # (class, its own call or _INHERITED), while wrapped
 _INHERITED = object()
-
-
-class DenseTap(NamedTuple):
-    """One recorded call of a Dense layer."""
-
-    kernel: Any  # the layer's kernel variable, [in, out]
-    bias: Any  # its bias variable [out], or None
-    x: tf.Tensor  # [N, in] layer input
-    z: tf.Tensor  # [N, out] pre-activation output (watched)
-
-
-class StepTap(NamedTuple):
-    """One per-step copy of a variable (see :func:`per_step_variable`)."""
-
-    variable: Any
-    value: tf.Tensor  # [N, *variable.shape] (watched)
-
-
-class Recorder:
-    """Collects taps for one batched pass; see :func:`recording`.
-
-    Args:
-      tape: the tape the pass runs under (tapped pre-activations are watched on it).
-      variables: only layers whose variables are among these are tapped (``None``: all).
-    """
-
-    def __init__(self, tape: tf.GradientTape, variables: Sequence[Any] | None = None):
-        self.tape = tape
-        self.eager = tf.executing_eagerly()
-        self.graph = None if self.eager else tf.compat.v1.get_default_graph()
-        self.keys = None if variables is None else set().union(*map(var_keys, variables))
-        self.dense: list[DenseTap] = []
-        self.step: list[StepTap] = []
-        self.layers: list = []  # PatchTap, EmbeddingTap, LayerNormTap
-
-    def active_here(self) -> bool:
-        """True if ops created now belong to the pass being recorded (not a nested graph)."""
-        if tf.executing_eagerly():
-            return self.eager
-        return not self.eager and tf.compat.v1.get_default_graph() is self.graph
-
-    def wants(self, variable: Any) -> bool:
-        return self.keys is None or not self.keys.isdisjoint(var_keys(variable))
 
 
 def _active() -> Recorder | None:
@@ -231,12 +192,3 @@ def per_step_variable(variable: Any, num_steps: tf.Tensor | int) -> tf.Tensor:
     rec.tape.watch(out)
     rec.step.append(StepTap(variable, out))
     return out
-
-
-def var_keys(variable: Any) -> set[int]:
-    """Identities under which a variable may appear (a Keras variable and its backing tf one)."""
-    keys = {id(variable)}
-    inner = getattr(variable, "_value", None)
-    if inner is not None:
-        keys.add(id(inner))
-    return keys
