@@ -23,7 +23,7 @@ A host loop, as Stable-Baselines3's ``predict``::
     out = loaded.action(obs, state, start); state, start = out["next_state"], done
 
 The actor's core, its encoder (a CNN, if any) and its head layer are traced through Keras with
-every variable read from the module's copy (as :class:`pgrad.rl.export._ExportedEncodedPolicy`).
+every variable read from the module's copy (as :class:`pgrad.rl.export_feedforward.EncoderExport`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import export, export_heads, recurrent
+from pgrad.rl import export_heads, recurrent
+from pgrad.rl.export_feedforward import EncoderExport
+from pgrad.rl.export_module import SEED_SPEC, compiled, traced, unrows
 from pgrad.rl.networks import ActorCritic
 
 STATE = "state"
@@ -40,7 +42,7 @@ START = "episode_start"
 NEXT = "next_state"
 
 
-class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
+class ExportedRecurrentPolicy(EncoderExport):
     """A recurrent actor (encoder if any -> core -> actor layers) with its state as input and
     output (see the module docstring)."""
 
@@ -61,33 +63,33 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
         carry = [tf.TensorSpec(None, tf.float32, name=STATE), tf.TensorSpec(None, tf.bool,
                                                                             name=START)]
         noise = tf.TensorSpec(None, tf.float32, name="noise")
-        self.action = export.compiled(self._carry_action, [obs, *carry])
-        self.sample = export.compiled(self._carry_sample, [obs, *carry, export.SEED_SPEC])
-        self.sample_with_noise = export.compiled(self._carry_sample_with_noise,
+        self.action = compiled(self._carry_action, [obs, *carry])
+        self.sample = compiled(self._carry_sample, [obs, *carry, SEED_SPEC])
+        self.sample_with_noise = compiled(self._carry_sample_with_noise,
                                                  [obs, *carry, noise])
-        self.distribution_params = export.compiled(self._carry_distribution_params,
+        self.distribution_params = compiled(self._carry_distribution_params,
                                                    [obs, *carry])
-        self.params = export.compiled(self._flat_params, [params_spec, *self._state_specs()])
+        self.params = compiled(self._flat_params, [params_spec, *self._state_specs()])
         self.action_masked = None
         if isinstance(ctx.head, (dist_lib.CategoricalHead, dist_lib.MultiCategoricalHead)):
             ctx.mask_width = ctx.head.param_size
-            self.action_masked = export.compiled(self._carry_action_masked, [
+            self.action_masked = compiled(self._carry_action_masked, [
                 obs, *carry, tf.TensorSpec(None, tf.bool, name="action_mask")])
 
     def signatures(self) -> dict:
-        """As :meth:`pgrad.rl.export._ExportedPolicy.signatures`, with ``state [N, S]`` and
+        """As :meth:`pgrad.rl.export_module.ExportedModule.signatures`, with ``state [N, S]`` and
         ``episode_start [N]`` after the observation."""
         ctx = self._context
         carry = self._state_specs()
         noise = tf.TensorSpec([None, ctx.noise_size], tf.float32, name="noise")
         obs = ctx.obs_spec
-        inputs = {"action": [obs, *carry], "sample": [obs, *carry, export.SEED_SPEC],
+        inputs = {"action": [obs, *carry], "sample": [obs, *carry, SEED_SPEC],
                   "sample_with_noise": [obs, *carry, noise],
                   "distribution_params": [obs, *carry]}
         if self.action_masked is not None:
             inputs["action_masked"] = [obs, *carry, tf.TensorSpec(
                 [None, ctx.mask_width], tf.bool, name="action_mask")]
-        return {name: export.traced(getattr(self, f"_carry_{name}"), specs)
+        return {name: traced(getattr(self, f"_carry_{name}"), specs)
                 for name, specs in inputs.items()}
 
     def _state_specs(self) -> list[tf.TensorSpec]:
@@ -120,7 +122,7 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
         return params, lead, state
 
     def _out(self, name: str, value, lead, state) -> dict:
-        return {name: export._unrows(value, lead), NEXT: export._unrows(state, lead)}
+        return {name: unrows(value, lead), NEXT: unrows(state, lead)}
 
     def _carry_action(self, observation, state, episode_start):
         x, lead, state = self._forward_carry(observation, state, episode_start)
@@ -140,8 +142,8 @@ class ExportedRecurrentPolicy(export._ExportedEncodedPolicy):
 
     def _carry_distribution_params(self, observation, state, episode_start):
         x, lead, state = self._forward_carry(observation, state, episode_start)
-        out = {k: export._unrows(v, lead) for k, v in self._dist(x).items()}
-        out[NEXT] = export._unrows(state, lead)
+        out = {k: unrows(v, lead) for k, v in self._dist(x).items()}
+        out[NEXT] = unrows(state, lead)
         return out
 
     def _flat_params(self, flat, state, episode_start):

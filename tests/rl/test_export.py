@@ -152,11 +152,11 @@ def test_signatures_are_batched_with_named_inputs(built):
 def test_each_function_is_traced_once_on_batched_rows(monkeypatch, tmp_path):
     """The network and head are traced once per exported function, on ``[N, ...]`` rows: the
     attributes (any rank) call the signatures' graphs instead of tracing the body again."""
-    import pgrad.rl.export as export_lib
+    from pgrad.rl.export_feedforward import DenseExport
 
     seen: list = []
-    params = export_lib._ExportedPolicy._params
-    monkeypatch.setattr(export_lib._ExportedPolicy, "_params",
+    params = DenseExport._params
+    monkeypatch.setattr(DenseExport, "_params",
                         lambda self, x: seen.append(x.shape.rank) or params(self, x))
     layout = spaces.obs_layout(VECTOR)
     net = actor_critic(layout, lambda latent: pgrad.make_head(DISCRETE), "mlp", hidden=(8,),
