@@ -31,7 +31,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import export_heads, recurrent
+from pgrad.rl import export_heads
 from pgrad.rl.export_feedforward import EncoderExport
 from pgrad.rl.export_module import SEED_SPEC, compiled, traced, unrows
 from pgrad.rl.networks import ActorCritic
@@ -103,7 +103,7 @@ class ExportedRecurrentPolicy(EncoderExport):
         keep = 1.0 - tf.cast(tf.reshape(episode_start, [-1, 1]), tf.float32)  # [N, 1]
         x = self._normalised(x)
         with self._copies_scope():
-            return recurrent.actor_step(self._context.net, x, state * keep)
+            return self._context.net.actor_step(x, state * keep)
 
     def _forward_carry(self, observation, state, episode_start):
         """One observation (``state [S]``, ``episode_start []``) or a batch -> ``(params

@@ -132,6 +132,13 @@ class ActorCritic:
                                                    length)
         return self._actor_params(h)
 
+    def actor_step(self, obs: Any, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Recurrent: one acting step, encoder (if any) -> core -> actor layers. ``(obs [N, ...]
+        as the network reads it, state [N, S])`` -> ``(params [N, param_size], state after the
+        step [N, S])``; no reset (zero the rows that start an episode first)."""
+        h, state = self._recurrent(self.core).step(self._encoded(obs), state)
+        return self._actor_params(h), state
+
     def value_sequence(self, obs: Any, episode_starts: tf.Tensor, state0: tf.Tensor,
                        length: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Recurrent: ``([B L] values, [B L, S] critic states after each step)``."""

@@ -17,14 +17,11 @@ Gates follow PyTorch (so sb3-contrib's): LSTM ``i, f, g, o = split(x W + h U + b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
-
-if TYPE_CHECKING:
-    from pgrad.rl.networks import ActorCritic
 
 KINDS = ("lstm", "gru")
 
@@ -152,10 +149,7 @@ def reset_rows(state: np.ndarray, episode_start: Any) -> np.ndarray:
     return out
 
 
-def actor_step(net: ActorCritic, obs: Any, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """One acting step of a recurrent :class:`pgrad.rl.networks.ActorCritic`: its encoder (if
-    any) -> core -> actor layers. ``(obs [N, ...] as the network reads it, state [N, S])`` ->
-    ``(params [N, param_size], state after the step [N, S])``; no reset (zero the rows first)."""
-    assert net.core is not None  # a recurrent network (narrows the type for mypy)
-    h, state = net.core.step(net._encoded(obs), state)
-    return net._actor_params(h), state
+def actor_step(net: Any, obs: Any, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One acting step of a recurrent :class:`pgrad.rl.networks.ActorCritic`: its
+    :meth:`~pgrad.rl.networks.ActorCritic.actor_step` (kept here for callers of this name)."""
+    return net.actor_step(obs, state)

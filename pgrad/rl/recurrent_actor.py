@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from pgrad.rl import recurrent
 from pgrad.rl.compiled_actor import JIT_COMPILE, CompiledActor
 from pgrad.rl.networks import ActorCritic
 from pgrad.rl.spaces import ObsLayout
@@ -36,7 +35,7 @@ class CompiledRecurrentActor(CompiledActor):
 
     def _step_params(self, state, episode_start, *parts):
         keep = 1.0 - tf.cast(episode_start, tf.float32)[:, None]  # [N, 1]
-        return recurrent.actor_step(self.net, self.layout.join(parts), state * keep)
+        return self.net.actor_step(self.layout.join(parts), state * keep)
 
     def step(self, obs: Any, state: np.ndarray, episode_start: np.ndarray | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
