@@ -23,7 +23,7 @@ episodes on CPU.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 import numpy as np
@@ -32,6 +32,7 @@ import tensorflow as tf
 import pgrad
 from agents import hooks
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
+from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
 from agents.update import CompiledUpdate
 from pgrad.rl import encoders, masks, rollout, spaces
@@ -41,9 +42,6 @@ from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import NetworkPolicy, make_actor
 from pgrad.transforms import TransformState
-
-if TYPE_CHECKING:
-    from agents.learning import LearnStats
 
 
 def make_optimizer(cfg: ActorCriticConfig, learning_rate: float) -> keras.optimizers.Optimizer:
@@ -508,10 +506,8 @@ class ActorCriticAgent:
     @property
     def learn_stats(self) -> LearnStats:
         """Episodes, wall time and recent returns over every ``learn`` (saved with the agent):
-        an :class:`agents.learning.LearnStats`."""
+        an :class:`agents.learn_stats.LearnStats`."""
         stats = self.__dict__.get("_learn_stats")
         if stats is None:
-            from agents.learning import LearnStats
-
             stats = self._learn_stats = LearnStats()
         return stats

@@ -32,7 +32,7 @@ import pgrad
 from pgrad.core.per_step import per_step_norms
 
 if TYPE_CHECKING:
-    from agents.base import ActorCriticAgent
+    from agents.protocol import Agent
     from pgrad.rl.rollout import Trajectory
 
 DIAG_PREFIX = "diag_"
@@ -57,7 +57,7 @@ class AdversarialActing:
       epsilon: L-inf radius in raw observation units (> 0).
     """
 
-    def __init__(self, agent: ActorCriticAgent, epsilon: float):
+    def __init__(self, agent: Agent, epsilon: float):
         self.agent, self.epsilon = agent, float(epsilon)
         net, head = agent.net, agent.head
 

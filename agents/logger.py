@@ -40,7 +40,7 @@ import numpy as np
 from agents.learning import Callback, Loop
 
 if TYPE_CHECKING:
-    from agents.base import ActorCriticAgent
+    from agents.protocol import Agent
 
 #: A row at least this often (seconds), whatever ``log_every`` says (a slow run still reports).
 LOG_SECONDS = 30.0
@@ -54,7 +54,7 @@ LOG_EVERY = {"a2c": 100, "ppo": 1, "npg": 1, "reinforce": 10}
 SB3_NAMES = {"entropy": ("train/entropy_loss", -1.0)}
 
 
-def default_log_every(agent: ActorCriticAgent) -> int:
+def default_log_every(agent: Agent) -> int:
     """Updates per logged row for ``agent`` (:data:`LOG_EVERY`; 1 for an agent not there)."""
     return LOG_EVERY.get(getattr(agent, "name", ""), 1)
 
@@ -120,7 +120,7 @@ def success_rate(loop: Loop) -> float | None:
     return float(np.mean(recent)) if recent else None
 
 
-def policy_std(agent: ActorCriticAgent) -> float | None:
+def policy_std(agent: Agent) -> float | None:
     """The Gaussian head's mean standard deviation ``exp(log_std)`` (SB3's ``train/std``), if
     it has a state-independent one."""
     log_std = getattr(getattr(agent, "mirror", None), "log_std", None)

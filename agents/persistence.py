@@ -30,7 +30,7 @@ from pgrad.rl.dirlock import RUN_MARKER, DirectoryInUse, DirectoryLock
 from pgrad.rl.files import temp_path, write_json_atomic
 
 if TYPE_CHECKING:
-    from agents.base import ActorCriticAgent
+    from agents.protocol import Agent
 
 AGENT_FILE = "agent.json"
 CHECKPOINTS = "checkpoints"
@@ -38,7 +38,7 @@ POLICY = "policy"
 FORMAT = 1
 
 
-def describe(agent: ActorCriticAgent) -> dict[str, Any]:
+def describe(agent: Agent) -> dict[str, Any]:
     """The ``agent.json`` record of an agent (JSON values only).
 
     A user's own encoder (a function or Keras model, Python only) is recorded by name under
@@ -118,7 +118,7 @@ def _plain(value):
     return value
 
 
-def save_checkpoint(agent: ActorCriticAgent, directory: str | Path,
+def save_checkpoint(agent: Agent, directory: str | Path,
                     meta: dict[str, Any] | None = None, keep: int = 3) -> Path:
     """Writes one checkpoint of ``agent`` into ``directory`` (a CheckpointStore); returns it."""
     record = {"agent": describe(agent), **(meta or {})}
@@ -136,7 +136,7 @@ def _keep_others(old: Path, new: Path) -> None:
             _keep_others(entry, target)
 
 
-def export(agent: ActorCriticAgent, path: str | Path) -> Path:
+def export(agent: Agent, path: str | Path) -> Path:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
     ``path`` that the export does not write are kept (a recurrent policy's export takes and
     returns its state: :mod:`pgrad.rl.export_recurrent`)."""
@@ -153,7 +153,7 @@ def export(agent: ActorCriticAgent, path: str | Path) -> Path:
     return final
 
 
-def save(agent: ActorCriticAgent, path: str | Path) -> Path:
+def save(agent: Agent, path: str | Path) -> Path:
     """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
 
     Only a new or empty directory, or one an earlier ``agent.save`` wrote, is saved into, under
@@ -250,7 +250,7 @@ def read_description(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def config_from(cls: type[ActorCriticAgent], hyperparameters: dict[str, Any]) -> Any:
+def config_from(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:
     """``cls.Config`` from a JSON dict (lists back to tuples where the field is a tuple)."""
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     unknown = sorted(set(hyperparameters) - set(fields))
@@ -287,7 +287,7 @@ def _check_type(key: str, value, default) -> None:
                          f"({type(value).__name__}); expected a {type(default).__name__}.")
 
 
-def restore(agent: ActorCriticAgent, directory: str | Path, acting_only: bool = False,
+def restore(agent: Agent, directory: str | Path, acting_only: bool = False,
             warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], Path]:
     """Restores the newest good checkpoint under ``directory`` into ``agent``.
 
@@ -309,8 +309,9 @@ def restore(agent: ActorCriticAgent, directory: str | Path, acting_only: bool = 
 
 def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
          acting_only: bool = False, registry: Callable[[str], type] | None = None,
-         **overrides: Any) -> ActorCriticAgent:
-    """The agent saved in ``path`` (``agent.save`` or a training run directory), restored.
+         **overrides: Any) -> Any:
+    """The agent saved in ``path`` (``agent.save`` or a training run directory), restored: an
+    :class:`agents.base.ActorCriticAgent` of the recorded kind.
 
     Args:
       path: the directory.
