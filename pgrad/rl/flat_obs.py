@@ -71,13 +71,13 @@ def flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
 
 
 def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
-    if isinstance(space, gym.spaces.Box):
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):  # cast and flattened
         dim = _flat_dim(space)
 
-        def box(obs):
+        def flat(obs):
             return np.asarray(obs, np.float32).reshape(-1, dim)
 
-        return box
+        return flat
     if isinstance(space, gym.spaces.Discrete):
         eye = np.eye(int(space.n), dtype=np.float32)
         start = int(space.start)
@@ -106,13 +106,6 @@ def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
             return out
 
         return multi_one_hot
-    if isinstance(space, gym.spaces.MultiBinary):
-        dim = _flat_dim(space)
-
-        def binary(obs):
-            return np.asarray(obs, np.float32).reshape(-1, dim)
-
-        return binary
     if isinstance(space, gym.spaces.Dict):
         return _flat_dict(space, list(space.spaces.keys()))
     if isinstance(space, gym.spaces.Tuple):
