@@ -5,7 +5,9 @@ Trains the tuned entry (rl-zoo's ppo_lstm, ``pgrad_app/config/hyperparams/ppo.ya
 value loss, approx-kl, clip fraction, explained variance, learning rate, clip range), the
 observation normaliser's mean / var (the two visible dims) and the reward normaliser's var;
 every ``--every`` env steps a greedy and a stochastic 10-episode evaluation (state carried,
-normalisers frozen) and a save of the agent (``--saves DIR``) to replay from.
+normalisers frozen) and a save of the agent (``--saves DIR``); at the end, with saves, the
+greedy return of the best save's weights and of the final weights under each one's observation
+statistics (:func:`swapped_normalisers`).
 
     PYTHONPATH=. python docs/benchmarks/memory/fall_diagnostics.py SEED OUT.json \
         [--from 50000] [--every 2560] [--saves DIR]
@@ -78,10 +80,32 @@ def main() -> None:
         rows.append(row)
 
     agent.learn(args.steps, callbacks=on_update, progress=False)
-    Path(args.out).write_text(json.dumps({"seed": args.seed, "hyper": {k: str(v) for k, v in
-                                                                     hyper.items()},
-                                          "episodes": episodes, "updates": rows}, indent=1))
+    result = {"seed": args.seed, "hyper": {k: str(v) for k, v in hyper.items()},
+              "episodes": episodes, "updates": rows}
+    if args.saves:
+        result["swap"] = swapped_normalisers(agent, rows, Path(args.saves))
+        print("swap", result["swap"], flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
     agent.close()
+
+
+def swapped_normalisers(final, rows: list[dict], saves: Path, episodes: int = 20) -> dict:
+    """Greedy returns of the best evaluated save's weights and the final weights, each with its
+    own observation statistics and with the other's: separates a change of the inputs
+    (normaliser drift) from a change of the weights."""
+    best = max((r for r in rows if "greedy" in r), key=lambda r: (r["greedy"], r["step"]))
+    peak = agents.load(saves / f"step{best['step']}")
+    stats = {name: (a.obs_norm.rms.mean.copy(), a.obs_norm.rms.var.copy())
+             for name, a in (("peak", peak), ("final", final))}
+    out = {"peak_step": best["step"]}
+    for wname, a in (("peak", peak), ("final", final)):
+        for sname, (mean, var) in stats.items():
+            a.obs_norm.rms.mean, a.obs_norm.rms.var = mean.copy(), var.copy()
+            a.obs_norm.push()
+            res = pgrad.evaluate(a, episodes=episodes, deterministic=True, seed=2000)
+            out[f"weights_{wname}__stats_{sname}"] = float(res["return_mean"])
+    peak.close()
+    return out
 
 
 if __name__ == "__main__":
