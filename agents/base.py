@@ -300,13 +300,22 @@ class ActorCriticAgent:
         sde: dict[str, Any] = {"noise": None, "steps": 0}
         freq = int(self.cfg.sde_sample_freq)
 
+        def sde_noise(obs) -> np.ndarray | None:
+            """gSDE: ``[B, latent, A]`` exploration matrices held per env, drawn at the
+            rollout's start and every ``sde_sample_freq`` steps (as SB3); None without gSDE."""
+            if head.uses_latent:
+                if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
+                    sde["noise"] = mirror.sde_noise(len(layout.split(obs)[0]), rng)
+                sde["steps"] += 1
+            return sde["noise"]
+
         if self.net.recurrent:  # the state carried across steps and rollouts, reset at starts
             collector = self.collector
 
             def policy_fn(obs, action_mask=None):
                 params, self.rollout_state = mirror.step(obs, self.rollout_state,
                                                          collector.episode_start)
-                actions, log_probs = mirror.sample(params, rng, None, action_mask)
+                actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
                 return actions, head.to_env(actions), log_probs, None
 
             return policy_fn
@@ -315,11 +324,7 @@ class ActorCriticAgent:
         # add a forward pass per env step.
         def policy_fn(obs, action_mask=None):  # type: ignore[no-redef]  # [B, n] legal actions
             params, _ = mirror.forward(obs)
-            if head.uses_latent:  # gSDE: exploration matrices held per env, resampled on time
-                if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
-                    sde["noise"] = mirror.sde_noise(len(layout.split(obs)[0]), rng)
-                sde["steps"] += 1
-            actions, log_probs = mirror.sample(params, rng, sde["noise"], action_mask)
+            actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
             return actions, head.to_env(actions), log_probs, None
 
         return policy_fn

@@ -59,6 +59,44 @@ def test_acting_state_is_the_state_the_update_recomputes():
     agent.close()
 
 
+@pytest.mark.parametrize("recurrent", ["lstm", ""])
+def test_gsde_holds_the_exploration_matrices_for_sde_sample_freq_steps(recurrent):
+    """gSDE acting (as SB3's collect_rollouts): one [B, latent, A] matrix drawn at the rollout's
+    start and every sde_sample_freq steps, action - mean = latent @ W for the W held, with or
+    without a core; the stored log-probs are the update's (marginal) ones."""
+    agent = agents.make("ppo", "Pendulum-v1", seed=2, recurrent=recurrent, use_sde=True,
+                        sde_sample_freq=4, log_std_init=-1.0, epochs=1, minibatch_size=0,
+                        **SHARED)
+    drawn, mirror, T = [], agent.mirror, 10  # 10 steps: matrices at steps 0, 4, 8
+
+    def record(n, rng):
+        drawn.append(type(mirror).sde_noise(mirror, n, rng))
+        return drawn[-1]
+
+    mirror.sde_noise = record
+    state0, start0 = agent.rollout_state, agent.collector.episode_start.copy()
+    traj, _ = agent.collector.collect(agent.acting_fn(np.random.default_rng(0)), T)
+    assert len(drawn) == 3 and all(w.shape == (2, 8, 1) for w in drawn)
+    assert not np.allclose(drawn[0], drawn[1])
+
+    def seq(x):  # [T, B, ...] -> [B * T, ...], the network's sequence order
+        return tf.constant(np.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]))
+
+    if recurrent:
+        starts = np.concatenate([start0[None], np.zeros((T - 1, 2))]).astype(np.float32)
+        params = agent.net.params_sequence(seq(traj.observations), seq(starts),
+                                           tf.constant(state0), T).numpy()
+    else:
+        params = agent.net.params(seq(traj.observations)).numpy()
+    mean, latent = params[:, :1], params[:, 1:]  # [B * T, 1], [B * T, 8]
+    held = np.stack([drawn[t // 4] for t in range(T)], 1).reshape(2 * T, 8, 1)  # [B * T, 8, 1]
+    np.testing.assert_allclose(seq(traj.actions).numpy() - mean,
+                               np.einsum("nl,nla->na", latent, held), atol=1e-4)
+    log_probs = agent.head.distribution(tf.constant(params)).log_prob(seq(traj.actions))
+    np.testing.assert_allclose(log_probs.numpy(), seq(traj.log_probs).numpy(), atol=1e-4)
+    agent.close()
+
+
 def test_predict_carries_state_and_resets_at_episode_start():
     agent = agents.make("a2c", "CartPole-v1", seed=0, recurrent="gru", **SHARED)
     obs = np.full(4, 0.05, np.float32)

@@ -16,7 +16,8 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NAME = re.compile(r"^(?P<label>.+)__(?P<env>[^_]+-v\d)__seed(?P<seed>\d+)\.json$")
-COLORS = {"ppo_lstm": "tab:blue", "ppo_mlp": "tab:gray", "sb3c_ppo_lstm": "tab:orange"}
+COLORS = {"ppo_lstm": "tab:blue", "ppo_mlp": "tab:gray", "sb3c_ppo_lstm": "tab:orange",
+          "ppo_lstm_freshnoise": "tab:green"}  # the last: before gSDE held its noise
 
 
 def rolling(rows, window=20):
