@@ -15,6 +15,8 @@ without the source line and colour codes, like pgrad's own warnings.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import re
@@ -58,7 +60,9 @@ def silence() -> None:
         warnings.filterwarnings("ignore", module=r"tf_keras.*")
         warnings.formatwarning = one_line_warning
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
-    _import_tensorflow_quietly(quiet)
+    _import_probability_first()
+    with _collector_paused():
+        _import_tensorflow_quietly(quiet)
     if quiet:
         import tensorflow as tf
 
@@ -69,6 +73,45 @@ def silence() -> None:
             absl.logging.set_verbosity(absl.logging.ERROR)
         except ImportError:  # pragma: no cover
             pass
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Pauses Python's cyclic garbage collector for TensorFlow's import, then freezes what it made.
+
+    Importing TensorFlow and Keras (~3,600 modules) creates ~670,000 long-lived objects; with the
+    collector on, each of its ~8 full collections during the import traverses all of them, ~1 s
+    of CPU per process in all, and every later full collection (~0.25 s each) walks them again.
+    Modules, classes and functions live as long as the process anyway, so after the import they
+    are moved to the permanent generation (``gc.freeze``: a full collection then takes ~0.04
+    s) and the collector runs as before on everything made afterwards (docs/performance.md).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+def _import_probability_first() -> None:
+    """Imports TensorFlow Probability's top package before TensorFlow, when neither is loaded.
+
+    TFP's ``__init__`` loads its ``experimental`` package (and ``layers``) at once when
+    TensorFlow is already loaded (they register with Keras), and on first use otherwise. pgrad
+    uses ``tfp.distributions`` (and ``tfp.stats``) only; imported first, the top package costs
+    nothing, and the commands skip ``tfp.experimental``: ~190 modules, ~0.3 s of CPU per process
+    (docs/performance.md). It still loads, in full, the first time anything touches it.
+    ``tf_keras`` still loads: TFP's version check and ``tfp.distributions`` import it.
+    """
+    if "tensorflow" in sys.modules or "tensorflow_probability" in sys.modules:
+        return
+    try:
+        import tensorflow_probability  # noqa: F401
+    except ImportError:  # pragma: no cover - a dependency; the import that needs it will say so
+        pass
 
 
 def _import_tensorflow_quietly(quiet: bool) -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from cli_helpers import ROOT
 
@@ -142,3 +143,39 @@ def test_a_command_ended_by_finish_has_written_every_row_it_logged(tmp_path):
     text = (out / "episodes.csv").read_text()
     assert text.endswith("\n") and len(text.splitlines()) > 10
     assert agents.load(out).env_steps == 1600
+
+
+PROBABILITY = """
+import gc
+import sys
+from pgrad_app.quiet import silence
+silence()
+print("GC", gc.isenabled(), gc.get_freeze_count() > 100_000)
+import numpy as np
+import pgrad
+from gymnasium.spaces import Discrete
+head = pgrad.make_head(Discrete(3))
+dist = head.distribution(np.zeros((2, 3), np.float32))
+print("LOGP", [round(float(x), 4) for x in dist.log_prob(np.array([0, 2]))])
+print("EXPERIMENTAL", "tensorflow_probability.python.experimental" in sys.modules)
+import tensorflow_probability as tfp
+print("ON USE", tfp.experimental.__name__, tfp.experimental.nn.__name__)
+"""
+
+
+@pytest.mark.subprocess
+def test_the_commands_start_up_without_tfp_experimental_and_with_tensorflow_frozen():
+    """silence() imports TFP's top package before TensorFlow, so TFP keeps ``experimental`` lazy
+    (~190 modules, ~0.3 s of CPU a command never uses; it still loads in full on first use), and
+    imports TensorFlow with the garbage collector paused, then freezes what the import made: the
+    collector is on again afterwards."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", PROBABILITY], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    gc_line, *lines = r.stdout.splitlines()
+    assert gc_line == "GC True True"
+    assert lines[0] == f"LOGP {[round(-float(np.log(3.0)), 4)] * 2}"
+    assert lines[1] == "EXPERIMENTAL False"
+    assert lines[2] == ("ON USE tensorflow_probability.python.experimental "
+                        "tensorflow_probability.python.experimental.nn")
