@@ -48,9 +48,12 @@ def _needs_autograph(err: BaseException | None) -> bool:
     return False
 
 
-#: Observations per chunk of the update's value pass over a rollout with images (the float32
-#: frames and first-layer activations of 2 T B observations at once would dominate the memory).
-VALUE_CHUNK = 512
+#: Bytes of float32 observations per chunk of the update's value pass over a rollout with
+#: images (16 MiB: 148 Atari observations of 84x84x4, a whole MinAtar rollout of 10x10x4). The
+#: frames scaled to float32 and the first layers' activations of a chunk are the update's
+#: largest transient: chunks of 512 Atari frames took the peak RSS of rl-zoo's Atari PPO ~90
+#: MB higher (docs/performance.md, "Images").
+VALUE_CHUNK_BYTES = 16 * 2**20
 
 #: Encoded (image) policies: next observations that are the following row's observation take
 #: their value from that row's (about half the value pass); False: a pass over all of them
@@ -90,6 +93,8 @@ class CompiledUpdate:
         # float32 concatenation below carries only the vector part (all of a flat observation).
         self.layout = agent.layout
         self.vector_dim = self.layout.vector_dim
+        obs_floats = sum(int(np.prod(p.shape)) for p in self.layout.parts)
+        self.value_chunk = max(32, VALUE_CHUNK_BYTES // (4 * obs_floats))  # observations
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
         # No autograph: converting the update's Python source into graph code cost ~2.4 s per
         # process, and pgrad's own code has no tensor-dependent Python control flow. A transform
@@ -164,9 +169,10 @@ class CompiledUpdate:
                         tf.reshape(state_end, [batch, size]))
 
     def _chunked_values(self, rows: Any, n: tf.Tensor | int) -> tf.Tensor:
-        """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK` at a time (the float32
-        frames and first-layer activations of a whole rollout at once would dominate memory)."""
-        return map_chunks(lambda r: [self.net.value(r)], rows, n, VALUE_CHUNK,
+        """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK_BYTES` of float32
+        observations at a time (the float32 frames and first-layer activations of a whole
+        rollout at once would dominate memory)."""
+        return map_chunks(lambda r: [self.net.value(r)], rows, n, self.value_chunk,
                           [tf.TensorSpec([None], tf.float32)])[0]
 
     def _encoded_values(self, obs: Any, next_obs: Any, T, B) -> tuple[tf.Tensor, tf.Tensor]:
