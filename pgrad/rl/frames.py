@@ -20,13 +20,18 @@ import numpy as np
 
 __all__ = ["FrameBuffer", "page_array", "writable_alias"]
 
+# Linux: the kernel maps every page of a buffer at once (written page by page, a fresh map
+# faulted once per 4 KiB page)
+_POPULATE = ({"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE}
+             if hasattr(mmap, "MAP_POPULATE") else {})
+
 
 def page_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """A zero-filled C-contiguous array on an anonymous memory map of its own (page-aligned;
     unmapped when the array and every view of it are gone)."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    memory = mmap.mmap(-1, max(1, count * dtype.itemsize))
+    memory = mmap.mmap(-1, max(1, count * dtype.itemsize), **_POPULATE)
     return np.frombuffer(memory, dtype, count=count).reshape(shape)
 
 
