@@ -22,6 +22,7 @@ from agents.minibatch import MinibatchStep, values_of
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
+from pgrad.rl.frames import writable_alias
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
 _map = tf.nest.map_structure
@@ -47,14 +48,28 @@ def _needs_autograph(err: BaseException | None) -> bool:
     return False
 
 
-#: Observations per chunk of the update's value pass over a rollout with images (the float32
-#: frames and first-layer activations of 2 T B observations at once would dominate the memory).
-VALUE_CHUNK = 512
+#: Bytes of float32 observations per chunk of the update's value pass over a rollout with
+#: images (16 MiB: 148 Atari observations of 84x84x4, a whole MinAtar rollout of 10x10x4). The
+#: frames scaled to float32 and the first layers' activations of a chunk are the update's
+#: largest transient: chunks of 512 Atari frames took the peak RSS of rl-zoo's Atari PPO ~90
+#: MB higher (docs/performance.md, "Images").
+VALUE_CHUNK_BYTES = 16 * 2**20
 
 #: Encoded (image) policies: next observations that are the following row's observation take
 #: their value from that row's (about half the value pass); False: a pass over all of them
 #: (the tests compare the two).
 REUSE_NEXT_VALUES = True
+
+def _frames_tensor(x: np.ndarray) -> tf.Tensor:
+    """A rollout's ``[T, B, ...]`` image part as a tensor, on the same memory where it allows
+    (the Collector's page-aligned frame buffers, :mod:`pgrad.rl.frames`: handed over through
+    DLPack, the graph only reads it), else a copy. A copy would hold every frame twice during
+    the update: 29 MB more for rl-zoo's 8 x 128 Atari rollout."""
+    alias = (writable_alias(x) if x.flags.c_contiguous and x.ctypes.data % 64 == 0 else None)
+    if alias is None:
+        return tf.constant(x)
+    return tf.experimental.dlpack.from_dlpack(alias.__dlpack__())
+
 
 class CompiledUpdate:
     """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
@@ -78,6 +93,8 @@ class CompiledUpdate:
         # float32 concatenation below carries only the vector part (all of a flat observation).
         self.layout = agent.layout
         self.vector_dim = self.layout.vector_dim
+        obs_floats = sum(int(np.prod(p.shape)) for p in self.layout.parts)
+        self.value_chunk = max(32, VALUE_CHUNK_BYTES // (4 * obs_floats))  # observations
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
         # No autograph: converting the update's Python source into graph code cost ~2.4 s per
         # process, and pgrad's own code has no tensor-dependent Python control flow. A transform
@@ -135,8 +152,8 @@ class CompiledUpdate:
         images = []
         if not layout.flat:
             for observations in (traj.observations, traj.next_observations):
-                images += [tf.constant(x) for x, p in zip(layout.split(observations),
-                                                          layout.parts) if p.image]
+                images += [_frames_tensor(x) for x, p in zip(layout.split(observations),
+                                                             layout.parts) if p.image]
         if traj.action_mask is not None:
             images.append(tf.constant(traj.action_mask))
         return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
@@ -152,9 +169,10 @@ class CompiledUpdate:
                         tf.reshape(state_end, [batch, size]))
 
     def _chunked_values(self, rows: Any, n: tf.Tensor | int) -> tf.Tensor:
-        """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK` at a time (the float32
-        frames and first-layer activations of a whole rollout at once would dominate memory)."""
-        return map_chunks(lambda r: [self.net.value(r)], rows, n, VALUE_CHUNK,
+        """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK_BYTES` of float32
+        observations at a time (the float32 frames and first-layer activations of a whole
+        rollout at once would dominate memory)."""
+        return map_chunks(lambda r: [self.net.value(r)], rows, n, self.value_chunk,
                           [tf.TensorSpec([None], tf.float32)])[0]
 
     def _encoded_values(self, obs: Any, next_obs: Any, T, B) -> tuple[tf.Tensor, tf.Tensor]:

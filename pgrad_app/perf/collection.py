@@ -134,7 +134,7 @@ def naive_acting_ratio(repeats: int, vector_steps: int = 400) -> dict:
 
 def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: int = 8,
                          vector_steps: int = 20) -> dict:
-    """Collection with a NatureCNN policy against raw stepping of the same vector env (issue 22:
+    """Collection with a NatureCNN policy against raw stepping of the same vector env (goal:
     >= 0.7x): PPO's collector on 8 Atari envs with the standard preprocessing (84x84x4 uint8),
     acting through :class:`pgrad.rl.compiled_actor.CompiledActor`, and random-action stepping of
     that collector's own envs. Interleaved rounds of ``vector_steps``, median of per-round

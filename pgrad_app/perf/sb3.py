@@ -52,7 +52,7 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
     its own defaults (pgrad's A2C: 16 envs, lr 1.4e-3; SB3: rl-zoo's CartPole A2C, 8 envs).
     ``a2c_cartpole_vs_sb3`` compares what users wait for: the command's whole process (start-up,
     training to the target, checkpoint, export, plot) against a process that imports SB3 and
-    calls ``learn`` (goal <= 0.5x, issue 26); ``bare_ratio`` is the bare loop's in-process wall
+    calls ``learn`` (goal <= 0.5x); ``bare_ratio`` is the bare loop's in-process wall
     over SB3's (the earlier figure, goal <= 0.33x).
     """
     del repeats
@@ -172,7 +172,7 @@ def command_overhead(repeats: int, steps: int = 50_000, seed: int = 22) -> dict:
     """``pgrad-train`` (run directory, default logging, checkpoints, export) against the bare
     ``agent.learn`` on the same settings, one after the other (the bare loop first): A2C on
     HalfCheetah-v5, rl-zoo's MuJoCo A2C setting (1 env x 5 steps, observations and rewards
-    normalised), where each update is small and any per-update logging cost shows (issue 26).
+    normalised), where each update is small and any per-update logging cost shows.
 
     The value is the command's whole process over a whole process that imports pgrad and calls
     ``agent.learn`` (what a user waits for either way: start-up included), by wall;
@@ -221,7 +221,7 @@ def ppo_minatar_vs_sb3(repeats: int, steps: int = 65_536, seed: int = 0,
     of 1024, Adam 2.5e-3 (decayed linearly in pgrad, constant in SB3: the cost is the same),
     clip 0.2 on policy and value, ent 0.01, vf 0.5, grad norm 0.5) and the same network (the
     MinAtar paper's conv 16 3x3 + 128 units, shared by actor and critic; SB3 gets it as a
-    features extractor, :mod:`pgrad_app.perf.sb3_networks`). Goal (issue 22): >= 2x SB3's env
+    features extractor, :mod:`pgrad_app.perf.sb3_networks`). Goal: >= 2x SB3's env
     steps/s, i.e. the command's wall per env step <= 0.5 x SB3's.
     """
     del repeats
@@ -235,7 +235,7 @@ def ppo_minatar_vs_sb3(repeats: int, steps: int = 65_536, seed: int = 0,
 def ppo_atari_rss_vs_sb3(repeats: int, steps: int = 4096, seed: int = 0,
                          env: str = "ALE/Breakout-v5") -> dict:
     """Peak memory of a PPO Atari run: ``pgrad-train``, SB3 and the bare ``agent.learn``, each in
-    its own process, on the same settings (opt-in; issue 22: within 1.5x of SB3's).
+    its own process, on the same settings (opt-in; goal: within 1.5x of SB3's).
 
     rl-zoo's Atari PPO on both sides (pgrad's ``atari`` entry): 8 envs x 128 steps, 4 epochs of
     minibatches of 256, clip 0.1, vf 0.5, ent 0.01, the NatureCNN shared by actor and critic,
