@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import hooks
+from agents import acting, hooks
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
@@ -295,39 +295,11 @@ class ActorCriticAgent:
 
     def acting_fn(self, rng: np.random.Generator) -> rollout.PolicyFn:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
-        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
-        mirror, head, layout = self.mirror, self.head, self.layout
-        sde: dict[str, Any] = {"noise": None, "steps": 0}
-        freq = int(self.cfg.sde_sample_freq)
-
-        def sde_noise(obs) -> np.ndarray | None:
-            """gSDE: ``[B, latent, A]`` exploration matrices held per env, drawn at the
-            rollout's start and every ``sde_sample_freq`` steps (as SB3); None without gSDE."""
-            if head.uses_latent:
-                if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
-                    sde["noise"] = mirror.sde_noise(len(layout.split(obs)[0]), rng)
-                sde["steps"] += 1
-            return sde["noise"]
-
-        if self.net.recurrent:  # the state carried across steps and rollouts, reset at starts
-            collector = self.collector
-
-            def policy_fn(obs, action_mask=None):
-                params, self.rollout_state = mirror.step(obs, self.rollout_state,
-                                                         collector.episode_start)
-                actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
-                return actions, head.to_env(actions), log_probs, None
-
-            return policy_fn
-
-        # No critic here: the update computes V on the same weights, so storing it would only
-        # add a forward pass per env step.
-        def policy_fn(obs, action_mask=None):  # type: ignore[no-redef]  # [B, n] legal actions
-            params, _ = mirror.forward(obs)
-            actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
-            return actions, head.to_env(actions), log_probs, None
-
-        return policy_fn
+        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
+        (:func:`agents.acting.rollout_policy`; a recurrent policy carries ``rollout_state``)."""
+        return acting.rollout_policy(self.mirror, self.head, self.layout, rng,
+                                     self.cfg.sde_sample_freq,
+                                     self if self.net.recurrent else None)
 
     def acting_state(self) -> dict[str, Any]:
         """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
