@@ -10,12 +10,15 @@ object holding its own references to them could act with stale ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 
-from pgrad.rl import rollout
+from pgrad.rl import masks, rollout, spaces
 from pgrad.rl.distributions import ActionHead
+from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.spaces import ObsLayout
 
 
@@ -75,3 +78,68 @@ def rollout_policy(mirror: Any, head: ActionHead, layout: ObsLayout, rng: np.ran
         return actions, head.to_env(actions), log_probs, None
 
     return policy_fn
+
+
+def act(mirror: Any, head: ActionHead, layout: ObsLayout, action_space: gym.Space,
+        obs_norm: ObsNormalizer | None, rng: np.random.Generator, obs_batch: Any,
+        deterministic: bool, action_masks: Any = None, state: Any = None,
+        episode_start: Any = None, recurrent: bool = False
+        ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations.
+
+    ``mirror``, ``head``, ``layout``: as :func:`rollout_policy`; ``obs_norm``: the observation
+    normaliser (applied, not updated) or None; ``rng``: samples when not ``deterministic``.
+    ``action_masks`` ``[N, n]`` (default: the observations' ``action_mask`` key, if any);
+    ``state`` ``[N, S]`` (None: zeros) and ``episode_start`` ``[N]`` for a ``recurrent`` policy.
+    """
+    obs = layout.preprocess(obs_batch)
+    if action_masks is None:
+        action_masks = layout.action_mask(obs_batch)
+    rows = len(layout.split(obs)[0])
+    legal = masks.given_mask(action_masks, action_space, rows,
+                             "predict/act(action_masks=...)")
+    if obs_norm is not None:
+        obs = layout.with_vector(obs, obs_norm(layout.vector(obs)))
+    if recurrent:
+        size = mirror.state_size
+        state = (np.zeros((rows, size), np.float32) if state is None
+                 else np.asarray(state, np.float32).reshape(rows, size))
+        start = (None if episode_start is None
+                 else np.asarray(episode_start, bool).reshape(rows))
+        params, state = mirror.step(obs, state, start)
+    else:
+        params, _ = mirror.forward(obs)
+        state = None
+    actions = (mirror.mode(params, legal) if deterministic
+               else mirror.sample(params, rng, action_mask=legal)[0])
+    return head.to_env(actions), state
+
+
+def predict(act_batch: Callable[..., tuple[np.ndarray, np.ndarray | None]],
+            observation_space: gym.Space, obs: Any, state: Any = None,
+            episode_start: Any = None, deterministic: bool = True, action_masks: Any = None
+            ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(action, state)`` for one raw observation or a batch, in Stable-Baselines3's shape
+    (the arguments as ``ActorCriticAgent.predict``), through ``act_batch(obs_batch,
+    deterministic, action_masks, state, episode_start)`` (:func:`act` on the agent's pieces).
+
+    Bad input -- an observation not in ``observation_space``, NaN/Inf, a discrete value outside
+    the space, masks of the wrong shape -- is a one-line ValueError starting ``predict:``.
+    """
+    try:  # one line naming what is wrong, before any of it is acted on
+        single = not spaces.is_batch(obs, observation_space)
+        spaces.check_finite(obs, "predict: the observation")
+    except (ValueError, TypeError, KeyError, IndexError) as err:
+        text = str(err)
+        raise ValueError(text if text.startswith("predict:") else f"predict: {text}") from None
+    if single and action_masks is not None:
+        action_masks = np.asarray(action_masks)[None]
+    try:
+        actions, state = act_batch(spaces.batch_of_one(obs) if single else obs,
+                                   deterministic, action_masks, state, episode_start)
+    except ValueError as err:  # e.g. a discrete value outside the space
+        text = str(err)
+        raise ValueError(text if text.startswith("predict") else f"predict: {text}") from None
+    if single:
+        return actions[0], None if state is None else state[0]
+    return actions, state

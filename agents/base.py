@@ -35,7 +35,7 @@ from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
 from agents.update import CompiledUpdate
-from pgrad.rl import encoders, masks, rollout, spaces
+from pgrad.rl import encoders, rollout, spaces
 from pgrad.rl import envs as envs_lib
 from pgrad.rl.export import export_policy
 from pgrad.rl.networks import actor_critic
@@ -230,29 +230,12 @@ class ActorCriticAgent:
         return self._act(obs_batch, deterministic, action_masks, None, None)[0]
 
     def _act(self, obs_batch, deterministic, action_masks, state, episode_start):
-        """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations."""
+        """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations
+        (:func:`agents.acting.act` on the current weights)."""
         self._sync()
-        obs = self.collector.preprocess(obs_batch)
-        if action_masks is None:
-            action_masks = self.layout.action_mask(obs_batch)
-        rows = len(self.layout.split(obs)[0])
-        legal = masks.given_mask(action_masks, self.action_space, rows,
-                                 "predict/act(action_masks=...)")
-        if self.obs_norm is not None:
-            obs = self.layout.with_vector(obs, self.obs_norm(self.layout.vector(obs)))
-        if self.net.recurrent:
-            size = self.mirror.state_size
-            state = (np.zeros((rows, size), np.float32) if state is None
-                     else np.asarray(state, np.float32).reshape(rows, size))
-            start = (None if episode_start is None
-                     else np.asarray(episode_start, bool).reshape(rows))
-            params, state = self.mirror.step(obs, state, start)
-        else:
-            params, _ = self.mirror.forward(obs)
-            state = None
-        actions = (self.mirror.mode(params, legal) if deterministic
-                   else self.mirror.sample(params, self._act_rng, action_mask=legal)[0])
-        return self.head.to_env(actions), state
+        return acting.act(self.mirror, self.head, self.layout, self.action_space, self.obs_norm,
+                          self._act_rng, obs_batch, deterministic, action_masks, state,
+                          episode_start, recurrent=self.net.recurrent)
 
     def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: Any = None
@@ -266,25 +249,10 @@ class ActorCriticAgent:
         state goes into the next call; a feed-forward policy returns None and ignores both.
         ``action_masks``: the legal actions, ``[n]`` (or ``[N, n]`` for a batch), as
         sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
-        without it.
+        without it. Bad input is a one-line ValueError (:func:`agents.acting.predict`).
         """
-        try:  # one line naming what is wrong, before any of it is acted on
-            single = not spaces.is_batch(obs, self.observation_space)
-            spaces.check_finite(obs, "predict: the observation")
-        except (ValueError, TypeError, KeyError, IndexError) as err:
-            text = str(err)
-            raise ValueError(text if text.startswith("predict:") else f"predict: {text}") from None
-        if single and action_masks is not None:
-            action_masks = np.asarray(action_masks)[None]
-        try:
-            actions, state = self._act(spaces.batch_of_one(obs) if single else obs,
-                                       deterministic, action_masks, state, episode_start)
-        except ValueError as err:  # e.g. a discrete value outside the space
-            text = str(err)
-            raise ValueError(text if text.startswith("predict") else f"predict: {text}") from None
-        if single:
-            return actions[0], None if state is None else state[0]
-        return actions, state
+        return acting.predict(self._act, self.observation_space, obs, state, episode_start,
+                              deterministic, action_masks)
 
     @property
     def policy(self) -> NetworkPolicy:
