@@ -18,7 +18,7 @@ import numpy as np
 
 from pgrad.rl import masks, rollout, spaces
 from pgrad.rl.distributions import ActionHead
-from pgrad.rl.normalize import ObsNormalizer
+from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.spaces import ObsLayout
 
 
@@ -143,3 +143,18 @@ def predict(act_batch: Callable[..., tuple[np.ndarray, np.ndarray | None]],
     if single:
         return actions[0], None if state is None else state[0]
     return actions, state
+
+
+def acting_state(mirror: Any, obs_norm: ObsNormalizer | None,
+                 reward_norm: RewardNormalizer | None, sampler_key: list[int],
+                 rollout_state: np.ndarray | None = None) -> dict[str, Any]:
+    """What a copy of the policy elsewhere needs to act as ``mirror`` does, in numpy (the
+    fields as ``ActorCriticAgent.acting_state``): ``weights`` ``[P]``, ``sampler_key``, the
+    normalisers' ``(mean, var, count)`` or None, and a recurrent policy's ``rollout_state``
+    ``[B, S]`` (left out when None: a feed-forward policy)."""
+    stats = {}
+    for key, norm in (("obs_norm", obs_norm), ("reward_norm", reward_norm)):
+        stats[key] = None if norm is None else (norm.rms.mean, norm.rms.var, norm.rms.count)
+    # a recurrent policy's state [B, S] before the next observation (each worker its rows)
+    carried = {"rollout_state": rollout_state} if rollout_state is not None else {}
+    return {"weights": mirror.flat_numpy(), "sampler_key": sampler_key, **stats, **carried}

@@ -283,13 +283,9 @@ class ActorCriticAgent:
         the rollout in ``rollout_state``.
         """
         updates = self._sync()
-        stats = {}
-        for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm)):
-            stats[key] = None if norm is None else (norm.rms.mean, norm.rms.var, norm.rms.count)
-        # a recurrent policy's state [B, S] before the next observation (each worker its rows)
-        carried = {"rollout_state": self.rollout_state} if self.net.recurrent else {}
-        return {"weights": self.mirror.flat_numpy(), "sampler_key": [self.seed, updates],
-                **stats, **carried}
+        return acting.acting_state(self.mirror, self.obs_norm, self.reward_norm,
+                                   [self.seed, updates],
+                                   self.rollout_state if self.net.recurrent else None)
 
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
