@@ -1,8 +1,9 @@
 """The one actor-critic agent. REINFORCE, A2C, PPO and NPG are presets of it: a config and a chain.
 
 An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
-(:class:`pgrad.rl.networks.ActorCritic`) with a numpy mirror for acting, a transform chain whose
-state lives in ``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
+(:class:`pgrad.rl.networks.ActorCritic`) with a numpy mirror for acting (:mod:`agents.acting`:
+the rollout's policy function, ``act``, ``predict``), a transform chain whose state lives in
+``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
 
 1. values ``V(o_t)``, ``V(o_{t+1})`` and GAE(lambda) advantages over the whole ``[T, B]`` rollout
    (bootstrapped at truncations, never at terminations);
