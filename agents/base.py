@@ -1,8 +1,9 @@
 """The one actor-critic agent. REINFORCE, A2C, PPO and NPG are presets of it: a config and a chain.
 
 An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
-(:class:`pgrad.rl.networks.ActorCritic`) with a numpy mirror for acting, a transform chain whose
-state lives in ``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
+(:class:`pgrad.rl.networks.ActorCritic`) with a numpy mirror for acting (:mod:`agents.acting`:
+the rollout's policy function, ``act``, ``predict``), a transform chain whose state lives in
+``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
 
 1. values ``V(o_t)``, ``V(o_{t+1})`` and GAE(lambda) advantages over the whole ``[T, B]`` rollout
    (bootstrapped at truncations, never at terminations);
@@ -30,12 +31,12 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import hooks
+from agents import acting, hooks
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
 from agents.update import CompiledUpdate
-from pgrad.rl import encoders, masks, rollout, spaces
+from pgrad.rl import encoders, rollout, spaces
 from pgrad.rl import envs as envs_lib
 from pgrad.rl.export import export_policy
 from pgrad.rl.networks import actor_critic
@@ -230,29 +231,12 @@ class ActorCriticAgent:
         return self._act(obs_batch, deterministic, action_masks, None, None)[0]
 
     def _act(self, obs_batch, deterministic, action_masks, state, episode_start):
-        """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations."""
+        """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations
+        (:func:`agents.acting.act` on the current weights)."""
         self._sync()
-        obs = self.collector.preprocess(obs_batch)
-        if action_masks is None:
-            action_masks = self.layout.action_mask(obs_batch)
-        rows = len(self.layout.split(obs)[0])
-        legal = masks.given_mask(action_masks, self.action_space, rows,
-                                 "predict/act(action_masks=...)")
-        if self.obs_norm is not None:
-            obs = self.layout.with_vector(obs, self.obs_norm(self.layout.vector(obs)))
-        if self.net.recurrent:
-            size = self.mirror.state_size
-            state = (np.zeros((rows, size), np.float32) if state is None
-                     else np.asarray(state, np.float32).reshape(rows, size))
-            start = (None if episode_start is None
-                     else np.asarray(episode_start, bool).reshape(rows))
-            params, state = self.mirror.step(obs, state, start)
-        else:
-            params, _ = self.mirror.forward(obs)
-            state = None
-        actions = (self.mirror.mode(params, legal) if deterministic
-                   else self.mirror.sample(params, self._act_rng, action_mask=legal)[0])
-        return self.head.to_env(actions), state
+        return acting.act(self.mirror, self.head, self.layout, self.action_space, self.obs_norm,
+                          self._act_rng, obs_batch, deterministic, action_masks, state,
+                          episode_start, recurrent=self.net.recurrent)
 
     def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: Any = None
@@ -266,25 +250,10 @@ class ActorCriticAgent:
         state goes into the next call; a feed-forward policy returns None and ignores both.
         ``action_masks``: the legal actions, ``[n]`` (or ``[N, n]`` for a batch), as
         sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
-        without it.
+        without it. Bad input is a one-line ValueError (:func:`agents.acting.predict`).
         """
-        try:  # one line naming what is wrong, before any of it is acted on
-            single = not spaces.is_batch(obs, self.observation_space)
-            spaces.check_finite(obs, "predict: the observation")
-        except (ValueError, TypeError, KeyError, IndexError) as err:
-            text = str(err)
-            raise ValueError(text if text.startswith("predict:") else f"predict: {text}") from None
-        if single and action_masks is not None:
-            action_masks = np.asarray(action_masks)[None]
-        try:
-            actions, state = self._act(spaces.batch_of_one(obs) if single else obs,
-                                       deterministic, action_masks, state, episode_start)
-        except ValueError as err:  # e.g. a discrete value outside the space
-            text = str(err)
-            raise ValueError(text if text.startswith("predict") else f"predict: {text}") from None
-        if single:
-            return actions[0], None if state is None else state[0]
-        return actions, state
+        return acting.predict(self._act, self.observation_space, obs, state, episode_start,
+                              deterministic, action_masks)
 
     @property
     def policy(self) -> NetworkPolicy:
@@ -295,39 +264,11 @@ class ActorCriticAgent:
 
     def acting_fn(self, rng: np.random.Generator) -> rollout.PolicyFn:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
-        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs."""
-        mirror, head, layout = self.mirror, self.head, self.layout
-        sde: dict[str, Any] = {"noise": None, "steps": 0}
-        freq = int(self.cfg.sde_sample_freq)
-
-        def sde_noise(obs) -> np.ndarray | None:
-            """gSDE: ``[B, latent, A]`` exploration matrices held per env, drawn at the
-            rollout's start and every ``sde_sample_freq`` steps (as SB3); None without gSDE."""
-            if head.uses_latent:
-                if sde["noise"] is None or (freq > 0 and sde["steps"] % freq == 0):
-                    sde["noise"] = mirror.sde_noise(len(layout.split(obs)[0]), rng)
-                sde["steps"] += 1
-            return sde["noise"]
-
-        if self.net.recurrent:  # the state carried across steps and rollouts, reset at starts
-            collector = self.collector
-
-            def policy_fn(obs, action_mask=None):
-                params, self.rollout_state = mirror.step(obs, self.rollout_state,
-                                                         collector.episode_start)
-                actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
-                return actions, head.to_env(actions), log_probs, None
-
-            return policy_fn
-
-        # No critic here: the update computes V on the same weights, so storing it would only
-        # add a forward pass per env step.
-        def policy_fn(obs, action_mask=None):  # type: ignore[no-redef]  # [B, n] legal actions
-            params, _ = mirror.forward(obs)
-            actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
-            return actions, head.to_env(actions), log_probs, None
-
-        return policy_fn
+        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
+        (:func:`agents.acting.rollout_policy`; a recurrent policy carries ``rollout_state``)."""
+        return acting.rollout_policy(self.mirror, self.head, self.layout, rng,
+                                     self.cfg.sde_sample_freq,
+                                     self if self.net.recurrent else None)
 
     def acting_state(self) -> dict[str, Any]:
         """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
@@ -343,13 +284,9 @@ class ActorCriticAgent:
         the rollout in ``rollout_state``.
         """
         updates = self._sync()
-        stats = {}
-        for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm)):
-            stats[key] = None if norm is None else (norm.rms.mean, norm.rms.var, norm.rms.count)
-        # a recurrent policy's state [B, S] before the next observation (each worker its rows)
-        carried = {"rollout_state": self.rollout_state} if self.net.recurrent else {}
-        return {"weights": self.mirror.flat_numpy(), "sampler_key": [self.seed, updates],
-                **stats, **carried}
+        return acting.acting_state(self.mirror, self.obs_norm, self.reward_norm,
+                                   [self.seed, updates],
+                                   self.rollout_state if self.net.recurrent else None)
 
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
