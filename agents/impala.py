@@ -66,11 +66,11 @@ class InProcessActor:
     """
 
     def __init__(self, agent: IMPALA):
-        if agent.net.encoder is not None and agent.cfg.lag > 0:
-            raise ValueError("impala's in-process lag acts on a numpy copy of the policy, which "
-                             "exists for MLP policies only; use lag=0 with an encoder")
         self.agent = agent
         self.lag = int(agent.cfg.lag)
+        # Dense-only policies act on a numpy copy of their own. An encoder's compiled actor reads
+        # the live Keras variables, so a lagged version is swapped into them for the collection
+        # and the learner's weights are put back before the update (nothing runs in between).
         self.actor = NumpyPolicy(agent.net) if agent.net.encoder is None else agent.mirror
         self.kept: deque = deque()  # (version, flat weights), oldest first
 
@@ -86,16 +86,24 @@ class InProcessActor:
         while len(self.kept) > 1 and self.kept[1][0] <= updates - self.lag:
             self.kept.popleft()  # never needed again: the wanted version only grows
         version, weights = self.kept[0]
+        live = None  # the learner's weights, while a lagged version sits in the live variables
         if self.actor is not agent.mirror:
             self.actor.load_flat(weights)
-        rng = np.random.default_rng([agent.seed, updates])
-        saved, agent.mirror = agent.mirror, self.actor  # acting_fn acts with agent.mirror
+        elif version != updates:  # the newest broadcast (version == updates) is the live one
+            live = self.actor.flat_numpy()
+            self.actor.load_flat(weights)
         try:
-            policy_fn = agent.acting_fn(rng)
+            rng = np.random.default_rng([agent.seed, updates])
+            saved, agent.mirror = agent.mirror, self.actor  # acting_fn acts with agent.mirror
+            try:
+                policy_fn = agent.acting_fn(rng)
+            finally:
+                agent.mirror = saved
+            base = agent.collector.env_steps = agent.env_steps
+            traj, episodes = agent.collector.collect(policy_fn, agent.cfg.n_steps)
         finally:
-            agent.mirror = saved
-        base = agent.collector.env_steps = agent.env_steps
-        traj, episodes = agent.collector.collect(policy_fn, agent.cfg.n_steps)
+            if live is not None:
+                self.actor.load_flat(live)
         return Batch(traj, [(s - base, r, n) for s, r, n in episodes],
                      agent.collector.env_steps - base, version)
 

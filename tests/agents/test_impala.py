@@ -3,6 +3,10 @@ V-trace-corrected update against a plain-Python reference when the actor lags.""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,7 +14,11 @@ from test_learning import train
 
 import agents
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from policies import ImageEnv  # noqa: E402
+
 SMALL = dict(num_envs=4, n_steps=6)
+PLANES = "pgrad-test/Planes-v0"  # 10 x 10 x 4 bool, as MinAtar (registered as in test_pixels)
 
 
 def paper_vtrace(r, v, nv, term, trunc, mu, pi, gamma, rho_bar=1.0, c_bar=1.0):
@@ -226,6 +234,42 @@ def test_a_restore_restarts_the_actor_from_the_restored_weights(tmp_path):
     assert info["metrics"]["policy_lag"] == 0.0
     np.testing.assert_array_equal(back.source.kept[0][1], imp.mirror.flat_numpy())
     back.close()
+    imp.close()
+
+
+def test_lag_with_an_encoder_acts_with_the_lagged_weights_and_learns_on_the_live_ones():
+    """A CNN policy acts through the compiled actor on the live variables: with lag 2 the
+    trajectory of update u is acted with version u - 2 swapped in, and the update starts from
+    the learner's own weights (put back after the collection)."""
+    if PLANES not in gym.registry:
+        gym.register(PLANES, entry_point=ImageEnv, kwargs={"shape": (10, 10, 4),
+                                                           "dtype": np.bool_})
+    imp = agents.make("appo", PLANES, seed=2, lag=2, encoder="minatar_cnn", **SMALL)
+    mirror = imp.mirror
+    history = [mirror.flat_numpy().copy()]  # [P] the policy's weights after each update
+    after_collect, source = [], imp.source
+    inner = source.next
+
+    def next_(updates):  # the live weights right after a collection
+        batch = inner(updates)
+        after_collect.append((batch, mirror.flat_numpy().copy()))
+        return batch
+
+    source.next = next_
+    for _ in range(4):
+        assert imp.step()["metrics"]["policy_lag"] == min(len(history) - 1, 2)
+        history.append(mirror.flat_numpy().copy())
+    assert [b.version for b, _ in after_collect] == [0, 0, 0, 1]
+    for u, (_, live) in enumerate(after_collect):
+        np.testing.assert_array_equal(live, history[u])  # the learner's, not the lagged ones
+    assert not np.array_equal(history[1], history[3])
+    traj = after_collect[3][0].traj
+    T, B = traj.rewards.shape
+    mirror.load_flat(history[1])
+    obs = tf.reshape(traj.observations, [T * B, *traj.observations.shape[2:]])
+    acted = imp.head.distribution(imp.net.params(obs)).log_prob(tf.reshape(traj.actions, [-1]))
+    mirror.load_flat(history[4])
+    np.testing.assert_allclose(traj.log_probs, tf.reshape(acted, [T, B]), rtol=1e-5, atol=1e-5)
     imp.close()
 
 
