@@ -54,7 +54,6 @@ def silence() -> None:
     quiet = not verbose()
     if quiet:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # its notice, and stable CPU maths
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=_NOISY + r".*")
         warnings.filterwarnings("ignore", module=r"tensorflow_probability.*")
         warnings.filterwarnings("ignore", module=r"tf_keras.*")
