@@ -145,7 +145,7 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
     import gymnasium as gym
 
     from agents import sb3_names
-    from pgrad.rl.envs import env_source
+    from pgrad.rl.env_recipe import env_source
 
     if "tuned" in hyperparameters:  # pgrad-train's tables belong to the application layer
         raise TypeError(f"agents.make applies the hyperparameters it is given; the tuned ones: "

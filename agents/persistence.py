@@ -72,7 +72,7 @@ def describe(agent: Agent) -> dict[str, Any]:
 
 def _env_record(env_id) -> dict[str, Any]:
     """``{"env": id}`` (an id's options and wrappers beside it), or ``{"env": None}``."""
-    from pgrad.rl.envs import EnvRecipe
+    from pgrad.rl.env_recipe import EnvRecipe
 
     if isinstance(env_id, str):
         return {"env": env_id}
@@ -90,7 +90,7 @@ def _env_record(env_id) -> dict[str, Any]:
 def recorded_env(record: dict[str, Any], path: str | os.PathLike) -> Any:
     """The env an ``agent.json`` record names: its id, or an :class:`EnvRecipe` of its options
     and wrappers. Wrappers outside Gymnasium are code: refused (pass ``env_id`` again)."""
-    from pgrad.rl.envs import EnvRecipe
+    from pgrad.rl.env_recipe import EnvRecipe
 
     env, kwargs, wrappers = record.get("env"), record.get("env_kwargs"), record.get("env_wrapper")
     if env is None or not (kwargs or wrappers):

@@ -39,7 +39,7 @@ def as_policy(target: Any, env_id: Any,
             if not isinstance(meta["env_kwargs"], dict):
                 raise ValueError(f"{target}: the export's env_kwargs are not an object "
                                  f"({type(meta['env_kwargs']).__name__}); pass env_id.")
-            from pgrad.rl.envs import EnvRecipe  # the id with the options it was trained with
+            from pgrad.rl.env_recipe import EnvRecipe  # the id with the options it was trained with
 
             env_id = EnvRecipe(env_id, meta["env_kwargs"])
         probe = _probe(env_id, env_kwargs)
@@ -65,7 +65,7 @@ def as_policy(target: Any, env_id: Any,
 
 def _probe(env_id: Any, env_kwargs: dict | None):
     """One env to read the spaces from (an instance is used as it is)."""
-    from pgrad.rl.envs import make_env
+    from pgrad.rl.env_recipe import make_env
 
     if isinstance(env_id, gym.Env):
         return Borrowed(env_id)

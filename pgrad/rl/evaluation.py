@@ -291,8 +291,9 @@ def evaluate(
       ValueError: bad arguments, an env that emits non-finite rewards, an unusable export.
       ImportError: moviepy missing for ``video_dir``.
     """
-    from pgrad.rl.envs import EnvRecipe, env_name, is_atari_id
-    from pgrad.rl.envs import make_env as build_env
+    from pgrad.rl.env_ids import is_atari_id
+    from pgrad.rl.env_recipe import EnvRecipe, env_name
+    from pgrad.rl.env_recipe import make_env as build_env
 
     if n_eval_episodes is not None:
         episodes = n_eval_episodes

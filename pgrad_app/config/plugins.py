@@ -254,7 +254,7 @@ def import_gym_packages(names: list[str] | None, what: str = "--gym-packages") -
 
 def wrapper_names(env_wrapper) -> list[str]:
     """The dotted names of rl-zoo style ``env_wrapper`` entries (names or ``{name: kwargs}``)."""
-    from pgrad.rl.envs import wrapper_list
+    from pgrad.rl.env_recipe import wrapper_list
 
     return [str(next(iter(w))) if isinstance(w, dict) else str(w)
             for w in wrapper_list(env_wrapper)]
@@ -271,8 +271,8 @@ def run_code_of(values: dict) -> list[str]:
 def env_source(env_id: str, env_kwargs: dict | None, env_wrapper) -> Any:
     """``env_id`` with its options and wrappers (a :class:`pgrad.rl.envs.EnvRecipe`), or the
     bare id; each wrapper name is imported now, so a typo is one line before anything runs."""
-    from pgrad.rl.envs import env_source as make_source
-    from pgrad.rl.envs import import_name, wrapper_list
+    from pgrad.rl.env_recipe import env_source as make_source
+    from pgrad.rl.env_recipe import import_name, wrapper_list
 
     for name in wrapper_names(env_wrapper):
         try:

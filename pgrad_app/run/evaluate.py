@@ -82,7 +82,7 @@ def check_same_spaces(env_id: str, trained_id: str) -> None:
     """Refuses an evaluation env whose spaces differ from the training env's."""
     import gymnasium as gym
 
-    from pgrad.rl.envs import env_name
+    from pgrad.rl.env_recipe import env_name
 
     def short(space) -> str:
         if isinstance(space, gym.spaces.Box):
@@ -318,7 +318,7 @@ def _check_writable_dir(path: Path) -> None:
 
 def _build(env_id, **kwargs):
     """One env of an id or recipe (its options plus ``kwargs``)."""
-    from pgrad.rl.envs import EnvRecipe, make_env
+    from pgrad.rl.env_recipe import EnvRecipe, make_env
 
     return env_id(**kwargs) if isinstance(env_id, EnvRecipe) else make_env(env_id, **kwargs)
 
@@ -326,7 +326,7 @@ def _build(env_id, **kwargs):
 def _check_creates(env_id: str) -> None:
     """Refuses an env whose constructor fails, in one line, before anything is loaded."""
 
-    from pgrad.rl.envs import env_name
+    from pgrad.rl.env_recipe import env_name
 
     try:
         env = _build(env_id)
@@ -340,7 +340,7 @@ def _check_renders(env_id: str) -> None:
     """Refuses --video for an env that cannot render frames (e.g. no ``render_mode`` argument)."""
     import warnings
 
-    from pgrad.rl.envs import env_name
+    from pgrad.rl.env_recipe import env_name
 
     try:
         with warnings.catch_warnings(record=True) as caught:  # shown only if it works

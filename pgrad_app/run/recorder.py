@@ -238,7 +238,7 @@ def env_settings(env: Any) -> dict[str, Any]:
       UserError: a factory, an instance that cannot be built again or a wrapper without an
         importable name: config.yaml could not rebuild it (saying what to pass instead).
     """
-    from pgrad.rl.envs import EnvRecipe, env_name, recipe_of
+    from pgrad.rl.env_recipe import EnvRecipe, env_name, recipe_of
 
     source, why = recipe_of(env)
     record = source.record() if isinstance(source, EnvRecipe) else None
