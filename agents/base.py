@@ -421,21 +421,8 @@ class ActorCriticAgent:
         from agents import sb3_names
         from agents.learning import Loop
 
-        for key in sb3:
-            if key in sb3_names.POINTERS:
-                raise TypeError(f"{key} is Stable-Baselines3's; pgrad: "
-                                f"{sb3_names.POINTERS[key]}.")
-            raise TypeError(f"learn() got an unexpected keyword argument {key!r}.")
-        for ours, theirs, name in ((total_steps, total_timesteps, "total_timesteps"),
-                                   (callbacks, callback, "callback")):
-            if ours is not None and theirs is not None:
-                raise TypeError(f"{name} is SB3's name of an argument also given; give one.")
-        total_steps = total_timesteps if total_steps is None else total_steps
-        if total_steps is None:
-            raise TypeError("learn() needs total_steps (env steps to add).")
-        callbacks = callback if callbacks is None else callbacks
-        progress = progress if progress_bar is None else bool(progress_bar)
-
+        total_steps, callbacks, progress = sb3_names.learn_arguments(
+            total_steps, callbacks, progress, total_timesteps, progress_bar, callback, sb3)
         if int(total_steps) < 0:
             raise ValueError(f"total_steps must be >= 0; got {total_steps}.")
         if self.tensorboard_log is not None:  # after the user's (an EvalCallback's rows)

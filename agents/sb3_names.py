@@ -91,3 +91,24 @@ def _policy_kwargs(kw: dict[str, Any], fields: set[str]) -> dict[str, Any]:
                         "share_features_extractor (or its own hyperparameters: hidden, "
                         "activation, encoder, ...).")
     return out
+
+
+def learn_arguments(total_steps: int | None, callbacks: Any, progress: bool,
+                    total_timesteps: int | None, progress_bar: bool | None, callback: Any,
+                    unknown: dict[str, Any]) -> tuple[int, Any, bool]:
+    """``learn``'s ``(total_steps, callbacks, progress)`` from pgrad's or Stable-Baselines3's
+    names of them; an argument given under both names, a missing ``total_steps`` or another
+    keyword is a TypeError (an SB3 one names pgrad's way)."""
+    for key in unknown:
+        if key in POINTERS:
+            raise TypeError(f"{key} is Stable-Baselines3's; pgrad: {POINTERS[key]}.")
+        raise TypeError(f"learn() got an unexpected keyword argument {key!r}.")
+    for ours, theirs, name in ((total_steps, total_timesteps, "total_timesteps"),
+                               (callbacks, callback, "callback")):
+        if ours is not None and theirs is not None:
+            raise TypeError(f"{name} is SB3's name of an argument also given; give one.")
+    steps = total_timesteps if total_steps is None else total_steps
+    if steps is None:
+        raise TypeError("learn() needs total_steps (env steps to add).")
+    callbacks = callback if callbacks is None else callbacks
+    return steps, callbacks, progress if progress_bar is None else bool(progress_bar)
