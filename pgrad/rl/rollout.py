@@ -42,6 +42,7 @@ from pgrad.rl.envs import (
 )
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl.overlap import OverlapVectorEnv, merge_step
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
            "describe_failure", "env_name", "make_vec_env"]
@@ -155,6 +156,17 @@ class Collector:
         #: ``info["is_success"]`` of the episodes that ended and reported it, oldest first (1.0 /
         #: 0.0); the training loop takes them (:meth:`take_successes`) for the success rate.
         self.successes: list[float] = []
+        #: Whether :meth:`collect` acts on one half of the envs while the other steps
+        #: (``vector_mode="overlap"``, :mod:`pgrad.rl.overlap`).
+        self.overlap = isinstance(envs, OverlapVectorEnv)
+        if self.overlap and obs_norm is not None:
+            raise self._not_overlappable("observation normalisation")
+
+    def _not_overlappable(self, what: str) -> ValueError:
+        return ValueError(
+            f"env {self.name!r}: vector_mode 'overlap' acts on half the envs before the other "
+            f"half has stepped, which {what} (read from every env's step) does not allow; use "
+            "vector_mode 'sync'.")
 
     def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
@@ -244,11 +256,18 @@ class Collector:
         obs = self._norm(raw)
         action_mask = self._action_mask
         if action_mask is None:
-            actions, env_actions, log_probs, values = policy_fn(obs)
+            acted = policy_fn(obs)
         else:
-            actions, env_actions, log_probs, values = policy_fn(obs, action_mask=action_mask)
+            acted = policy_fn(obs, action_mask=action_mask)
         where = self.env_steps + self.num_envs
-        raw, rewards, term, trunc, info = self._env_call(where, self.envs.step, env_actions)
+        stepped = self._env_call(where, self.envs.step, acted[1])
+        return self._record(obs, acted, action_mask, stepped, where, check)
+
+    def _record(self, obs, acted: tuple, action_mask, stepped: tuple, where: int, check: bool):
+        """The rest of :meth:`_step` once the vector env has stepped: ``acted`` is the policy
+        function's output at ``obs``, ``stepped`` the env's ``step`` output."""
+        actions, _, log_probs, values = acted
+        raw, rewards, term, trunc, info = stepped
         flat = self._flat(raw, where)
         self._action_mask = self.masks.read(raw, info, _where(where))
         if check:
@@ -301,9 +320,9 @@ class Collector:
         # (the same error, naming the same env step, as a check per step).
         deferred = self.obs_norm is None and self.reward_norm is None
         start = self.env_steps
+        steps_of = self._overlapped if self.overlap else self._steps
         try:
-            for t in range(num_steps):
-                parts, eps = self._step(policy_fn, check=not deferred)
+            for t, (parts, eps) in enumerate(steps_of(policy_fn, num_steps, not deferred)):
                 if frames is not None:
                     obs, nxt = frames.write(t, parts[0], parts[7])
                     parts = (obs, *parts[1:7], nxt, parts[8])
@@ -318,6 +337,52 @@ class Collector:
         if deferred:
             self._check_rollout(traj, start, self._raw_obs)
         return traj, episodes
+
+    def _steps(self, policy_fn: PolicyFn, num_steps: int, check: bool):
+        """``num_steps`` :meth:`_step` results, one vector step after the other."""
+        for _ in range(num_steps):
+            yield self._step(policy_fn, check)
+
+    def _overlapped(self, policy_fn: PolicyFn, num_steps: int, check: bool):
+        """:meth:`_steps` for an :class:`~pgrad.rl.overlap.OverlapVectorEnv`: the policy acts
+        on one half of the envs while the worker thread steps the other. Per vector step ``t``:
+        act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at ``t + 1`` while
+        B steps ``t``. The policy function is called on half batches, A's rows then B's at
+        every step (the order one ``[B]`` draw takes from the generator), with the same
+        observations and actions as :meth:`_steps`; no half is left stepping afterwards."""
+        envs = self.envs
+        if self._raw_obs is None:
+            self.reset()
+        halves = (slice(0, envs.split), slice(envs.split, None))
+
+        def rows(obs, half: int):
+            return self.layout.join(p[halves[half]] for p in self.layout.split(obs))
+
+        if self._action_mask is not None:
+            raise self._not_overlappable("the env's action masks")
+        obs = self._raw_obs  # (no observation normaliser with this env: see __init__)
+        acted_a = policy_fn(rows(obs, 0))
+        where = self.env_steps + self.num_envs
+        try:
+            envs.step_async(0, acted_a[1])
+            for t in range(num_steps):
+                acted_b = policy_fn(rows(obs, 1))
+                stepped_a = self._env_call(where, envs.step_wait, 0)
+                envs.step_async(1, acted_b[1])
+                more = t + 1 < num_steps
+                if more:
+                    next_a = policy_fn(self._flat(stepped_a[0], where))
+                stepped = merge_step(stepped_a, self._env_call(where, envs.step_wait, 1),
+                                     envs.sizes)
+                acted = tuple(None if a is None else np.concatenate([a, b])
+                              for a, b in zip(acted_a, acted_b))
+                yield self._record(obs, acted, None, stepped, where, check)
+                obs, where = self._raw_obs, where + self.num_envs
+                if more:
+                    acted_a = next_a
+                    envs.step_async(0, acted_a[1])
+        finally:
+            envs.drain()  # (an error or an abandoned rollout: nothing left stepping)
 
     def _check_rollout(self, traj: Trajectory, start: int, last_obs: np.ndarray | None) -> None:
         """The per-step finite checks of :meth:`_step`, over a rollout collected without them.
