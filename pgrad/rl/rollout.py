@@ -347,7 +347,7 @@ class Collector:
         """:meth:`_steps` for an :class:`~pgrad.rl.overlap.OverlapVectorEnv`: the policy acts
         on one half of the envs while the worker thread steps the other. Per vector step ``t``:
         act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at ``t + 1`` while
-        B steps ``t``. The policy function is called on half batches, A's rows then B's at
+        B steps ``t``; start A's step ``t + 1`` and record step ``t`` while it runs. The policy function is called on half batches, A's rows then B's at
         every step (the order one ``[B]`` draw takes from the generator), with the same
         observations and actions as :meth:`_steps`; no half is left stepping afterwards."""
         envs = self.envs
@@ -372,15 +372,16 @@ class Collector:
                 more = t + 1 < num_steps
                 if more:
                     next_a = policy_fn(self._flat(stepped_a[0], where))
-                stepped = merge_step(stepped_a, self._env_call(where, envs.step_wait, 1),
-                                     envs.sizes)
+                stepped_b = self._env_call(where, envs.step_wait, 1)
+                if more:  # A steps t + 1 while step t is recorded
+                    envs.step_async(0, next_a[1])
                 acted = tuple(None if a is None else np.concatenate([a, b])
                               for a, b in zip(acted_a, acted_b))
-                yield self._record(obs, acted, None, stepped, where, check)
+                yield self._record(obs, acted, None, merge_step(stepped_a, stepped_b, envs.sizes),
+                                   where, check)
                 obs, where = self._raw_obs, where + self.num_envs
                 if more:
                     acted_a = next_a
-                    envs.step_async(0, acted_a[1])
         finally:
             envs.drain()  # (an error or an abandoned rollout: nothing left stepping)
 
