@@ -74,7 +74,7 @@ class OverlapVectorEnv(gym.vector.VectorEnv):
     def __init__(self, halves: tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]):
         self.halves = tuple(halves)
         first = self.halves[0]
-        self.sizes = tuple(h.num_envs for h in self.halves)
+        self.sizes: tuple[int, int] = (self.halves[0].num_envs, self.halves[1].num_envs)
         self.split = self.sizes[0]
         self.num_envs = sum(self.sizes)
         self.single_observation_space = first.single_observation_space

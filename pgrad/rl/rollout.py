@@ -346,11 +346,13 @@ class Collector:
     def _overlapped(self, policy_fn: PolicyFn, num_steps: int, check: bool):
         """:meth:`_steps` for an :class:`~pgrad.rl.overlap.OverlapVectorEnv`: the policy acts
         on one half of the envs while the worker thread steps the other. Per vector step ``t``:
-        act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at ``t + 1`` while
-        B steps ``t``; start A's step ``t + 1`` and record step ``t`` while it runs. The policy function is called on half batches, A's rows then B's at
-        every step (the order one ``[B]`` draw takes from the generator), with the same
-        observations and actions as :meth:`_steps`; no half is left stepping afterwards."""
+        act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at ``t + 1``
+        while B steps ``t``; start A's step ``t + 1`` and record step ``t`` while it runs. The
+        policy function is called on half batches, A's rows then B's at every step (the order
+        one ``[B]`` draw takes from the generator), with the same observations and actions as
+        :meth:`_steps`; no half is left stepping afterwards."""
         envs = self.envs
+        assert isinstance(envs, OverlapVectorEnv)  # (self.overlap)
         if self._raw_obs is None:
             self.reset()
         halves = (slice(0, envs.split), slice(envs.split, None))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from pgrad_app.perf.common import figure, interleaved, ratio
@@ -175,7 +177,7 @@ def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: in
         for _ in range(vector_steps):
             envs.step(rng.integers(0, actions, num_envs))
 
-    fns = {"raw": timed("raw", raw)}
+    fns: dict[str, Callable[[], object]] = {"raw": timed("raw", raw)}
     for mode, agent in made.items():
         policy_fn = agent.acting_fn(np.random.default_rng(0))
         agent.collector.collect(policy_fn, 2)  # trace the acting call
