@@ -3,10 +3,12 @@
 ``vector_mode="overlap"`` (Sample Factory's double-buffered sampling, in one process): sub-envs
 ``0 .. h-1`` and ``h .. B-1`` (``h = B // 2``) are two ``SAME_STEP`` vector envs of their own,
 and one worker thread steps a half while the caller's thread runs the network on the other
-(:meth:`pgrad.rl.rollout.Collector.collect` does so). The network's TensorFlow call releases the
-interpreter lock while it computes, so a second core that would idle while the network runs
-steps the emulators instead; the stepping itself (Python wrappers) holds the lock, so two halves
-stepping at once would gain nothing.
+(:func:`overlapped_steps`, which :meth:`pgrad.rl.rollout.Collector.collect` runs). The
+network's TensorFlow call releases the interpreter lock while its kernels run, so a second core
+that would idle while the network runs can step the emulators instead; the stepping itself
+(Python wrappers) holds the lock, so two halves stepping at once would gain nothing. It costs
+more CPU than acting on the whole batch (two network calls of ``h`` rows instead of one of
+``B``): it pays only where a core is idle (docs/performance.md, "double-buffered collection").
 
 What a rollout holds is unchanged: sub-env ``i`` is seeded ``seed + i`` as in one vector env,
 each sub-env is stepped with the same actions in the same order, and the Collector draws the
@@ -27,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["OverlapVectorEnv", "merge_info", "merge_obs", "merge_step"]
+__all__ = ["OverlapVectorEnv", "merge_info", "merge_obs", "merge_step", "overlapped_steps"]
 
 
 def merge_obs(a: Any, b: Any) -> Any:
@@ -135,3 +137,49 @@ def merge_step(a: tuple, b: tuple, sizes: tuple[int, int]) -> tuple:
     """Two halves' ``step`` results -> one vector env's."""
     return (merge_obs(a[0], b[0]), *(np.concatenate([x, y]) for x, y in zip(a[1:4], b[1:4])),
             merge_info(a[4], b[4], *sizes))
+
+
+def overlapped_steps(col: Any, policy_fn: Any, num_steps: int, check: bool):
+    """The :class:`pgrad.rl.rollout.Collector` 's ``num_steps`` vector steps (its ``_step``
+    results) on an :class:`OverlapVectorEnv`: the policy acts on one half of the envs while the
+    worker thread steps the other. Per vector step ``t``: act on B at ``t`` while A steps ``t``;
+    start B's step ``t``; act on A at ``t + 1`` while B steps ``t``; start A's step ``t + 1``
+    and record step ``t`` while it runs. The policy function is called on half batches, A's
+    rows then B's at every step (the order one ``[B]`` draw takes from the generator), with the
+    same observations and actions as one step after the other; no half is left stepping
+    afterwards."""
+    envs = col.envs
+    assert isinstance(envs, OverlapVectorEnv)  # (col.overlap)
+    if col._raw_obs is None:
+        col.reset()
+    if col._action_mask is not None:
+        raise col._not_overlappable("the env's action masks")
+    halves, layout = (slice(0, envs.split), slice(envs.split, None)), col.layout
+
+    def rows(obs, half: int):
+        return layout.join(p[halves[half]] for p in layout.split(obs))
+
+    obs = col._raw_obs  # (no observation normaliser with this env: see Collector.__init__)
+    acted_a = policy_fn(rows(obs, 0))
+    where = col.env_steps + col.num_envs
+    try:
+        envs.step_async(0, acted_a[1])
+        for t in range(num_steps):
+            acted_b = policy_fn(rows(obs, 1))
+            stepped_a = col._env_call(where, envs.step_wait, 0)
+            envs.step_async(1, acted_b[1])
+            more = t + 1 < num_steps
+            if more:
+                next_a = policy_fn(col._flat(stepped_a[0], where))
+            stepped_b = col._env_call(where, envs.step_wait, 1)
+            if more:  # A steps t + 1 while step t is recorded
+                envs.step_async(0, next_a[1])
+            acted = tuple(None if a is None else np.concatenate([a, b])
+                          for a, b in zip(acted_a, acted_b))
+            yield col._record(obs, acted, None, merge_step(stepped_a, stepped_b, envs.sizes),
+                              where, check)
+            obs, where = col._raw_obs, where + col.num_envs
+            if more:
+                acted_a = next_a
+    finally:
+        envs.drain()  # (an error or an abandoned rollout: nothing left stepping)

@@ -42,7 +42,7 @@ from pgrad.rl.envs import (
 )
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.overlap import OverlapVectorEnv, merge_step
+from pgrad.rl.overlap import OverlapVectorEnv, overlapped_steps
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
            "describe_failure", "env_name", "make_vec_env"]
@@ -320,9 +320,10 @@ class Collector:
         # (the same error, naming the same env step, as a check per step).
         deferred = self.obs_norm is None and self.reward_norm is None
         start = self.env_steps
-        steps_of = self._overlapped if self.overlap else self._steps
+        stepper = (overlapped_steps(self, policy_fn, num_steps, not deferred) if self.overlap
+                   else self._steps(policy_fn, num_steps, not deferred))
         try:
-            for t, (parts, eps) in enumerate(steps_of(policy_fn, num_steps, not deferred)):
+            for t, (parts, eps) in enumerate(stepper):
                 if frames is not None:
                     obs, nxt = frames.write(t, parts[0], parts[7])
                     parts = (obs, *parts[1:7], nxt, parts[8])
@@ -342,50 +343,6 @@ class Collector:
         """``num_steps`` :meth:`_step` results, one vector step after the other."""
         for _ in range(num_steps):
             yield self._step(policy_fn, check)
-
-    def _overlapped(self, policy_fn: PolicyFn, num_steps: int, check: bool):
-        """:meth:`_steps` for an :class:`~pgrad.rl.overlap.OverlapVectorEnv`: the policy acts
-        on one half of the envs while the worker thread steps the other. Per vector step ``t``:
-        act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at ``t + 1``
-        while B steps ``t``; start A's step ``t + 1`` and record step ``t`` while it runs. The
-        policy function is called on half batches, A's rows then B's at every step (the order
-        one ``[B]`` draw takes from the generator), with the same observations and actions as
-        :meth:`_steps`; no half is left stepping afterwards."""
-        envs = self.envs
-        assert isinstance(envs, OverlapVectorEnv)  # (self.overlap)
-        if self._raw_obs is None:
-            self.reset()
-        halves = (slice(0, envs.split), slice(envs.split, None))
-
-        def rows(obs, half: int):
-            return self.layout.join(p[halves[half]] for p in self.layout.split(obs))
-
-        if self._action_mask is not None:
-            raise self._not_overlappable("the env's action masks")
-        obs = self._raw_obs  # (no observation normaliser with this env: see __init__)
-        acted_a = policy_fn(rows(obs, 0))
-        where = self.env_steps + self.num_envs
-        try:
-            envs.step_async(0, acted_a[1])
-            for t in range(num_steps):
-                acted_b = policy_fn(rows(obs, 1))
-                stepped_a = self._env_call(where, envs.step_wait, 0)
-                envs.step_async(1, acted_b[1])
-                more = t + 1 < num_steps
-                if more:
-                    next_a = policy_fn(self._flat(stepped_a[0], where))
-                stepped_b = self._env_call(where, envs.step_wait, 1)
-                if more:  # A steps t + 1 while step t is recorded
-                    envs.step_async(0, next_a[1])
-                acted = tuple(None if a is None else np.concatenate([a, b])
-                              for a, b in zip(acted_a, acted_b))
-                yield self._record(obs, acted, None, merge_step(stepped_a, stepped_b, envs.sizes),
-                                   where, check)
-                obs, where = self._raw_obs, where + self.num_envs
-                if more:
-                    acted_a = next_a
-        finally:
-            envs.drain()  # (an error or an abandoned rollout: nothing left stepping)
 
     def _check_rollout(self, traj: Trajectory, start: int, last_obs: np.ndarray | None) -> None:
         """The per-step finite checks of :meth:`_step`, over a rollout collected without them.
