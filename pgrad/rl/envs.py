@@ -47,7 +47,7 @@ from pgrad.rl.env_recipe import (  # noqa: F401 (re-exported: their home before 
 )
 
 #: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
-VECTOR_MODES = ("sync", "async", "envpool")
+VECTOR_MODES = ("sync", "async", "envpool", "overlap")
 
 
 class EnvError(ValueError):
@@ -104,7 +104,9 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
         is already).
       num_envs: number of sub-envs.
       mode: ``"sync"`` (one process), ``"async"`` (one subprocess per env) or ``"envpool"``
-        (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only).
+        (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only) or
+        ``"overlap"`` (this process, two halves of sync envs that a worker thread steps while
+        the policy acts on the other half: :mod:`pgrad.rl.overlap`; ``num_envs >= 2``).
       max_obs_dim: refuse (ValueError) an env whose flat observation is wider than this, after
         building one env and before building the vector env: Gymnasium's batched spaces
         allocate ``num_envs`` x the observation size up front, which for an enormous space
@@ -125,6 +127,19 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
             raise TypeError(f"env_kwargs {sorted(kwargs)} need an env id; the env instance "
                             "is built already.")
         return _vector_of_instance(env_id, num_envs, mode)
+    if mode == "overlap":
+        from pgrad.rl.overlap import OverlapVectorEnv
+
+        if num_envs < 2:
+            raise ValueError(f"vector_mode 'overlap' steps two halves of the envs; it needs "
+                             f"num_envs >= 2, got {num_envs}.")
+        first = make_vec_env(env_id, num_envs // 2, "sync", max_obs_dim, env_kwargs)
+        try:
+            second = make_vec_env(env_id, num_envs - num_envs // 2, "sync", None, env_kwargs)
+        except Exception:
+            first.close()
+            raise
+        return OverlapVectorEnv((first, second))
     if mode == "envpool":
         from pgrad.rl.envpool_atari import make_envpool
 

@@ -42,6 +42,7 @@ from pgrad.rl.envs import (
 )
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl.overlap import OverlapVectorEnv, overlapped_steps
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
            "describe_failure", "env_name", "make_vec_env"]
@@ -155,6 +156,17 @@ class Collector:
         #: ``info["is_success"]`` of the episodes that ended and reported it, oldest first (1.0 /
         #: 0.0); the training loop takes them (:meth:`take_successes`) for the success rate.
         self.successes: list[float] = []
+        #: Whether :meth:`collect` acts on one half of the envs while the other steps
+        #: (``vector_mode="overlap"``, :mod:`pgrad.rl.overlap`).
+        self.overlap = isinstance(envs, OverlapVectorEnv)
+        if self.overlap and obs_norm is not None:
+            raise self._not_overlappable("observation normalisation")
+
+    def _not_overlappable(self, what: str) -> ValueError:
+        return ValueError(
+            f"env {self.name!r}: vector_mode 'overlap' acts on half the envs before the other "
+            f"half has stepped, which {what} (read from every env's step) does not allow; use "
+            "vector_mode 'sync'.")
 
     def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
@@ -244,11 +256,18 @@ class Collector:
         obs = self._norm(raw)
         action_mask = self._action_mask
         if action_mask is None:
-            actions, env_actions, log_probs, values = policy_fn(obs)
+            acted = policy_fn(obs)
         else:
-            actions, env_actions, log_probs, values = policy_fn(obs, action_mask=action_mask)
+            acted = policy_fn(obs, action_mask=action_mask)
         where = self.env_steps + self.num_envs
-        raw, rewards, term, trunc, info = self._env_call(where, self.envs.step, env_actions)
+        stepped = self._env_call(where, self.envs.step, acted[1])
+        return self._record(obs, acted, action_mask, stepped, where, check)
+
+    def _record(self, obs, acted: tuple, action_mask, stepped: tuple, where: int, check: bool):
+        """The rest of :meth:`_step` once the vector env has stepped: ``acted`` is the policy
+        function's output at ``obs``, ``stepped`` the env's ``step`` output."""
+        actions, _, log_probs, values = acted
+        raw, rewards, term, trunc, info = stepped
         flat = self._flat(raw, where)
         self._action_mask = self.masks.read(raw, info, _where(where))
         if check:
@@ -301,9 +320,10 @@ class Collector:
         # (the same error, naming the same env step, as a check per step).
         deferred = self.obs_norm is None and self.reward_norm is None
         start = self.env_steps
+        stepper = (overlapped_steps(self, policy_fn, num_steps, not deferred) if self.overlap
+                   else self._steps(policy_fn, num_steps, not deferred))
         try:
-            for t in range(num_steps):
-                parts, eps = self._step(policy_fn, check=not deferred)
+            for t, (parts, eps) in enumerate(stepper):
                 if frames is not None:
                     obs, nxt = frames.write(t, parts[0], parts[7])
                     parts = (obs, *parts[1:7], nxt, parts[8])
@@ -318,6 +338,11 @@ class Collector:
         if deferred:
             self._check_rollout(traj, start, self._raw_obs)
         return traj, episodes
+
+    def _steps(self, policy_fn: PolicyFn, num_steps: int, check: bool):
+        """``num_steps`` :meth:`_step` results, one vector step after the other."""
+        for _ in range(num_steps):
+            yield self._step(policy_fn, check)
 
     def _check_rollout(self, traj: Trajectory, start: int, last_obs: np.ndarray | None) -> None:
         """The per-step finite checks of :meth:`_step`, over a rollout collected without them.

@@ -47,7 +47,7 @@ def _agent_epilog() -> str:
 #: are accepted as they are).
 FOREIGN_FLAGS = {
     "-params": "--set KEY=VALUE (repeatable)", "--hyperparams": "--set KEY=VALUE (repeatable)",
-    "--vec-env": "--set vector_mode=sync|async|envpool",
+    "--vec-env": "--set vector_mode=sync|async|envpool|overlap",
     "-f": "--out DIR", "--log-folder": "--out DIR", "--tensorboard-log": "--out DIR "
     "(TensorBoard files in DIR/tb)", "-tb": "--out DIR (TensorBoard files in DIR/tb)",
     "-i": "--resume DIR", "--trained-agent": "--resume DIR",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from pgrad_app.perf.common import figure, interleaved, ratio
@@ -60,7 +62,8 @@ def collection_backends(repeats: int, env_id: str = "CartPole-v1", num_envs: int
     actions = np.stack([np.stack([space.sample() for _ in range(num_envs)])
                         for _ in range(steps)])
     fns, closers = {}, []
-    modes = [m for m in rollout.VECTOR_MODES if m != "async" or num_envs <= 16]
+    modes = [m for m in rollout.VECTOR_MODES  # (overlap: cnn_collection_ratio)
+             if m != "overlap" and (m != "async" or num_envs <= 16)]
     for mode in modes:  # (async: one process per env, not tried past 16 on 2 cores)
         envs = rollout.make_vec_env(env_id, num_envs, mode)
         envs.reset(seed=0)
@@ -134,12 +137,19 @@ def naive_acting_ratio(repeats: int, vector_steps: int = 400) -> dict:
 
 def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: int = 8,
                          vector_steps: int = 20) -> dict:
-    """Collection with a NatureCNN policy against raw stepping of the same vector env (goal:
-    >= 0.7x): PPO's collector on 8 Atari envs with the standard preprocessing (84x84x4 uint8),
-    acting through :class:`pgrad.rl.compiled_actor.CompiledActor`, and random-action stepping of
-    that collector's own envs. Interleaved rounds of ``vector_steps``, median of per-round
-    ratios (throughput: raw time over collection time). Needs ale-py (``pgrad[atari]``)."""
+    """Collection with a NatureCNN policy against raw stepping of the same envs (goal: >= 0.7x):
+    PPO's collector on 8 Atari envs with the standard preprocessing (84x84x4 uint8), acting
+    through :class:`pgrad.rl.compiled_actor.CompiledActor`, in the default
+    ``vector_mode="sync"`` (acting and stepping one after the other; the value) and in
+    ``"overlap"`` (the network acts on one half of the envs while a thread steps the other;
+    ``overlap_ratio``), against random-action stepping of the sync collector's own envs (one
+    process, the emulators one after the other: what ``step`` of those 8 envs costs).
+    Interleaved rounds of ``vector_steps``, median of per-round ratios (throughput: raw time
+    over collection time); ``cpu_ratio`` the same with the process's CPU time instead of the
+    wall clock (the ratio a machine with no idle core would give). Needs ale-py
+    (``pgrad[atari]``)."""
     import importlib.util
+    import time
 
     name = "cnn_collection_ratio"
     if importlib.util.find_spec("ale_py") is None:
@@ -149,30 +159,44 @@ def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: in
 
     import agents
 
-    agent = agents.make("ppo", env_id, seed=0, num_envs=num_envs, n_steps=128)
-    envs, rng = agent.collector.envs, np.random.default_rng(0)
+    made = {mode: agents.make("ppo", env_id, seed=0, num_envs=num_envs, n_steps=128,
+                              vector_mode=mode) for mode in ("sync", "overlap")}
+    envs, rng = made["sync"].collector.envs, np.random.default_rng(0)
     space = envs.single_action_space
     assert isinstance(space, gym.spaces.Discrete), space  # Atari's actions
     actions = int(space.n)
-    policy_fn = agent.acting_fn(rng)
-    agent.collector.collect(policy_fn, 2)  # trace the acting call
+    cpu: dict[str, list[float]] = {"raw": [], "sync": [], "overlap": []}
+
+    def timed(key, fn):
+        def run():
+            start = time.process_time()
+            fn()
+            cpu[key].append(time.process_time() - start)
+        return run
 
     def raw():
         for _ in range(vector_steps):
             envs.step(rng.integers(0, actions, num_envs))
 
-    times = interleaved({"raw": raw,
-                         "collect": lambda: agent.collector.collect(policy_fn, vector_steps)},
-                        max(5, repeats // 4), warmup=1)
-    value = ratio(times, "raw", "collect")
-    steps_per_s = {k: round(vector_steps * num_envs / float(np.median(v)))
-                   for k, v in times.items()}
-    encoder = getattr(agent.net.encoder, "kind", None)
-    agent.close()
+    fns: dict[str, Callable[[], object]] = {"raw": timed("raw", raw)}
+    for mode, agent in made.items():
+        policy_fn = agent.acting_fn(np.random.default_rng(0))
+        agent.collector.collect(policy_fn, 2)  # trace the acting call
+        fns[mode] = timed(mode, lambda a=agent, f=policy_fn: a.collector.collect(f, vector_steps))
+    times = interleaved(fns, max(5, repeats // 4), warmup=1)
+    for key in cpu:  # drop the warm-up call's
+        cpu[key] = cpu[key][1:]
+    value = ratio(times, "raw", "sync")
+    cpu_times = {k: np.asarray(v) for k, v in cpu.items()}
+    per_step = {k: round(float(np.median(v)) * 1e3 / vector_steps, 2) for k, v in times.items()}
+    cpu_per_step = {k: round(float(np.median(v)) * 1e3 / vector_steps, 2)
+                    for k, v in cpu_times.items()}
+    encoder = getattr(made["sync"].net.encoder, "kind", None)
+    for agent in made.values():
+        agent.close()
     return figure(name, value, ">= 0.7", value >= 0.7, env=env_id, num_envs=num_envs,
                   encoder=encoder, vector_steps_per_round=vector_steps,
-                  env_steps_per_s=steps_per_s,
-                  raw_ms_per_vector_step=round(float(np.median(times["raw"])) * 1e3
-                                               / vector_steps, 2),
-                  collect_ms_per_vector_step=round(float(np.median(times["collect"])) * 1e3
-                                                   / vector_steps, 2))
+                  overlap_ratio=round(ratio(times, "raw", "overlap"), 3),
+                  cpu_ratio={k: round(ratio(cpu_times, "raw", k), 3)
+                             for k in ("sync", "overlap")},
+                  ms_per_vector_step=per_step, cpu_ms_per_vector_step=cpu_per_step)
