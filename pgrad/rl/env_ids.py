@@ -30,7 +30,8 @@ _NAMESPACES = {"MinAtar/": ("minatar.gym", "MinAtar", "minatar")}
 _ATARI_SUFFIXES = ("NoFrameskip-v4", "NoFrameskip-v0")
 #: pgrad's own env ids -> the module whose ``register()`` registers them.
 _PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.masked_envs", "PenaltyOffers-v0": "pgrad.rl.masked_envs",
-              "CartPoleNoVel-v1": "pgrad.rl.novel_envs", "PendulumNoVel-v1": "pgrad.rl.novel_envs"}
+              "CartPoleNoVel-v1": "pgrad.rl.novel_envs", "PendulumNoVel-v1": "pgrad.rl.novel_envs",
+              "MinAtar/Breakout-NoTrail-v1": "pgrad.rl.notrail_envs"}
 
 
 def is_atari_id(env_id: Any) -> bool:
@@ -45,7 +46,8 @@ def ensure_registered(env_id: Any) -> None:
 
     ale-py for Atari ids (``ALE/...``, ``...NoFrameskip-v4``), MinAtar for ``MinAtar/...``,
     pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`;
-    ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.novel_envs`); any
+    ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.novel_envs`;
+    ``MinAtar/Breakout-NoTrail-v1``: :mod:`pgrad.rl.notrail_envs`); any
     other id (or a factory) is left alone. Cheap once registered (one dict look-up).
 
     Raises:
@@ -70,5 +72,5 @@ def ensure_registered(env_id: Any) -> None:
                           f"importing it failed: {' '.join(str(err).split())}") from None
     if module == "ale_py":
         gym.register_envs(mod)  # (importing ale_py registers its ids)
-    elif not any(k.startswith("MinAtar/") for k in gym.registry):
-        mod.register_envs()
+    elif not any(k.startswith("MinAtar/") and k not in _PGRAD_IDS for k in gym.registry):
+        mod.register_envs()  # (once: pgrad's own MinAtar/... ids do not count)
