@@ -7,6 +7,14 @@ GAE(lambda) targets, runs ``epochs`` passes of shuffled minibatch steps in a ``t
 the value and entropy terms, global-norm clipping, the Keras optimizer, early stop on approximate
 KL) and returns the metrics and the actor's new flat weights in one tensor, so a step costs one
 host fetch.
+
+Recurrent policies: the minibatches are whole env sequences, or with ``sequence_length`` pieces
+of ``L`` steps of them (sb3-contrib's RecurrentPPO layout), each from the core's state at its
+first step. Those states are recomputed here in one pass of the core over the rollout on the
+weights that acted (:func:`piece_states`), equal to what acting carried (tested) and with
+nothing extra recorded in the rollout or sent by remote collectors. The pieces sit at fixed
+places, not at sb3-contrib's random offset per epoch: equal pieces keep one static shape (one
+trace, no padding or masks); docs/agents.md, "Recurrent policies".
 """
 
 from __future__ import annotations
