@@ -2,7 +2,8 @@
 PendulumNoVel-v1, the same velocity-masked envs pgrad registers), then a deterministic
 10-episode evaluation carrying the LSTM state (obs normalised with the frozen training stats).
 
-    PYTHONPATH=<sb3-contrib checkout> python sb3c_ppo_lstm.py ENV SEED OUT.json
+    pip install -c constraints.txt -e '.[bench]'   # sb3-contrib 2.9.2, stable-baselines3 2.9.2
+    PYTHONPATH=. python docs/benchmarks/memory/sb3c_ppo_lstm.py ENV SEED OUT.json
 
 Writes the training episodes (step, return) and the evaluation as JSON.
 """
