@@ -112,6 +112,11 @@ class ActorCriticConfig:
         "as sb3-contrib's RecurrentPPO); '' = none (feed-forward)"))
     lstm_units: int = field(default=256, metadata=doc(
         "with recurrent: units of the LSTM/GRU core (sb3-contrib's lstm_hidden_size)"))
+    sequence_length: int = field(default=0, metadata=doc(
+        "with recurrent: PPO's minibatches are pieces of this many steps of one env's rollout, "
+        "each from the core's state at its first step (as sb3-contrib's RecurrentPPO); it must "
+        "divide n_steps, and minibatch_size be a multiple of it; 0 = whole env sequences "
+        "(n_steps)"))
     # -- optimisation --------------------------------------------------------------------------
     optimizer: str = field(default="rmsprop", metadata=doc("'rmsprop', 'adam' or 'sgd'"))
     learning_rate: float | str = field(default=7e-4, metadata=scheduled(
@@ -290,18 +295,33 @@ class ActorCriticConfig:
              f"lstm_units must be in [1, {MAX_WIDTH}]; got {self.lstm_units}")
         if self.recurrent:
             self.validate_recurrent(need)
+        else:
+            need(int(self.sequence_length) == 0,
+                 f"sequence_length applies to recurrent policies only (recurrent is off); got "
+                 f"{self.sequence_length}")
         need(self.diagnostics_max_norm >= 0,
              f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")
 
 
+    def sequence_steps(self) -> int:
+        """``L``: the steps of one recurrent sequence in the update (``sequence_length``, or
+        ``n_steps`` for whole env sequences)."""
+        return int(self.sequence_length) or int(self.n_steps)
+
     def validate_recurrent(self, need: Callable[[bool, str], None]) -> None:
-        """What a recurrent core needs: fixed-length rollouts whose env sequences stay whole."""
+        """What a recurrent core needs: fixed-length rollouts cut into equal pieces."""
         why = f"recurrent={self.recurrent!r}"
         need(self.rollout == "steps", f"{why} needs rollout='steps' (whole env sequences of "
              "n_steps; set n_steps to the horizon)")
-        need(int(self.minibatch_size) % int(self.n_steps) == 0,
-             f"{why}: minibatches are whole env sequences, so minibatch_size must be a "
-             f"multiple of n_steps = {self.n_steps}; got {self.minibatch_size}")
+        length, n_steps = int(self.sequence_length), int(self.n_steps)
+        need(length == 0 or (1 <= length <= n_steps and n_steps % length == 0),
+             f"sequence_length must divide n_steps = {n_steps} (0 = whole env sequences); "
+             f"got {self.sequence_length}")
+        what, unit = (("whole env sequences", f"n_steps = {n_steps}") if length == 0 else
+                      (f"pieces of {length} steps", f"sequence_length = {length}"))
+        need(int(self.minibatch_size) % self.sequence_steps() == 0,
+             f"{why}: minibatches are {what}, so minibatch_size must be a multiple of "
+             f"{unit}; got {self.minibatch_size}")
         need(not self.shared_trunk, f"{why}: actor and critic have their own cores; "
              "shared_trunk does not apply")
         need(self.adversarial_epsilon == 0, f"{why}: adversarial_epsilon attacks feed-forward "

@@ -47,12 +47,11 @@ def firsts(rows: tf.Tensor, length: int) -> tf.Tensor:
     return tf.reshape(rows, [-1, length, rows.shape[-1]])[:, 0]
 
 
-def values_of(net: Any, n_steps: int, data: dict) -> tf.Tensor:
-    """``[M]`` values of a batch of flat rows (recurrent: whole env-major sequences of
-    ``n_steps``, from ``data["critic_state0"]``)."""
+def values_of(net: Any, length: int, data: dict) -> tf.Tensor:
+    """``[M]`` values of a batch of flat rows (recurrent: env-major sequences of ``length``
+    steps, each from its first row's ``data["critic_state0"]``)."""
     if not net.recurrent:
         return net.value(data["obs"])
-    length = int(n_steps)
     return net.value_sequence(data["obs"], data["episode_starts"],
                               firsts(data["critic_state0"], length), length)[0]
 
@@ -131,18 +130,20 @@ class MinibatchStep:
         value_grads = []
         value_vars = net.variables if net.shares_features else net.value_only_variables
         if net.critic is not None and self.critic_optimizer is not None:
-            value_term = loss_lib.value_loss(values_of(net, cfg.n_steps, mb),
+            value_term = loss_lib.value_loss(values_of(net, cfg.sequence_steps(), mb),
                                              mb["returns"])  # reported
         elif net.critic is not None and not one_pass:
             with tf.GradientTape() as tape:
-                value_term = value_loss(values_of(net, cfg.n_steps, mb))
+                value_term = value_loss(values_of(net, cfg.sequence_steps(), mb))
                 weighted = scalars["vf_coef"] * value_term
             value_grads = zeros_for_unconnected(tape.gradient(weighted, value_vars), value_vars)
         context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
 
-        length = int(cfg.n_steps) if net.recurrent else None
+        # Recurrent: the rows are env-major sequences of L steps (whole env rollouts, or pieces
+        # of them from their stored states: agents/update.py).
+        length = cfg.sequence_steps() if net.recurrent else None
 
         def step_log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only
             if one_pass:
@@ -156,7 +157,7 @@ class MinibatchStep:
         log_prob_fn: Callable[..., tuple[tf.Tensor, dict[str, tf.Tensor]]] = step_log_prob_fn
         inputs: tuple[tf.Tensor, ...] = (mb["obs"], mb["actions"])
         if net.recurrent:  # row t through its sequence's prefix: d log pi(a_t | o_1..t)
-            steps = int(cfg.n_steps)  # = length
+            steps = cfg.sequence_steps()  # = length
 
             def sequence_log_prob_fn(o, starts, state0, a, action_mask=None):
                 params = net.params_sequence(o, starts, firsts(state0, steps), steps)

@@ -7,6 +7,14 @@ GAE(lambda) targets, runs ``epochs`` passes of shuffled minibatch steps in a ``t
 the value and entropy terms, global-norm clipping, the Keras optimizer, early stop on approximate
 KL) and returns the metrics and the actor's new flat weights in one tensor, so a step costs one
 host fetch.
+
+Recurrent policies: the minibatches are whole env sequences, or with ``sequence_length`` pieces
+of ``L`` steps of them (sb3-contrib's RecurrentPPO layout), each from the core's state at its
+first step. Those states are recomputed here in one pass of the core over the rollout on the
+weights that acted (:func:`piece_states`), equal to what acting carried (tested) and with
+nothing extra recorded in the rollout or sent by remote collectors. The pieces sit at fixed
+places, not at sb3-contrib's random offset per epoch: equal pieces keep one static shape (one
+trace, no padding or masks); docs/agents.md, "Recurrent policies".
 """
 
 from __future__ import annotations
@@ -35,6 +43,23 @@ def explained_variance(predicted: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
     var = tf.math.reduce_variance(target)
     residual = tf.math.reduce_variance(target - tf.cast(predicted, tf.float32))
     return tf.where(var > 0, 1.0 - residual / tf.maximum(var, 1e-30), float("nan"))
+
+
+def piece_states(state0: tf.Tensor, states_after: tf.Tensor, length: int) -> tf.Tensor:
+    """Each step's piece's first state, for minibatches of ``length``-step pieces.
+
+    Args:
+      state0: ``[B, S]`` the core's state before the rollout's first step.
+      states_after: ``[T, B, S]`` its state after each step (time-major).
+      length: ``L``, dividing ``T``.
+
+    Returns:
+      ``[T, B, S]``: row ``t`` the state before step ``(t // L) L``, before any reset there (the
+      piece's ``episode_starts`` apply it, as they do for a whole sequence's first step).
+    """
+    before = tf.concat([state0[None], states_after[:-1]], 0)  # [T, B, S] state before step t
+    steps = tf.range(tf.shape(before)[0])
+    return tf.gather(before, (steps // length) * length)
 
 
 def _needs_autograph(err: BaseException | None) -> bool:
@@ -311,6 +336,14 @@ class CompiledUpdate:
 
             done = tf.maximum(terminated, truncated)
             starts = tf.concat([start0[None], done[:-1]], 0)  # [T, B] 1: reset before o_t
+        # Recurrent pieces (sequence_length set): each starts from the state the core had at
+        # its first step.
+        length = cfg.sequence_steps()
+        pieces = net.recurrent and int(cfg.sequence_length) > 0
+
+        def time_major(rows):  # [B T, S] env-major -> [T, B, S]
+            return tf.transpose(tf.reshape(rows, [B, T, -1]), [1, 0, 2])
+
         if net.recurrent and net.critic is not None:  # the critic's sequences, then V(o_{t+1})
             critic0 = tf.convert_to_tensor(self.agent.critic_state_var)  # [B, Sc]
             seq_values, states = net.value_sequence(flat(obs), flat(starts), critic0, T)
@@ -345,9 +378,14 @@ class CompiledUpdate:
             data["action_mask"] = action_mask
         if net.recurrent:  # each row carries its sequence's first state (only those are read)
             data["episode_starts"] = starts
-            data["state0"] = tf.repeat(state0[None], T, axis=0)  # [T, B, Sa]
+            if pieces:  # the actor's states as acting carried them (same weights: the rollout's)
+                data["state0"] = piece_states(state0, time_major(net.actor_states(
+                    flat(obs), flat(starts), state0, T)), length)  # [T, B, Sa]
+            else:
+                data["state0"] = tf.repeat(state0[None], T, axis=0)  # [T, B, Sa]
             if net.critic is not None:
-                data["critic_state0"] = tf.repeat(critic0[None], T, axis=0)
+                data["critic_state0"] = (piece_states(critic0, time_major(states), length)
+                                         if pieces else tf.repeat(critic0[None], T, axis=0))
         data = {k: flat(v) for k, v in data.items()}  # [N, ...]
         if mask is not None:  # whole-episode batches: keep only the steps in the batch
             keep = flat(mask) > 0
@@ -395,8 +433,8 @@ class CompiledUpdate:
         per_epoch = n // size  # episode batches: a remainder of n % size steps sits out an epoch
         seed = tf.cast(self.seed_var, tf.int32) * 7919
         update = tf.cast(self.updates_var, tf.int32)
-        if self.net.recurrent:  # whole env sequences, shuffled: minibatches of mb / L of them
-            length = int(cfg.n_steps)
+        if self.net.recurrent:  # env-major pieces of L steps, shuffled: mb / L per minibatch
+            length = cfg.sequence_steps()
             steps = tf.range(length)[None]
             orders = tf.stack([tf.reshape(length * tf.argsort(tf.random.stateless_uniform(
                 [n // length], tf.stack([seed + e, update])))[:, None] + steps, [-1])
@@ -453,7 +491,7 @@ class CompiledUpdate:
                 batch = {"obs": _map(lambda x: tf.gather(x, idx), data["obs"])}
                 ret = tf.gather(data["returns"], idx)
             with tf.GradientTape() as tape:
-                loss = loss_lib.value_loss(values_of(net, cfg.n_steps, batch), ret)
+                loss = loss_lib.value_loss(values_of(net, cfg.sequence_steps(), batch), ret)
             grads = zeros_for_unconnected(tape.gradient(loss, variables), variables)
             if cfg.max_grad_norm > 0:
                 grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm)

@@ -132,6 +132,13 @@ class ActorCritic:
                                                    length)
         return self._actor_params(h)
 
+    def actor_states(self, obs: Any, episode_starts: tf.Tensor, state0: tf.Tensor,
+                     length: int | tf.Tensor) -> tf.Tensor:
+        """Recurrent: ``[B L, S]`` the actor core's state after each step of ``[B L]`` env-major
+        rows from ``state0 [B, S]`` (the states acting carried, on the weights that acted)."""
+        return self._recurrent(self.core).sequence(self._encoded(obs), episode_starts, state0,
+                                                   length)[1]
+
     def actor_step(self, obs: Any, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Recurrent: one acting step, encoder (if any) -> core -> actor layers. ``(obs [N, ...]
         as the network reads it, state [N, S])`` -> ``(params [N, param_size], state after the

@@ -17,7 +17,8 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 NAME = re.compile(r"^(?P<label>.+)__(?P<env>[^_]+-v\d)__seed(?P<seed>\d+)\.json$")
 COLORS = {"ppo_lstm": "tab:blue", "ppo_mlp": "tab:gray", "sb3c_ppo_lstm": "tab:orange",
-          "ppo_lstm_freshnoise": "tab:green"}  # the last: before gSDE held its noise
+          "ppo_lstm_freshnoise": "tab:green",  # before gSDE held its noise
+          "ppo_lstm_n128": "tab:purple"}  # before sequence_length: 128-step rollouts
 
 
 def rolling(rows, window=20):

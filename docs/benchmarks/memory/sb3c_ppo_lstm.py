@@ -2,7 +2,8 @@
 PendulumNoVel-v1, the same velocity-masked envs pgrad registers), then a deterministic
 10-episode evaluation carrying the LSTM state (obs normalised with the frozen training stats).
 
-    PYTHONPATH=<sb3-contrib checkout> python sb3c_ppo_lstm.py ENV SEED OUT.json
+    pip install -c constraints.txt -e '.[bench]'   # sb3-contrib 2.9.2, stable-baselines3 2.9.2
+    PYTHONPATH=. python docs/benchmarks/memory/sb3c_ppo_lstm.py ENV SEED OUT.json
 
 Writes the training episodes (step, return) and the evaluation as JSON.
 """
@@ -12,6 +13,8 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import sb3_contrib
+import stable_baselines3
 import torch
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.callbacks import BaseCallback
@@ -71,7 +74,9 @@ for i in range(10):
         start, done = np.zeros((1,), bool), term or trunc
     returns.append(total)
 with open(out, "w") as f:
-    json.dump({"library": "sb3-contrib RecurrentPPO", "env": env_id, "seed": seed,
+    json.dump({"library": "sb3-contrib RecurrentPPO", "sb3_contrib": sb3_contrib.__version__,
+               "stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+               "env": env_id, "seed": seed,
                "steps": steps, "wall_s": wall, "eval_mean": float(np.mean(returns)),
                "eval_std": float(np.std(returns)), "eval_returns": returns,
                "episodes": episodes.rows}, f)
