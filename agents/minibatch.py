@@ -151,8 +151,8 @@ class MinibatchStep:
                 extras = {"value": values}  # [M]
             else:
                 params, extras = net.params(o), {}
-            dist = head.distribution(params, action_mask)
-            return dist.log_prob(a), {"entropy": dist.entropy(), **extras}  # [M], [M]
+            log_prob, entropy = head.log_prob_and_entropy(params, a, action_mask)  # [M], [M]
+            return log_prob, {"entropy": entropy, **extras}
 
         log_prob_fn: Callable[..., tuple[tf.Tensor, dict[str, tf.Tensor]]] = step_log_prob_fn
         inputs: tuple[tf.Tensor, ...] = (mb["obs"], mb["actions"])

@@ -103,7 +103,8 @@ def _import_probability_first() -> None:
     uses ``tfp.distributions`` (and ``tfp.stats``) only; imported first, the top package costs
     nothing, and the commands skip ``tfp.experimental``: ~190 modules, ~0.3 s of CPU per process
     (docs/performance.md). It still loads, in full, the first time anything touches it.
-    ``tf_keras`` still loads: TFP's version check and ``tfp.distributions`` import it.
+    ``tfp.distributions`` (with ``tf_keras``, which it and TFP's version check import) loads on
+    its first use; a Discrete policy's update does not use it (``CategoricalHead``).
     """
     if "tensorflow" in sys.modules or "tensorflow_probability" in sys.modules:
         return

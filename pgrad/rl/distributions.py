@@ -56,6 +56,14 @@ class ActionHead(keras.layers.Layer):
              ) -> tfp.distributions.Distribution:
         return self.distribution(params, action_mask)
 
+    def log_prob_and_entropy(self, params: tf.Tensor, actions: tf.Tensor,
+                             action_mask: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """``([N]`` log-probs of ``[N, *action_shape]`` actions, ``[N]`` entropies``)`` at
+        ``[N, param_size]`` params: what an update needs of :meth:`distribution`, which heads may
+        compute without building it (same values and gradients)."""
+        dist = self.distribution(params, action_mask)
+        return dist.log_prob(actions), dist.entropy()
+
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """``[N, *action_shape]`` sampled actions -> actions for a vector env."""
         return np.asarray(actions)
@@ -76,6 +84,23 @@ def mask_logits(logits: tf.Tensor, action_mask: tf.Tensor | None) -> tf.Tensor:
                                                                         logits.dtype))
 
 
+def categorical_log_prob(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+    """``[N]`` log-probs of ``[N]`` integer ``actions`` under ``[N, n]`` ``logits``, as
+    ``tfd.Categorical(logits=logits).log_prob(actions)`` computes them (float actions cast)."""
+    actions = tf.convert_to_tensor(actions)
+    if not actions.dtype.is_integer:
+        actions = tf.cast(actions, tf.int32)
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
+
+
+def categorical_entropy(logits: tf.Tensor) -> tf.Tensor:
+    """``[N]`` entropies of ``[N, n]`` ``logits``, as ``tfd.Categorical`` computes them: ``-sum
+    p log p`` with ``0 log 0 = 0`` (a masked logit's term, and its gradient, are exactly 0)."""
+    log_p = tf.math.log_softmax(logits)
+    p = tf.math.exp(log_p)
+    return -tf.reduce_sum(tf.where(tf.math.equal(p, 0), tf.zeros_like(log_p), log_p) * p, -1)
+
+
 def _no_mask(head: ActionHead, action_mask) -> None:
     if action_mask is not None:
         raise ValueError(f"{type(head).__name__} has no discrete actions to mask; action masks "
@@ -93,6 +118,14 @@ class CategoricalHead(ActionHead):
     def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
                      ) -> tfp.distributions.Distribution:
         return tfd.Categorical(logits=mask_logits(params, action_mask), dtype=tf.int32)
+
+    def log_prob_and_entropy(self, params: tf.Tensor, actions: tf.Tensor,
+                             action_mask: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        # The ops of tfd.Categorical's log_prob and entropy, without tfp.distributions: its first
+        # use imports the whole package and tf_keras (~0.5 s of CPU, the first update of every
+        # Discrete run; docs/performance.md). Same values and gradients, tested.
+        logits = mask_logits(params, action_mask)
+        return categorical_log_prob(logits, actions), categorical_entropy(logits)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         return np.asarray(actions, dtype=np.int64) + self.start

@@ -163,6 +163,35 @@ print("ON USE", tfp.experimental.__name__, tfp.experimental.nn.__name__)
 """
 
 
+DISCRETE_UPDATE = """
+import sys
+from pgrad_app.quiet import silence
+silence()
+import agents
+agent = agents.make("a2c", "CartPole-v1", seed=0, num_envs=2, n_steps=4)
+metrics = [agent.step()["metrics"] for _ in range(2)][-1]
+print("FINITE", all(abs(v) < 1e9 for v in metrics.values()))
+print("LOADED", "tensorflow_probability.python.distributions" in sys.modules,
+      "tf_keras" in sys.modules)
+import numpy as np
+dist = agent.head.distribution(np.zeros((1, 2), np.float32))
+print("ON USE", type(dist).__name__, "tf_keras" in sys.modules)
+"""
+
+
+@pytest.mark.subprocess
+def test_a_discrete_update_loads_no_tfp_distributions():
+    """A Discrete head's update takes its log-probs and entropies without tfp.distributions,
+    whose first use imports the whole package and tf_keras (~0.5 s of CPU at the start of every
+    CartPole run); ``head.distribution`` still returns the TFP distribution on use."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", DISCRETE_UPDATE], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["FINITE True", "LOADED False False",
+                                     "ON USE Categorical True"]
+
+
 @pytest.mark.subprocess
 def test_the_commands_start_up_without_tfp_experimental_and_with_tensorflow_frozen():
     """silence() imports TFP's top package before TensorFlow, so TFP keeps ``experimental`` lazy

@@ -62,3 +62,42 @@ def test_modes_are_deterministic_actions():
 def test_unsupported_space_names_it(space):
     with pytest.raises(ValueError, match=r"not supported|integer dtype.*Discrete, Box"):
         make_head(space)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("action_dtype", [tf.int32, tf.int64, tf.float32])
+def test_categorical_log_prob_and_entropy_match_the_distribution(masked, action_dtype):
+    """The update's log-probs and entropies, computed without tfp.distributions, against
+    ``tfd.Categorical`` (what ``distribution()`` returns): values and gradients with respect to the
+    logits, under a mask (a masked logit: probability 0, entropy term 0, gradient exactly 0) and
+    with extreme logits."""
+    rng = np.random.default_rng(3)
+    head = make_head(gym.spaces.Discrete(4))
+    logits = tf.constant(np.concatenate([rng.normal(0, 3, (30, 4)),
+                                         [[80.0, -80.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]]),
+                         tf.float32)  # [32, 4]
+    mask = tf.constant(np.r_[rng.random((31, 4)) < 0.7, [[True] * 4]]) if masked else None
+    if mask is not None:  # one legal action at least per row; the actions taken are legal
+        mask = tf.logical_or(mask, tf.one_hot([0] * 32, 4, on_value=True, off_value=False))
+        legal = mask.numpy()
+        actions = np.array([rng.choice(np.flatnonzero(row)) for row in legal])
+    else:
+        actions = rng.integers(0, 4, 32)
+    actions = tf.constant(actions, action_dtype)
+    weights = tf.constant(rng.normal(size=32), tf.float32)
+
+    def both(fn):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            log_prob, entropy = fn()
+            objective = tf.reduce_sum(weights * log_prob) + 0.1 * tf.reduce_sum(entropy)
+        return log_prob, entropy, tape.gradient(objective, logits)
+
+    dist = head.distribution
+    ours = both(lambda: head.log_prob_and_entropy(logits, actions, mask))
+    reference = both(lambda: (dist(logits, mask).log_prob(actions), dist(logits, mask).entropy()))
+    for got, want in zip(ours, reference):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        assert np.isfinite(got.numpy()).all()
+    if masked:  # no gradient reaches an illegal action's logit
+        assert (ours[2].numpy()[~legal] == 0).all()
