@@ -6,7 +6,8 @@ GAE(lambda) targets, runs ``epochs`` passes of shuffled minibatch steps in a ``t
 (each a :class:`agents.minibatch.MinibatchStep`: the engine's policy gradient through the chain,
 the value and entropy terms, global-norm clipping, the Keras optimizer, early stop on approximate
 KL) and returns the metrics and the actor's new flat weights in one tensor, so a step costs one
-host fetch.
+host fetch. How a rollout is packed into the call's few tensors and unpacked in the graph:
+:mod:`agents.update_inputs`.
 
 Recurrent policies: the minibatches are whole env sequences, or with ``sequence_length`` pieces
 of ``L`` steps of them (sb3-contrib's RecurrentPPO layout), each from the core's state at its
@@ -27,10 +28,10 @@ import tensorflow as tf
 from agents import hooks
 from agents import loss as loss_lib
 from agents.minibatch import MinibatchStep, values_of
+from agents.update_inputs import UpdateInputs
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
-from pgrad.rl.frames import writable_alias
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
 _map = tf.nest.map_structure
@@ -85,17 +86,6 @@ VALUE_CHUNK_BYTES = 16 * 2**20
 #: (the tests compare the two).
 REUSE_NEXT_VALUES = True
 
-def _frames_tensor(x: np.ndarray) -> tf.Tensor:
-    """A rollout's ``[T, B, ...]`` image part as a tensor, on the same memory where it allows
-    (the Collector's page-aligned frame buffers, :mod:`pgrad.rl.frames`: handed over through
-    DLPack, the graph only reads it), else a copy. A copy would hold every frame twice during
-    the update: 29 MB more for rl-zoo's 8 x 128 Atari rollout."""
-    alias = (writable_alias(x) if x.flags.c_contiguous and x.ctypes.data % 64 == 0 else None)
-    if alias is None:
-        return tf.constant(x)
-    return tf.experimental.dlpack.from_dlpack(alias.__dlpack__())
-
-
 class CompiledUpdate:
     """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
 
@@ -112,12 +102,9 @@ class CompiledUpdate:
         self.transform, self.transform_state = agent.transform, agent.transform_state
         self.env_steps_var, self.updates_var = agent.env_steps_var, agent.updates_var
         self.seed_var = agent.seed_var
-        self.normalizers = [n for n in (agent.obs_norm, agent.reward_norm) if n is not None]
-        self.obs_dim = agent.collector.obs_dim
-        # Observations with images: each image part is its own input in its own dtype; the
-        # float32 concatenation below carries only the vector part (all of a flat observation).
+        self.io = UpdateInputs(agent)  # the rollout packed on the host, unpacked in the graph
+        self.normalizers = self.io.normalizers
         self.layout = agent.layout
-        self.vector_dim = self.layout.vector_dim
         obs_floats = sum(int(np.prod(p.shape)) for p in self.layout.parts)
         self.value_chunk = max(32, VALUE_CHUNK_BYTES // (4 * obs_floats))  # observations
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
@@ -141,57 +128,12 @@ class CompiledUpdate:
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
                recurrent: tuple | None = None) -> tuple:
-        """The update's inputs as four tensors (each tensor argument of a call costs a
-        conversion and signature matching, ~10 us apiece), then the images, if any:
+        """The update's inputs for ``traj`` (:meth:`agents.update_inputs.UpdateInputs.inputs`)."""
+        return self.io.inputs(traj, taken, scheduled, recurrent)
 
-        ``[2 T B obs_dim + 4 T B]`` float32: observations, next observations, rewards,
-        terminated, truncated and log-probs end to end (:meth:`_unpack` splits them; of
-        observations with images only their vector part, ``d`` wide, is here);
-        the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S + K]`` float64: the
-        env steps taken, each normaliser's mean, var and count, then the value of each
-        scheduled hyperparameter (``agent.schedules.names``) for this update; for observations with
-        images, each image part of the observations and then of the next observations,
-        ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32);
-        last, for an env that masks actions, the ``[T, B, n]`` bool action masks.
-
-        A recurrent policy's ``recurrent = (state0 [B, S], episode_start0 [B], state_end [B, S])``
-        (the actor's state before the rollout, whether its first observations start episodes,
-        its state after the rollout) end the float32 vector (:meth:`_split_recurrent`).
-        """
-        if scheduled is None:  # the values of the update that follows now
-            scheduled = self.agent.schedules.values(int(self.env_steps_var.numpy()) + taken,
-                                                    self.agent.budget,
-                                                    int(self.updates_var.numpy()))
-        layout = self.layout
-        obs, nxt = layout.vector(traj.observations), layout.vector(traj.next_observations)
-        vectors = [] if obs is None else [obs.ravel(), nxt.ravel()]
-        tail = [] if recurrent is None else [np.ravel(x).astype(np.float32) for x in recurrent]
-        floats = np.concatenate(vectors + [traj.rewards.ravel(), traj.terminated.ravel(),
-                                           traj.truncated.ravel(), traj.log_probs.ravel()]
-                                + tail, dtype=np.float32, casting="same_kind")
-        stats = np.concatenate([[float(taken)]] + [
-            np.ravel(x) for n in self.normalizers for x in (n.rms.mean, n.rms.var,
-                                                               n.rms.count)]
-            + [np.asarray(scheduled, np.float64)], dtype=np.float64, casting="same_kind")
-        mask = None if traj.mask is None else tf.constant(traj.mask)
-        images = []
-        if not layout.flat:
-            for observations in (traj.observations, traj.next_observations):
-                images += [_frames_tensor(x) for x, p in zip(layout.split(observations),
-                                                             layout.parts) if p.image]
-        if traj.action_mask is not None:
-            images.append(tf.constant(traj.action_mask))
-        return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
-                *images)
-
-    def _split_recurrent(self, floats: tf.Tensor, batch: int):
-        """``floats -> (floats, (state0 [B, S], episode_start0 [B], state_end [B, S]))``."""
-        size = self.net.state_sizes[0]
-        n = batch * size
-        floats, state0, start0, state_end = tf.split(
-            floats, [tf.shape(floats)[0] - 2 * n - batch, n, batch, n])
-        return floats, (tf.reshape(state0, [batch, size]), start0,
-                        tf.reshape(state_end, [batch, size]))
+    def unpack(self, *args: tf.Tensor) -> tuple:
+        """:meth:`inputs` unpacked in the graph (:meth:`.UpdateInputs.unpack`)."""
+        return self.io.unpack(*args)
 
     def _chunked_values(self, rows: Any, n: tf.Tensor | int) -> tf.Tensor:
         """``[n]`` values of ``n`` observations, :data:`VALUE_CHUNK_BYTES` of float32
@@ -225,49 +167,6 @@ class CompiledUpdate:
         own_values = self._chunked_values(rows, tf.shape(own)[0])  # [K]
         next_values = tf.tensor_scatter_nd_update(tf.reshape(shifted, [-1]), own, own_values)
         return tf.reshape(values, [T, B]), tf.reshape(next_values, [T, B])
-
-    def _split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
-        """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
-        count = 0 if self.layout.flat else 2 * len(self.layout.images)
-        return tuple(rest[:count]), (rest[count] if len(rest) > count else None)
-
-    def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor,
-               *images: tf.Tensor) -> tuple:
-        """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
-        are): ``(obs, next_obs [T, B, d] (or the layout's parts), rewards, terminated,
-        truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser],
-        {scheduled name: float32 scalar})``."""
-        T, B = (actions.shape[i] if actions.shape[i] is not None else tf.shape(actions)[i]
-                for i in (0, 1))
-        d = self.vector_dim
-        n = T * B
-        if d:
-            obs, next_obs, *rest = tf.split(floats, [n * d, n * d, n, n, n, n])
-            obs, next_obs = (tf.reshape(x, [T, B, d]) for x in (obs, next_obs))
-        else:
-            obs = next_obs = None
-            rest = tf.split(floats, [n, n, n, n])
-        if not self.layout.flat:
-            half = len(images) // 2
-            obs, next_obs = (self._join(list(ims), vec)
-                             for ims, vec in ((images[:half], obs), (images[half:], next_obs)))
-        rest = [tf.reshape(x, [T, B]) for x in rest]
-        taken = tf.cast(stats[0], tf.int64)
-        norm_stats, at = [], 1
-        for norm in self.normalizers:
-            size = int(np.prod(norm.mean.shape))
-            mean = tf.reshape(stats[at: at + size], norm.mean.shape)
-            var = tf.reshape(stats[at + size: at + 2 * size], norm.var.shape)
-            norm_stats.append((mean, var, stats[at + 2 * size]))
-            at += 2 * size + 1
-        scheduled = {name: tf.cast(stats[at + i], tf.float32)
-                     for i, name in enumerate(self.agent.schedules.names)}
-        return (obs, next_obs, *rest, taken, norm_stats, scheduled)
-
-    def _join(self, images: list, vector):
-        """Image tensors and the vector part -> the layout's observation (graph side)."""
-        it = iter(images)
-        return self.layout.join(next(it) if p.image else vector for p in self.layout.parts)
 
     def __call__(self, args: tuple, fixed_shape: bool):
         """Runs the update on :meth:`inputs`; fixed-shape batches call the traced concrete
@@ -307,12 +206,12 @@ class CompiledUpdate:
         fetched together``[, [N] norms])``.
         """
         cfg, net = self.cfg, self.net
-        images, action_mask = self._split_images(rest)
+        images, action_mask = self.io.split_images(rest)
         if net.recurrent:
-            floats, (state0, start0, state_end) = self._split_recurrent(floats, cfg.num_envs)
+            floats, (state0, start0, state_end) = self.io.split_recurrent(floats, cfg.num_envs)
             self.agent.state_var.assign(state_end)
         (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
-         norm_stats, scalars) = self.unpack(floats, actions, stats, *images)
+         norm_stats, scalars) = self.io.unpack(floats, actions, stats, *images)
         self.env_steps_var.assign_add(env_steps_taken)
         for n, (mean, var, count) in zip(self.normalizers, norm_stats):
             n.mean.assign(mean)

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from agents.update import _frames_tensor
+from agents.update_inputs import frames_tensor as _frames_tensor
 from pgrad.rl import rollout
 from pgrad.rl.frames import page_array, writable_alias
 
