@@ -4,7 +4,7 @@ settings of pgrad's PPO rows in docs/benchmarks.md (PPO's defaults, which are St
 a deterministic masked 20-episode evaluation on seeds 10000 + seed and on (as pgrad's).
 
     pip install -c constraints.txt -e '.[bench]'   # sb3-contrib 2.9.2, stable-baselines3 2.9.2
-    PYTHONPATH=. python docs/benchmarks/masks_sb3c.py SEED OUT.json
+    PYTHONPATH=. python docs/benchmarks/masks_sb3c/masks_sb3c.py SEED OUT.json
 
 Writes the training episodes ([env step, return]) and the evaluation as JSON; the "env steps
 to R" of docs/benchmarks.md are computed from the episodes the same way as pgrad's.
