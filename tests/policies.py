@@ -55,6 +55,23 @@ def assert_all_close(actual, expected, atol=1e-5, rtol=1e-4):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=rtol)
 
 
+def assert_same_trajectory(traj, ref, log_probs_atol=None):
+    """Every field of two ``pgrad.rl.rollout.Trajectory`` s equal: same dtype, shape and values
+    (a tuple field part by part); ``log_probs`` to ``log_probs_atol`` when given (a network that
+    saw other batch sizes: float round-off)."""
+    for name in type(ref)._fields:
+        got, want = getattr(traj, name), getattr(ref, name)
+        if want is None:
+            assert got is None, name
+            continue
+        for g, w in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+            assert g.dtype == w.dtype and g.shape == w.shape, name
+            if name == "log_probs" and log_probs_atol is not None:
+                np.testing.assert_allclose(g, w, rtol=0, atol=log_probs_atol, err_msg=name)
+            else:
+                np.testing.assert_array_equal(g, w, err_msg=name)
+
+
 class ImageEnv(gym.Env):
     """Random image observations (a cheap stand-in for Atari frames in tests and measurements).
 
