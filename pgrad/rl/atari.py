@@ -43,7 +43,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.env_ids import GAME_INFO, ensure_registered
+from pgrad.rl.env_ids import GAME_INFO, ensure_registered, quiet_ale
 
 __all__ = ["EpisodicLife", "FireReset", "FrameStack", "GameScore", "ReportGames", "make_atari"]
 
@@ -101,8 +101,10 @@ def make_atari(env_id: str, *, noop_max: int = 30, frame_skip: int = 4, screen_s
     except ImportError as err:
         raise ImportError(f"Atari preprocessing needs OpenCV ({INSTALL_HINT}): "
                           f"{' '.join(str(err).split())}") from err
+    import ale_py
     from ale_py import AtariEnv
 
+    quiet_ale(ale_py)  # also when the ids were registered by the user's own import
     if render_mode is not None:
         make_kwargs["render_mode"] = render_mode
     env = gym.make(env_id, frameskip=1, **make_kwargs)

@@ -41,6 +41,13 @@ def is_atari_id(env_id: Any) -> bool:
                                         or env_id.endswith(_ATARI_SUFFIXES))
 
 
+def quiet_ale(ale_py: Any) -> None:
+    """No "A.L.E: Arcade Learning Environment ... [Powered by Stella]" banner on stderr for each
+    emulator: ALE's C++ logger keeps errors only (a process-wide setting; forked env workers
+    inherit it)."""
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+
+
 def ensure_registered(env_id: Any) -> None:
     """Registers the Gymnasium ids of ``env_id``'s package if they are not registered yet.
 
@@ -72,5 +79,6 @@ def ensure_registered(env_id: Any) -> None:
                           f"importing it failed: {' '.join(str(err).split())}") from None
     if module == "ale_py":
         gym.register_envs(mod)  # (importing ale_py registers its ids)
+        quiet_ale(mod)
     elif not any(k.startswith("MinAtar/") and k not in _PGRAD_IDS for k in gym.registry):
         mod.register_envs()  # (once: pgrad's own MinAtar/... ids do not count)

@@ -87,6 +87,24 @@ def test_vector_env_and_its_ids():
         envs.make_env("ALE/Pong-v5", frame_stack=0)
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize("user_import", [False, True])
+def test_no_emulator_banner_on_stderr(user_import):
+    """ALE prints "A.L.E: Arcade Learning Environment ... [Powered by Stella]" for each emulator
+    unless its logger is set to errors only; pgrad does so when it registers the ids and again
+    in make_atari (ids the user's own ``import ale_py`` registered)."""
+    import subprocess
+
+    code = ("import gymnasium as gym, ale_py; gym.register_envs(ale_py)\n" if user_import else ""
+            ) + ("from pgrad.rl.envs import make_vec_env\n"
+                 "v = make_vec_env('ALE/Pong-v5', 2, 'async'); v.reset(seed=0); v.close()\n"
+                 "print('made')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "made" in out.stdout, out.stderr[-2000:]
+    assert "Stella" not in out.stderr and "A.L.E" not in out.stderr, out.stderr[-2000:]
+
+
 def test_fire_reset_only_where_the_game_has_fire():
     def chain(env):
         names = []
