@@ -32,9 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a2c_cartpole: env-step budget per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="a2c_cartpole: seeds (one pgrad and one SB3 run each)")
-    parser.add_argument("--steps", type=int, default=50_000,
-                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / command_overhead: env "
-                        "steps per side (the SB3 goals are for 1000000 / 300000)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / command_overhead / "
+                        "ppo_minatar_vs_sb3: env steps per side (default: each figure's own, "
+                        "50000, ppo_minatar_vs_sb3 500000; the SB3 goals are for 1000000 / "
+                        "300000)")
     parser.add_argument("--figure-worker", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                       "load_avg_1m_5m_15m": os.getloadavg()}), flush=True)
     results = []
     passthrough = ["--repeats", str(args.repeats), "--max-steps", str(args.max_steps),
-                   "--steps", str(args.steps), "--seeds", *map(str, args.seeds)]
+                   *(["--steps", str(args.steps)] if args.steps is not None else []),
+                   "--seeds", *map(str, args.seeds)]
     for name in args.only or list(FIGURES):
         # Each figure in a fresh process: its peak memory is its own.
         proc = subprocess.run([sys.executable, "-m", "pgrad_app", "bench", "--figure-worker", name,

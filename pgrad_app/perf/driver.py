@@ -4,7 +4,7 @@
     python scripts/bench.py --only clip_ratio --repeats 50
     python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
     python scripts/bench.py --only command_overhead --steps 5000       # pgrad-train vs learn
-    python scripts/bench.py --only ppo_minatar_vs_sb3 --steps 50000    # opt-in, PPO MinAtar
+    python scripts/bench.py --only ppo_minatar_vs_sb3                  # opt-in, PPO MinAtar, 500k
     python scripts/bench.py --only ppo_atari_rss_vs_sb3 --steps 2048   # opt-in, peak RSS (<= 8192)
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
@@ -61,9 +61,9 @@ def run_figure(name: str, args) -> list[dict]:
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
     elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead",
                   "ppo_minatar_vs_sb3"):
-        kwargs = {"steps": args.steps}
+        kwargs = {} if args.steps is None else {"steps": args.steps}  # else the figure's own
     elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
-        kwargs = {"steps": min(args.steps, 8192)}
+        kwargs = {"steps": 8192 if args.steps is None else min(args.steps, 8192)}
     repeats = args.repeats
     if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one
         repeats = max(3, repeats // 8)
