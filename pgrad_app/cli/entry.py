@@ -36,7 +36,7 @@ def run(program: str, argv: list[str] | None = None) -> int:
     if program not in PARSE_FIRST:  # its module imports TensorFlow itself: quiet it first
         from pgrad_app.quiet import silence
 
-        silence()
+        silence(keras_extras=False)
     module = importlib.import_module(PROGRAMS[program])
     parser = getattr(module, "build_parser", None)
     wants_help = any(a in ("-h", "--help") for a in args)
@@ -46,7 +46,7 @@ def run(program: str, argv: list[str] | None = None) -> int:
             return code
     from pgrad_app.quiet import silence
 
-    silence()
+    silence(keras_extras=False)  # the command's own process: Keras's pandas and IPython skipped
     return run_cli(module.main, argv)
 
 
