@@ -59,7 +59,7 @@ def test_in_place_rollout_equals_stacking_each_step(vector, dtype):
 
 def test_frame_buffers_are_memory_maps_of_their_own():
     traj, _ = _collector(0, np.uint8).collect(_policy(0), 4)
-    for x in (traj.observations, traj.next_observations):
+    for x in (traj.observations, *traj.next_frames.frames):
         base = x
         while isinstance(base, np.ndarray):
             base = base.base
