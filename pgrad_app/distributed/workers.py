@@ -211,23 +211,31 @@ def _merge_traj(parts: list[Trajectory]) -> Trajectory:
         if pieces[0] is None:
             fields[name] = None
             continue
-        padded = []
-        for x in pieces:
-            if x.shape[0] < T:  # padding rows: masked out; terminated so nothing bootstraps;
-                # every action legal (a row forbidding all would be no distribution)
-                fill = 1.0 if name in ("terminated", "action_mask") else 0.0
-                pad = np.full((T - x.shape[0], *x.shape[1:]), fill, x.dtype)
-                x = np.concatenate([x, pad])
-            padded.append(x)
-        out = np.concatenate(padded, axis=1)
-        out.flags.writeable = False
-        fields[name] = out
+        if isinstance(pieces[0], tuple):  # observations with images: part by part
+            fields[name] = tuple(_merge_field(name, list(p), T) for p in zip(*pieces))
+        else:
+            fields[name] = _merge_field(name, pieces, T)
     if compact is not None:
         vectors = [None if c is None else np.concatenate(
             [p.observations[i] for p in parts], axis=1) for i, c in enumerate(compact.parts)]
         fields["observations"] = compact.observations(vectors)
         fields["next_observations"] = compact
     return Trajectory(**fields)
+
+
+def _merge_field(name: str, pieces: list[np.ndarray], T: int) -> np.ndarray:
+    """``[T_k, n_k, ...]`` arrays of field ``name`` -> ``[T, B, ...]``, shorter ones padded."""
+    padded = []
+    for x in pieces:
+        if x.shape[0] < T:  # padding rows: masked out; terminated so nothing bootstraps;
+            # every action legal (a row forbidding all would be no distribution)
+            fill = 1.0 if name in ("terminated", "action_mask") else 0.0
+            pad = np.full((T - x.shape[0], *x.shape[1:]), fill, x.dtype)
+            x = np.concatenate([x, pad])
+        padded.append(x)
+    out = np.concatenate(padded, axis=1)
+    out.flags.writeable = False
+    return out
 
 
 def _merge_stats(results: list[dict], key: str, rms) -> None:
