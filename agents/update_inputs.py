@@ -152,7 +152,8 @@ class UpdateInputs:
         """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
         are): ``(obs, next_obs [T, B, d] (or the layout's parts), rewards, terminated,
         truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser],
-        {scheduled name: float32 scalar})``."""
+        {scheduled name: float32 scalar})``. For observations with images ``next_obs`` is a
+        :class:`NextImages` (:meth:`next_observations` makes the whole tensors from it)."""
         T, B = (actions.shape[i] if actions.shape[i] is not None else tf.shape(actions)[i]
                 for i in (0, 1))
         d = self.vector_dim
