@@ -84,11 +84,10 @@ class UpdateInputs:
         the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S + K]`` float64: the
         env steps taken, each normaliser's mean, var and count, then the value of each
         scheduled hyperparameter (``agent.schedules.names``) for this update; for observations with
-        images, each image part of the observations and then of the next observations,
         images, each image part's frames ``[T + 1, B, *shape]`` in its own dtype (uint8 frames
         stay 4x smaller than float32: rows ``0..T-1`` the observations, rows ``1..T`` the next
-        observations but at the steps that ended an episode), then each image part's ``[K,
-        *shape]`` final frames of those steps and their ``[K, 2]`` int32 ``(t, b)`` (see
+        observations except where they differ: episode ends), then each image part's ``[F,
+        *shape]`` final frames of those steps and their ``[F, 2]`` int32 ``(t, b)`` (see
         :class:`NextImages`); last, for an env that masks actions, the ``[T, B, n]`` bool
         action masks.
 

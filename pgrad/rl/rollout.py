@@ -86,7 +86,9 @@ class Trajectory(_Fields):
         followed step t: o_{t+1} within an episode, the episode's final observation where it
         ended. For observations with images the Collector stores each frame once
         (:class:`pgrad.rl.frames.NextFrames`, see :attr:`next_frames`): this array is then
-        materialised on first access (a copy of the frames, kept with the trajectory).
+        materialised on first access (a copy of the frames, kept with the trajectory; the
+        tuple itself holds the compact form at this position, so read the attribute rather
+        than unpacking the tuple).
       mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
         collection masks each env's steps after its last finished episode.
       action_mask: ``[T, B, n]`` bool, the legal actions at o_t (``n = sum(nvec)`` for
