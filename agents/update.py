@@ -28,7 +28,7 @@ import tensorflow as tf
 from agents import hooks
 from agents import loss as loss_lib
 from agents.minibatch import MinibatchStep, values_of
-from agents.update_inputs import UpdateInputs
+from agents.update_inputs import NextImages, UpdateInputs
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
@@ -148,9 +148,11 @@ class CompiledUpdate:
 
         Within an episode ``next_obs[t]`` is ``obs[t + 1]`` (the same observation), so its value
         is already there; only the last step's, the episode ends' final observations and any
-        row whose parts differ in any element (compared here, never assumed: attacked
+        row whose parts differ in any element (compared, never assumed: attacked
         observations, episode batches) take a pass of their own. Equal to the value of every
-        next observation to float32 round-off (a row's value does not depend on its batch)."""
+        next observation to float32 round-off (a row's value does not depend on its batch).
+        ``next_obs`` in compact form (:class:`agents.update_inputs.NextImages`: observations
+        with images) has its differing frames listed already; the rows are the same."""
         flat = lambda x: _map(  # noqa: E731  [T, B, ...] -> [T B, ...]
             lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
         values = self._chunked_values(flat(obs), T * B)  # [T B]
@@ -159,14 +161,44 @@ class CompiledUpdate:
             eq = tf.equal(a[:-1], b[1:])
             return tf.reduce_all(tf.reshape(eq, tf.concat([tf.shape(eq)[:2], [-1]], 0)), -1)
 
-        same = tf.concat([tf.reduce_all(tf.stack(tf.nest.flatten(
-            _map(same_rows, next_obs, obs))), 0), tf.zeros([1, B], tf.bool)], 0)  # [T, B]
+        if isinstance(next_obs, NextImages):
+            # 1 + k at the rows whose next frames are final k, else 0   [T B]
+            final_rows = next_obs.index[:, 0] * B + next_obs.index[:, 1]  # [K]
+            final_at = tf.scatter_nd(final_rows[:, None], tf.range(1, tf.size(final_rows) + 1),
+                                     [T * B])
+            same = tf.equal(tf.reshape(final_at, [T, B])[:-1], 0)  # [T - 1, B]
+            if next_obs.vector is not None:
+                vec = self.layout.vector(obs)
+                same = tf.logical_and(same, same_rows(next_obs.vector, vec))
+        else:
+            same = tf.reduce_all(tf.stack(tf.nest.flatten(_map(same_rows, next_obs, obs))), 0)
+        same = tf.concat([same, tf.zeros([1, B], tf.bool)], 0)  # [T, B]
         shifted = tf.concat([tf.reshape(values, [T, B])[1:], tf.zeros([1, B])], 0)  # V(o[t+1])
         own = tf.where(tf.logical_not(tf.reshape(same, [-1])))  # [K, 1] rows needing a pass
-        rows = _map(lambda x: tf.gather_nd(x, own), flat(next_obs))
+        if isinstance(next_obs, NextImages):
+            rows = self._next_rows(next_obs, tf.cast(own[:, 0], tf.int32), final_at, T, B)
+        else:
+            rows = _map(lambda x: tf.gather_nd(x, own), flat(next_obs))
         own_values = self._chunked_values(rows, tf.shape(own)[0])  # [K]
         next_values = tf.tensor_scatter_nd_update(tf.reshape(shifted, [-1]), own, own_values)
         return tf.reshape(values, [T, B]), tf.reshape(next_values, [T, B])
+
+    def _next_rows(self, nxt: NextImages, rows: tf.Tensor, final_at: tf.Tensor, T, B) -> Any:
+        """The next observations at flat rows ``rows`` ``[M]`` (``t B + b``), in the layout's
+        form: each image part's row ``t + 1`` of its frames, or its final frame where
+        ``final_at`` ``[T B]`` (``1 + k`` at final ``k``, else 0) says so."""
+        which = tf.gather(final_at, rows)  # [M]
+        kept = tf.where(which > 0)  # [M', 1] positions in rows with a final frame
+        finals = tf.gather_nd(which, kept) - 1  # [M']
+        images = []
+        for frames, fin in zip(nxt.frames, nxt.finals):
+            shape = tf.shape(frames)
+            rows_of = tf.reshape(frames, tf.concat([[(T + 1) * B], shape[2:]], 0))
+            got = tf.gather(rows_of, rows + B)  # [M, ...] row t + 1 of the frames
+            images.append(tf.tensor_scatter_nd_update(got, kept, tf.gather(fin, finals)))
+        vector = None if nxt.vector is None else tf.gather(
+            tf.reshape(nxt.vector, [T * B, -1]), rows)
+        return self.io._join(images, vector)
 
     def __call__(self, args: tuple, fixed_shape: bool):
         """Runs the update on :meth:`inputs`; fixed-shape batches call the traced concrete
@@ -193,7 +225,8 @@ class CompiledUpdate:
         key = (tuple(args[0].shape), tuple(args[1].shape), tuple(args[3].shape))
         fn = self._concrete.get(key)
         if fn is None:
-            fn = self._concrete[key] = flat_caller(self._fn.get_concrete_function(*args))
+            fn = self._concrete[key] = flat_caller(
+                self._fn.get_concrete_function(*self.io.signature(args)))
         return fn(*args)
 
     def _update(self, floats, actions, mask, stats, *rest):
@@ -246,7 +279,7 @@ class CompiledUpdate:
         if net.recurrent and net.critic is not None:  # the critic's sequences, then V(o_{t+1})
             critic0 = tf.convert_to_tensor(self.agent.critic_state_var)  # [B, Sc]
             seq_values, states = net.value_sequence(flat(obs), flat(starts), critic0, T)
-            seq_next = net.value_after(flat(next_obs), states)
+            seq_next = net.value_after(flat(self.io.next_observations(next_obs)), states)
             self.agent.critic_state_var.assign(
                 tf.reshape(states, [B, T, -1])[:, -1])  # after the rollout: the next one's start
             values, next_values = (tf.transpose(tf.reshape(v, [B, T])) for v in (seq_values,
@@ -254,6 +287,7 @@ class CompiledUpdate:
         elif net.critic is not None and net.encoder is not None and REUSE_NEXT_VALUES:
             values, next_values = self._encoded_values(obs, next_obs, T, B)
         elif net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
+            next_obs = self.io.next_observations(next_obs)
             both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))
             if net.encoder is None:
                 both = net.value(both)  # [2TB]

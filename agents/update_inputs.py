@@ -4,18 +4,21 @@ again inside the compiled graph (:class:`agents.update.CompiledUpdate`).
 Each tensor argument of a ``tf.function`` call costs a conversion and signature matching (~10 us
 apiece), so a rollout travels as four tensors (floats, actions, mask, float64 statistics) plus
 its image parts in their own dtype, handed over without a copy where the Collector's frame
-buffers allow (:func:`frames_tensor`).
+buffers allow (:func:`frames_tensor`). Each frame travels once: the next observations' image
+parts are the observations' buffers shifted by one row plus the few final frames of the steps
+whose next observation is not the following row's (:class:`pgrad.rl.frames.NextFrames`; in the
+graph :class:`NextImages`), so the graph never needs a ``[T, B, ...]`` next-frames tensor.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from pgrad.rl import rollout
-from pgrad.rl.frames import writable_alias
+from pgrad.rl.frames import NextFrames, writable_alias
 
 
 def frames_tensor(x: np.ndarray) -> tf.Tensor:
@@ -27,6 +30,29 @@ def frames_tensor(x: np.ndarray) -> tf.Tensor:
     if alias is None:
         return tf.constant(x)
     return tf.experimental.dlpack.from_dlpack(alias.__dlpack__())
+
+
+class NextImages(NamedTuple):
+    """The next observations of a rollout with images, in the graph (as
+    :class:`pgrad.rl.frames.NextFrames`): row ``t`` of image part ``i`` is ``frames[i][t + 1]``
+    except at the steps ``index`` whose next frame is ``finals[i][k]``."""
+
+    frames: tuple  # per image part [T + 1, B, *shape]: rows 0..T-1 the observations' parts
+    finals: tuple  # per image part [K, *shape]
+    index: tf.Tensor  # [K, 2] int32 (t, b)
+    vector: Any  # [T, B, d] float32 the vector part, or None
+
+
+def _host_next_frames(traj: rollout.Trajectory, layout: Any) -> NextFrames:
+    """``traj``'s next observations in compact form: the Collector's own, where its
+    observations are still the views of those buffers, else made from the whole arrays."""
+    nf = traj.next_frames
+    if nf is not None:
+        obs = [x for x, p in zip(layout.split(traj.observations), layout.parts) if p.image]
+        if all(x.shape[0] + 1 == f.shape[0] and x.ctypes.data == f.ctypes.data
+               for x, f in zip(obs, nf.frames)):
+            return nf
+    return NextFrames.of(traj.observations, traj.next_observations, layout)
 
 
 class UpdateInputs:
@@ -58,9 +84,12 @@ class UpdateInputs:
         the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S + K]`` float64: the
         env steps taken, each normaliser's mean, var and count, then the value of each
         scheduled hyperparameter (``agent.schedules.names``) for this update; for observations with
-        images, each image part of the observations and then of the next observations,
-        ``[T, B, *shape]`` in its own dtype (uint8 frames stay 4x smaller than float32);
-        last, for an env that masks actions, the ``[T, B, n]`` bool action masks.
+        images, each image part's frames ``[T + 1, B, *shape]`` in its own dtype (uint8 frames
+        stay 4x smaller than float32: rows ``0..T-1`` the observations, rows ``1..T`` the next
+        observations except where they differ: episode ends), then each image part's ``[F,
+        *shape]`` final frames of those steps and their ``[F, 2]`` int32 ``(t, b)`` (see
+        :class:`NextImages`); last, for an env that masks actions, the ``[T, B, n]`` bool
+        action masks.
 
         A recurrent policy's ``recurrent = (state0 [B, S], episode_start0 [B], state_end [B, S])``
         (the actor's state before the rollout, whether its first observations start episodes,
@@ -71,7 +100,7 @@ class UpdateInputs:
                                                     self.agent.budget,
                                                     int(self.updates_var.numpy()))
         layout = self.layout
-        obs, nxt = layout.vector(traj.observations), layout.vector(traj.next_observations)
+        obs, nxt = layout.vector(traj.observations), rollout.next_vector(traj, layout)
         vectors = [] if obs is None else [obs.ravel(), nxt.ravel()]
         tail = [] if recurrent is None else [np.ravel(x).astype(np.float32) for x in recurrent]
         floats = np.concatenate(vectors + [traj.rewards.ravel(), traj.terminated.ravel(),
@@ -84,9 +113,9 @@ class UpdateInputs:
         mask = None if traj.mask is None else tf.constant(traj.mask)
         images = []
         if not layout.flat:
-            for observations in (traj.observations, traj.next_observations):
-                images += [frames_tensor(x) for x, p in zip(layout.split(observations),
-                                                             layout.parts) if p.image]
+            nf = _host_next_frames(traj, layout)
+            images = ([frames_tensor(x) for x in nf.frames]
+                      + [tf.constant(x) for x in nf.finals] + [tf.constant(nf.index)])
         if traj.action_mask is not None:
             images.append(tf.constant(traj.action_mask))
         return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
@@ -103,15 +132,27 @@ class UpdateInputs:
 
     def split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
         """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
-        count = 0 if self.layout.flat else 2 * len(self.layout.images)
+        count = 0 if self.layout.flat else 2 * len(self.layout.images) + 1
         return tuple(rest[:count]), (rest[count] if len(rest) > count else None)
+
+    def signature(self, args: tuple) -> list:
+        """:meth:`inputs` for ``get_concrete_function``: the final frames and their indices with
+        their ``K`` open (it changes from rollout to rollout; one trace serves every ``K``)."""
+        if self.layout.flat:
+            return list(args)
+        n = len(self.layout.images)
+        out = list(args)
+        for i in range(4 + n, 5 + 2 * n):
+            out[i] = tf.TensorSpec([None, *args[i].shape[1:]], args[i].dtype)
+        return out
 
     def unpack(self, floats: tf.Tensor, actions: tf.Tensor, stats: tf.Tensor,
                *images: tf.Tensor) -> tuple:
         """Inverse of :meth:`inputs` in the graph (static shapes where the actions'
         are): ``(obs, next_obs [T, B, d] (or the layout's parts), rewards, terminated,
         truncated, log_probs [T, B], env steps taken, [(mean, var, count) per normaliser],
-        {scheduled name: float32 scalar})``."""
+        {scheduled name: float32 scalar})``. For observations with images ``next_obs`` is a
+        :class:`NextImages` (:meth:`next_observations` makes the whole tensors from it)."""
         T, B = (actions.shape[i] if actions.shape[i] is not None else tf.shape(actions)[i]
                 for i in (0, 1))
         d = self.vector_dim
@@ -123,9 +164,11 @@ class UpdateInputs:
             obs = next_obs = None
             rest = tf.split(floats, [n, n, n, n])
         if not self.layout.flat:
-            half = len(images) // 2
-            obs, next_obs = (self._join(list(ims), vec)
-                             for ims, vec in ((images[:half], obs), (images[half:], next_obs)))
+            n_img = len(self.layout.images)
+            frames = tuple(images[:n_img])
+            obs = self._join([f[:T] for f in frames], obs)  # rows 0..T-1 (no copy: dim 0)
+            next_obs = NextImages(frames, tuple(images[n_img: 2 * n_img]), images[2 * n_img],
+                                  next_obs)
         rest = [tf.reshape(x, [T, B]) for x in rest]
         taken = tf.cast(stats[0], tf.int64)
         norm_stats, at = [], 1
@@ -138,6 +181,15 @@ class UpdateInputs:
         scheduled = {name: tf.cast(stats[at + i], tf.float32)
                      for i, name in enumerate(self.agent.schedules.names)}
         return (obs, next_obs, *rest, taken, norm_stats, scheduled)
+
+    def next_observations(self, nxt: Any) -> Any:
+        """The ``[T, B, ...]`` next observations in the layout's form (the graph's copy of the
+        frames: only for the paths that need every row, recurrent critics)."""
+        if not isinstance(nxt, NextImages):
+            return nxt
+        images = [tf.tensor_scatter_nd_update(f[1:], nxt.index, k)
+                  for f, k in zip(nxt.frames, nxt.finals)]
+        return self._join(images, nxt.vector)
 
     def _join(self, images: list, vector):
         """Image tensors and the vector part -> the layout's observation (graph side)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -40,12 +40,12 @@ from pgrad.rl.envs import (
     env_name,
     make_vec_env,
 )
-from pgrad.rl.frames import FrameBuffer
+from pgrad.rl.frames import FrameBuffer, NextFrames
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.overlap import OverlapVectorEnv, overlapped_steps
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
-           "describe_failure", "env_name", "make_vec_env"]
+           "describe_failure", "env_name", "make_vec_env", "next_vector"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 #: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
@@ -53,7 +53,20 @@ __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
 PolicyFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
 
-class Trajectory(NamedTuple):
+class _Fields(NamedTuple):
+    observations: Any
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    log_probs: np.ndarray
+    values: np.ndarray | None
+    next_observations: Any  # an array (or parts), or NextFrames: see Trajectory
+    mask: np.ndarray | None = None
+    action_mask: np.ndarray | None = None
+
+
+class Trajectory(_Fields):
     """A batch of transitions, time-major. Arrays are read-only.
 
     Attributes:
@@ -71,7 +84,11 @@ class Trajectory(NamedTuple):
         than a critic pass per env step).
       next_observations: ``[T, B, obs_dim]`` (or parts, as ``observations``) the observation that
         followed step t: o_{t+1} within an episode, the episode's final observation where it
-        ended.
+        ended. For observations with images the Collector stores each frame once
+        (:class:`pgrad.rl.frames.NextFrames`, see :attr:`next_frames`): this array is then
+        materialised on first access (a copy of the frames, kept with the trajectory; the
+        tuple itself holds the compact form at this position, so read the attribute rather
+        than unpacking the tuple).
       mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
         collection masks each env's steps after its last finished episode.
       action_mask: ``[T, B, n]`` bool, the legal actions at o_t (``n = sum(nvec)`` for
@@ -79,16 +96,45 @@ class Trajectory(NamedTuple):
         (:mod:`pgrad.rl.masks`); else None.
     """
 
-    observations: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    log_probs: np.ndarray
-    values: np.ndarray | None
-    next_observations: np.ndarray
-    mask: np.ndarray | None = None
-    action_mask: np.ndarray | None = None
+    __slots__ = ()
+
+    @property  # the field, materialised when stored as NextFrames
+    def next_observations(self) -> Any:
+        x = tuple.__getitem__(self, _NEXT)
+        return x.full() if isinstance(x, NextFrames) else x
+
+    @property
+    def next_frames(self) -> NextFrames | None:
+        """The next observations in their compact form (image frames shared with
+        ``observations``), or None where they are stored whole (observations without images,
+        whole-episode batches, trajectories built by hand)."""
+        x = tuple.__getitem__(self, _NEXT)
+        return x if isinstance(x, NextFrames) else None
+
+    def __reduce__(self):
+        """Pickles (Ray messages) the compact form: each frame once."""
+        fields, nf = tuple(self), self.next_frames
+        if nf is None:
+            return Trajectory, fields
+        obs = fields[0] if isinstance(fields[0], tuple) else (fields[0],)
+        vectors = tuple(None if p is None else x for x, p in zip(obs, nf.parts))  # no images
+        return _compact, (vectors, fields[1:])
+
+
+_NEXT = Trajectory._fields.index("next_observations")
+
+
+def _compact(vectors: tuple, rest: tuple) -> Trajectory:
+    """Unpickles :meth:`Trajectory.__reduce__`'s compact form."""
+    nf = rest[_NEXT - 1]
+    return Trajectory(nf.observations(vectors), *rest)
+
+
+def next_vector(traj: Trajectory, layout: spaces.ObsLayout) -> Any:
+    """The vector part of ``traj.next_observations`` (``layout.vector``) without materialising
+    its image frames."""
+    nf = traj.next_frames
+    return layout.vector(traj.next_observations if nf is None else layout.join(nf.parts))
 
 
 _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
@@ -332,9 +378,9 @@ class Collector:
                     episodes.extend(eps)
         except EnvError:  # a non-finite value stepped before may be the cause: name it first
             if deferred and steps:
-                self._check_rollout(self._trajectory(steps, None, frames), start, None)
+                self._check_rollout(self._trajectory(steps, None, frames, None), start, None)
             raise
-        traj = self._trajectory(steps, None, frames)
+        traj = self._trajectory(steps, None, frames, self._raw_obs)
         if deferred:
             self._check_rollout(traj, start, self._raw_obs)
         return traj, episodes
@@ -356,8 +402,8 @@ class Collector:
         # vector part of observations is checked (images are integers or bools).
         vec, zero = self.layout.vector, np.zeros((traj.rewards.shape[0], 1), np.float32)
         observations = vec(traj.observations) if vec(traj.observations) is not None else zero
-        next_observations = (vec(traj.next_observations)
-                             if vec(traj.next_observations) is not None else zero)
+        next_vec = next_vector(traj, self.layout)  # (never the frames: see Trajectory)
+        next_observations = next_vec if next_vec is not None else zero
         if last_obs is not None:
             last_obs = vec(last_obs) if vec(last_obs) is not None else zero[0]
         if (_all(np.isfinite(observations), axis=None)
@@ -416,17 +462,18 @@ class Collector:
                 open_ &= ~(parts[3] | parts[4])
         return self._trajectory(steps, np.stack(masks)), episodes
 
-    def _trajectory(self, steps: list[tuple], mask, frames: FrameBuffer | None = None
-                    ) -> Trajectory:
+    def _trajectory(self, steps: list[tuple], mask, frames: FrameBuffer | None = None,
+                    last_obs=None) -> Trajectory:
         """The ``[T, B, ...]`` Trajectory of ``T`` :meth:`_step` results (their image parts
-        already in ``frames``' first ``T`` rows, if given)."""
+        already written into ``frames``, if given: the next observations then in their compact
+        form, ``last_obs`` the observation after the last step, None if not known)."""
         obs, act, rew, term, trunc, logp, vals, nxt, legal = zip(*steps)
+        next_observations: Any
         if frames is None:
             observations, next_observations = self.layout.stack(obs), self.layout.stack(nxt)
         else:
-            n = len(steps)
-            observations = frames.observations(obs, [b[:n] for b in frames.obs])
-            next_observations = frames.observations(nxt, [b[:n] for b in frames.next_obs])
+            compact = frames.next_frames(nxt, last_obs)  # read-only already
+            observations, next_observations = frames.observations(obs, compact), compact
         # np.array of equal-shape arrays stacks them like np.stack, and casts in the same copy
         # (2-3x faster than stack + astype for vector observations, 5 to 2048 steps; the same
         # for image-sized ones)
@@ -439,7 +486,8 @@ class Collector:
             truncated=_frozen(f32(trunc)),
             log_probs=_frozen(f32(logp)),
             values=None if vals[0] is None else _frozen(f32(vals)),
-            next_observations=_frozen(next_observations),
+            next_observations=(next_observations if frames is not None
+                               else _frozen(next_observations)),
             mask=_frozen(mask),
             action_mask=None if legal[0] is None else _frozen(np.array(legal, bool)),
         )

@@ -43,12 +43,14 @@ def test_images_stay_in_their_dtype_through_rollout_and_update():
     assert traj.observations.dtype == np.uint8 and traj.observations.shape == (4, 2, 36, 36, 4)
     assert traj.next_observations.dtype == np.uint8 and not traj.observations.flags.writeable
     args = agent.updater.inputs(traj, 8)
-    floats, actions, mask, stats, obs, nxt = args
-    assert obs.dtype == tf.uint8 and nxt.dtype == tf.uint8
+    floats, actions, mask, stats, frames, finals, index = args  # each frame once: see frames.py
+    assert frames.dtype == tf.uint8 and frames.shape == (5, 2, 36, 36, 4)
+    assert finals.dtype == tf.uint8 and finals.shape[1:] == (36, 36, 4) and index.shape[1] == 2
     assert floats.shape == (4 * 4 * 2,)  # rewards, flags, log-probs only: no pixels in float32
-    unpacked = agent.updater.unpack(floats, actions, stats, obs, nxt)
+    unpacked = agent.updater.unpack(floats, actions, stats, frames, finals, index)
     np.testing.assert_array_equal(unpacked[0].numpy(), traj.observations)
-    np.testing.assert_array_equal(unpacked[1].numpy(), traj.next_observations)
+    np.testing.assert_array_equal(agent.updater.io.next_observations(unpacked[1]).numpy(),
+                                  traj.next_observations)
     np.testing.assert_array_equal(unpacked[2].numpy(), traj.rewards)
     out, = agent.updater(args, fixed_shape=True)
     assert np.isfinite(out.numpy()).all()
