@@ -39,6 +39,7 @@ from pgrad.rl.envs import (
     env_name,
     make_vec_env,
 )
+from pgrad.rl.finite import check_rollout, check_step
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.overlap import OverlapVectorEnv, overlapped_steps
@@ -54,7 +55,6 @@ PolicyFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | 
 
 
 _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
-_all = np.logical_and.reduce
 
 
 def _where(where: str | int) -> str:
@@ -162,7 +162,8 @@ class Collector:
         """Resets every sub-env (sub-env i gets ``seed + i``)."""
         where = f"reset (env step {self.env_steps})"
         obs, info = self._env_call(where, self.envs.reset, seed=seed)
-        self._raw_obs = self._check(self._flat(obs, where), None, None)
+        self._raw_obs = check_step(self.layout, self.name, self.env_steps, self._flat(obs, where),
+                                   None, None)
         self.episode_start = np.ones(self.num_envs, bool)
         self._action_mask = self.masks.reset(obs, info, where)
         if self.obs_norm is not None:
@@ -182,26 +183,11 @@ class Collector:
         self._last_norm = (flat, rms.mean, rms.var, out)
         return out
 
-    def _check(self, flat: np.ndarray, rewards: np.ndarray | None, step: int | None) -> np.ndarray:
-        """Raises ValueError naming the env and step if an observation or reward is NaN/Inf.
-
-        Only the float32 vector part is checked: images are integers or bools."""
-        vec = self.layout.vector(flat)
-        obs_ok = vec is None or np.isfinite(vec).all()
-        if not obs_ok or (rewards is not None and not np.isfinite(rewards).all()):
-            what = "observation" if not obs_ok else "reward"
-            where = "reset" if step is None else f"env step {step}"
-            raise EnvError(
-                f"env {self.name!r} returned a non-finite {what} at {where} "
-                f"(after {self.env_steps} env steps); pgrad needs finite observations and rewards."
-            )
-        return flat
-
     def _step(self, policy_fn: PolicyFn, check: bool = True):
         """One vector step. Returns the transition pieces and finished episodes.
 
         ``check=False`` leaves the finite checks of this step's observations and rewards to
-        the caller (:meth:`_check_rollout`).
+        the caller (:func:`pgrad.rl.finite.check_rollout`).
         """
         if self._raw_obs is None:
             self.reset()
@@ -225,7 +211,7 @@ class Collector:
         flat = self._flat(raw, where)
         self._action_mask = self.masks.read(raw, info, _where(where))
         if check:
-            self._check(flat, rewards, where)
+            check_step(self.layout, self.name, self.env_steps, flat, rewards, where)
         done = np.logical_or(term, trunc)
         self.episode_start = done
         nxt = flat
@@ -236,7 +222,9 @@ class Collector:
             final = info["final_obs"]
             for i in np.flatnonzero(done):
                 last = self._flat(spaces.batch_of_one(final[i]), where)
-                self.layout.set_row(nxt, i, self._check(last, None, where) if check else last)
+                if check:
+                    check_step(self.layout, self.name, self.env_steps, last, None, where)
+                self.layout.set_row(nxt, i, last)
         self.env_steps += self.num_envs
         if ended:
             key = self._episode_key
@@ -286,59 +274,18 @@ class Collector:
                     episodes.extend(eps)
         except EnvError:  # a non-finite value stepped before may be the cause: name it first
             if deferred and steps:
-                self._check_rollout(self._trajectory(steps, None, frames, None), start, None)
+                check_rollout(self._trajectory(steps, None, frames, None), self.layout, self.name,
+                              self.num_envs, start, None)
             raise
         traj = self._trajectory(steps, None, frames, self._raw_obs)
         if deferred:
-            self._check_rollout(traj, start, self._raw_obs)
+            check_rollout(traj, self.layout, self.name, self.num_envs, start, self._raw_obs)
         return traj, episodes
 
     def _steps(self, policy_fn: PolicyFn, num_steps: int, check: bool):
         """``num_steps`` :meth:`_step` results, one vector step after the other."""
         for _ in range(num_steps):
             yield self._step(policy_fn, check)
-
-    def _check_rollout(self, traj: Trajectory, start: int, last_obs: np.ndarray | None) -> None:
-        """The per-step finite checks of :meth:`_step`, over a rollout collected without them.
-
-        Step ``t``'s observations are ``observations[t + 1]`` (``last_obs`` after the last
-        step; ``None``: the step that followed raised), its final observations are in
-        ``next_observations[t]``. Raises the EnvError of the first step with a NaN/Inf.
-        """
-        # The usual case first: everything finite (observations[0] was checked as the previous
-        # rollout's last observation, or at reset), in four whole-array checks. Only the float
-        # vector part of observations is checked (images are integers or bools).
-        vec, zero = self.layout.vector, np.zeros((traj.rewards.shape[0], 1), np.float32)
-        observations = vec(traj.observations) if vec(traj.observations) is not None else zero
-        next_vec = next_vector(traj, self.layout)  # (never the frames: see Trajectory)
-        next_observations = next_vec if next_vec is not None else zero
-        if last_obs is not None:
-            last_obs = vec(last_obs) if vec(last_obs) is not None else zero[0]
-        if (_all(np.isfinite(observations), axis=None)
-                and _all(np.isfinite(traj.rewards), axis=None)
-                and _all(np.isfinite(next_observations), axis=None)
-                and (last_obs is None or _all(np.isfinite(last_obs), axis=None))):
-            return
-        num = traj.rewards.shape[0]
-
-        def ok(x):  # [n, B, ...] -> [n] bool
-            return np.isfinite(x).reshape(x.shape[0], -1).all(1)
-
-        later = observations[1:]
-        if last_obs is not None:
-            later = np.concatenate([later, last_obs[None]])
-        obs_ok = np.ones(num, bool)
-        obs_ok[: later.shape[0]] = ok(later)
-        reward_ok, final_ok = ok(traj.rewards), ok(next_observations)
-        bad = np.flatnonzero(~(obs_ok & reward_ok & final_ok))
-        if bad.size:
-            t = int(bad[0])
-            what = "reward" if obs_ok[t] and not reward_ok[t] else "observation"
-            after = start + t * self.num_envs
-            raise EnvError(
-                f"env {self.name!r} returned a non-finite {what} at env step "
-                f"{after + self.num_envs} (after {after} env steps); pgrad needs finite "
-                "observations and rewards.")
 
     def collect_episodes(self, policy_fn: PolicyFn, min_steps: int,
                          max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:
