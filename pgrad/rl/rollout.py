@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -42,7 +43,7 @@ from pgrad.rl.envs import (
 from pgrad.rl.finite import check_rollout, check_step
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.overlap import OverlapVectorEnv, overlapped_steps
+from pgrad.rl.overlap import OverlapVectorEnv, not_overlappable, overlapped_steps
 from pgrad.rl.trajectory import Trajectory, build_trajectory, next_vector
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
@@ -100,7 +101,7 @@ class Collector:
         self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
         # the info key of the episodes to report: the env's whole games, if it reports them
         self._episode_key = GAME_INFO if envs.metadata.get(GAME_INFO) else "episode"
-        self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
+        self._watched = 0  # env calls so far whose warnings were watched (see env_call)
         #: Where the env's action masks come from (``masks.source``; None: it has none).
         self.masks = masks.VectorMasks(envs, self.layout, name)
         self._action_mask: np.ndarray | None = None  # [B, n] bool at the current observations
@@ -114,15 +115,25 @@ class Collector:
         #: (``vector_mode="overlap"``, :mod:`pgrad.rl.overlap`).
         self.overlap = isinstance(envs, OverlapVectorEnv)
         if self.overlap and obs_norm is not None:
-            raise self._not_overlappable("observation normalisation")
+            raise not_overlappable(name, "observation normalisation")
 
-    def _not_overlappable(self, what: str) -> ValueError:
-        return ValueError(
-            f"env {self.name!r}: vector_mode 'overlap' acts on half the envs before the other "
-            f"half has stepped, which {what} (read from every env's step) does not allow; use "
-            "vector_mode 'sync'.")
+    # The stepping interface: what collect() runs, and what a stepper of its own (the
+    # double-buffered one of pgrad.rl.overlap) needs to do the same steps in another order.
 
-    def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
+    @property
+    def current_obs(self) -> Any:
+        """``[B, ...]`` preprocessed observations the policy acts on next (before observation
+        normalisation; parts as :class:`pgrad.rl.spaces.ObsLayout`), None before the first
+        :meth:`reset`."""
+        return self._raw_obs
+
+    @property
+    def action_mask(self) -> np.ndarray | None:
+        """``[B, n]`` bool, the legal actions at :attr:`current_obs`; None for an env without
+        action masks (:mod:`pgrad.rl.masks`)."""
+        return self._action_mask
+
+    def env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
 
         ``where`` names the call in that error: a description, or the env step number (the
@@ -149,8 +160,9 @@ class Collector:
             raise EnvError(f"env {self.name!r} failed at {_where(where)}: "
                            f"{describe_failure(err, self.envs.single_observation_space)}") from err
 
-    def _flat(self, raw, where: str | int) -> np.ndarray:
-        """Preprocessed observations; an observation that does not fit the space -> EnvError."""
+    def preprocessed(self, raw, where: str | int) -> np.ndarray:
+        """``[B, ...]`` preprocessed observations of the env's ``raw`` ones (``where`` as in
+        :meth:`env_call`); an observation that does not fit the space -> EnvError."""
         try:
             return self.preprocess(raw)
         except (ValueError, TypeError, IndexError) as err:
@@ -161,9 +173,9 @@ class Collector:
     def reset(self, seed: int | None = None) -> None:
         """Resets every sub-env (sub-env i gets ``seed + i``)."""
         where = f"reset (env step {self.env_steps})"
-        obs, info = self._env_call(where, self.envs.reset, seed=seed)
-        self._raw_obs = check_step(self.layout, self.name, self.env_steps, self._flat(obs, where),
-                                   None, None)
+        obs, info = self.env_call(where, self.envs.reset, seed=seed)
+        flat = self.preprocessed(obs, where)
+        self._raw_obs = check_step(self.layout, self.name, self.env_steps, flat, None, None)
         self.episode_start = np.ones(self.num_envs, bool)
         self._action_mask = self.masks.reset(obs, info, where)
         if self.obs_norm is not None:
@@ -200,15 +212,30 @@ class Collector:
         else:
             acted = policy_fn(obs, action_mask=action_mask)
         where = self.env_steps + self.num_envs
-        stepped = self._env_call(where, self.envs.step, acted[1])
-        return self._record(obs, acted, action_mask, stepped, where, check)
+        stepped = self.env_call(where, self.envs.step, acted[1])
+        return self.record_step(obs, acted, action_mask, stepped, where, check)
 
-    def _record(self, obs, acted: tuple, action_mask, stepped: tuple, where: int, check: bool):
-        """The rest of :meth:`_step` once the vector env has stepped: ``acted`` is the policy
-        function's output at ``obs``, ``stepped`` the env's ``step`` output."""
+    def record_step(self, obs, acted: tuple, action_mask, stepped: tuple, where: int, check: bool):
+        """Records one vector step once the env has stepped (the rest of :meth:`_step`).
+
+        Args:
+          obs: ``[B, ...]`` the (normalised) observations the policy acted on.
+          acted: the policy function's output at ``obs`` (see :data:`PolicyFn`).
+          action_mask: ``[B, n]`` bool legal actions at ``obs``, or None.
+          stepped: the vector env's ``step`` output ``(obs, rewards, terminated, truncated,
+            info)`` for ``acted``'s env actions.
+          where: the env step number (:attr:`env_steps` plus ``B``), for errors.
+          check: whether to check this step's values are finite (else the caller does).
+
+        Returns:
+          ``(pieces, episodes)``: the step's 9 pieces (``obs, actions, rewards, terminated,
+          truncated, log_probs, values, next_obs, action_mask``, see
+          :func:`pgrad.rl.trajectory.build_trajectory`) and its finished episodes
+          ``(env_step, return, length)``. :attr:`current_obs` is then the next observations.
+        """
         actions, _, log_probs, values = acted
         raw, rewards, term, trunc, info = stepped
-        flat = self._flat(raw, where)
+        flat = self.preprocessed(raw, where)
         self._action_mask = self.masks.read(raw, info, _where(where))
         if check:
             check_step(self.layout, self.name, self.env_steps, flat, rewards, where)
@@ -221,7 +248,7 @@ class Collector:
             nxt = self.layout.copy(flat)
             final = info["final_obs"]
             for i in np.flatnonzero(done):
-                last = self._flat(spaces.batch_of_one(final[i]), where)
+                last = self.preprocessed(spaces.batch_of_one(final[i]), where)
                 if check:
                     check_step(self.layout, self.name, self.env_steps, last, None, where)
                 self.layout.set_row(nxt, i, last)
