@@ -40,6 +40,7 @@ from pgrad.rl.envs import (
     env_name,
     make_vec_env,
 )
+from pgrad.rl.episodes import ended_episodes, ended_successes, whole_episodes
 from pgrad.rl.finite import check_rollout, check_step
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
@@ -47,7 +48,7 @@ from pgrad.rl.overlap import OverlapVectorEnv, not_overlappable, overlapped_step
 from pgrad.rl.trajectory import Trajectory, build_trajectory, next_vector
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
-           "describe_failure", "env_name", "make_vec_env", "next_vector"]
+           "describe_failure", "ended_successes", "env_name", "make_vec_env", "next_vector"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 #: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
@@ -61,17 +62,6 @@ _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called ev
 def _where(where: str | int) -> str:
     """An env call's place in an error message: ``"reset (...)"`` or ``"env step N"``."""
     return where if isinstance(where, str) else f"env step {where}"
-
-
-def ended_successes(info: dict, done: np.ndarray) -> list[float]:
-    """``info["is_success"]`` (1.0 / 0.0) of each env whose episode ended in this vector step
-    and reported it, in env order: a SAME_STEP vector env puts the ended episode's last info in
-    ``info["final_info"]`` (``_is_success`` marks the envs that have the key)."""
-    final = info.get("final_info", {})
-    if "is_success" not in final:
-        return []
-    values, has = final["is_success"], final.get("_is_success", done)
-    return [float(bool(values[i])) for i in np.flatnonzero(np.logical_and(has, done))]
 
 
 class Collector:
@@ -242,7 +232,7 @@ class Collector:
         done = np.logical_or(term, trunc)
         self.episode_start = done
         nxt = flat
-        episodes = []
+        episodes: list[tuple] = []
         ended = _any(done)
         if ended:
             nxt = self.layout.copy(flat)
@@ -254,13 +244,7 @@ class Collector:
                 self.layout.set_row(nxt, i, last)
         self.env_steps += self.num_envs
         if ended:
-            key = self._episode_key
-            # whole games end in a step (final_info) or in the reset after it (see GAME_INFO)
-            for src in (info, info.get("final_info", {})) if key == GAME_INFO else (info,):
-                if key in src:
-                    ep, mask = src[key], src["_" + key]
-                    for i in np.flatnonzero(mask):
-                        episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
+            episodes = ended_episodes(info, self._episode_key, self.env_steps)
             self.successes.extend(ended_successes(info, done))
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self.layout.vector(flat))
@@ -316,33 +300,11 @@ class Collector:
 
     def collect_episodes(self, policy_fn: PolicyFn, min_steps: int,
                          max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:
-        """Whole episodes: at least ``min_steps`` steps, every env's batch ending at an episode end.
-
-        All envs step until ``min_steps`` steps are collected; then each env's part of the batch
-        closes at its next episode end. Steps an env takes after its part closed (while others
-        finish) are masked out (``Trajectory.mask``); its next batch starts mid-episode, which
-        keeps reward-to-go returns exact. The first steps of a batch may continue an episode
-        begun in the previous call.
-        """
-        steps: list[tuple] = []
-        masks: list[np.ndarray]
-        masks, episodes = [], []
-        open_ = np.ones(self.num_envs, bool)
-        count = 0
-        while open_.any():
-            if len(masks) >= max_vector_steps:
-                raise ValueError(
-                    f"env {self.name!r}: episodes did not end within {max_vector_steps} vector "
-                    "steps; whole-episode collection needs episodes that end (add a TimeLimit)."
-                )
-            parts, eps = self._step(policy_fn)
-            steps.append(parts)
-            masks.append(open_.astype(np.float32))
-            episodes.extend(eps)
-            count += int(open_.sum())
-            if count >= min_steps:
-                open_ &= ~(parts[3] | parts[4])
-        return self._trajectory(steps, np.stack(masks)), episodes
+        """Whole episodes: at least ``min_steps`` steps, every env's batch ending at an episode end
+        (:func:`pgrad.rl.episodes.whole_episodes`; steps after an env's part closed are masked
+        out in ``Trajectory.mask``)."""
+        return whole_episodes(lambda: self._step(policy_fn), self.layout, self.num_envs,
+                              self.name, min_steps, max_vector_steps)
 
     def _trajectory(self, steps: list[tuple], mask, frames: FrameBuffer | None = None,
                     last_obs=None) -> Trajectory:
