@@ -20,6 +20,12 @@ step and what went wrong) are in :mod:`pgrad.rl.envs`; their names are importabl
 
 Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
+
+This module is the Collector's step loop. What it returns, :class:`Trajectory`, is in
+:mod:`pgrad.rl.trajectory`; its image frames go through :mod:`pgrad.rl.frames`; the NaN/Inf
+checks are :mod:`pgrad.rl.finite`; ended episodes and whole-episode batches are
+:mod:`pgrad.rl.episodes`; double-buffered stepping is :mod:`pgrad.rl.overlap` (through the
+Collector's stepping interface). Their public names are importable from here too.
 """
 
 from __future__ import annotations
