@@ -23,13 +23,17 @@ halves step one after the other, with exactly the results of one vector env of `
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["OverlapVectorEnv", "merge_info", "merge_obs", "merge_step", "overlapped_steps"]
+from pgrad.rl import spaces
+
+__all__ = ["OverlapVectorEnv", "merge_info", "merge_obs", "merge_step", "not_overlappable",
+           "overlapped_steps", "Stepper"]
 
 
 def merge_obs(a: Any, b: Any) -> Any:
@@ -139,46 +143,81 @@ def merge_step(a: tuple, b: tuple, sizes: tuple[int, int]) -> tuple:
             merge_info(a[4], b[4], *sizes))
 
 
-def overlapped_steps(col: Any, policy_fn: Any, num_steps: int, check: bool):
-    """The :class:`pgrad.rl.rollout.Collector` 's ``num_steps`` vector steps (its ``_step``
-    results) on an :class:`OverlapVectorEnv`: the policy acts on one half of the envs while the
-    worker thread steps the other. Per vector step ``t``: act on B at ``t`` while A steps ``t``;
-    start B's step ``t``; act on A at ``t + 1`` while B steps ``t``; start A's step ``t + 1``
-    and record step ``t`` while it runs. The policy function is called on half batches, A's
-    rows then B's at every step (the order one ``[B]`` draw takes from the generator), with the
-    same observations and actions as one step after the other; no half is left stepping
-    afterwards."""
+def not_overlappable(name: str, what: str) -> ValueError:
+    """The error for an env (named ``name``) whose ``what`` rules out ``vector_mode="overlap"``."""
+    return ValueError(
+        f"env {name!r}: vector_mode 'overlap' acts on half the envs before the other "
+        f"half has stepped, which {what} (read from every env's step) does not allow; use "
+        "vector_mode 'sync'.")
+
+
+class Stepper(Protocol):
+    """What :func:`overlapped_steps` uses of :class:`pgrad.rl.rollout.Collector` (documented
+    there): its env, where the env stands, and the pieces of one vector step."""
+
+    envs: Any  # an OverlapVectorEnv
+    name: str
+    num_envs: int
+    env_steps: int
+    layout: spaces.ObsLayout
+
+    @property
+    def current_obs(self) -> Any: ...
+
+    @property
+    def action_mask(self) -> np.ndarray | None: ...
+
+    def reset(self, seed: int | None = None) -> None: ...
+
+    def env_call(self, where: str | int, fn: Callable, *args: Any, **kwargs: Any) -> Any: ...
+
+    def preprocessed(self, raw: Any, where: str | int) -> Any: ...
+
+    def record_step(self, obs: Any, acted: tuple, action_mask: Any, stepped: tuple, where: int,
+                    check: bool) -> tuple: ...
+
+
+def overlapped_steps(col: Stepper, policy_fn: Callable, num_steps: int,
+                     check: bool) -> Iterator[tuple]:
+    """The :class:`pgrad.rl.rollout.Collector` 's ``num_steps`` vector steps (its
+    :meth:`~pgrad.rl.rollout.Collector.record_step` results) on an :class:`OverlapVectorEnv`:
+    the policy acts on one half of the envs while the worker thread steps the other. Per vector
+    step ``t``: act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at
+    ``t + 1`` while B steps ``t``; start A's step ``t + 1`` and record step ``t`` while it runs.
+    The policy function is called on half batches, A's rows then B's at every step (the order
+    one ``[B]`` draw takes from the generator), with the same observations and actions as one
+    step after the other; no half is left stepping afterwards."""
     envs = col.envs
     assert isinstance(envs, OverlapVectorEnv)  # (col.overlap)
-    if col._raw_obs is None:
+    if col.current_obs is None:
         col.reset()
-    if col._action_mask is not None:
-        raise col._not_overlappable("the env's action masks")
+    if col.action_mask is not None:
+        raise not_overlappable(col.name, "the env's action masks")
     halves, layout = (slice(0, envs.split), slice(envs.split, None)), col.layout
 
     def rows(obs, half: int):
         return layout.join(p[halves[half]] for p in layout.split(obs))
 
-    obs = col._raw_obs  # (no observation normaliser with this env: see Collector.__init__)
+    obs = col.current_obs  # (no observation normaliser with this env: see Collector.__init__)
     acted_a = policy_fn(rows(obs, 0))
     where = col.env_steps + col.num_envs
     try:
         envs.step_async(0, acted_a[1])
         for t in range(num_steps):
             acted_b = policy_fn(rows(obs, 1))
-            stepped_a = col._env_call(where, envs.step_wait, 0)
+            stepped_a = col.env_call(where, envs.step_wait, 0)
             envs.step_async(1, acted_b[1])
             more = t + 1 < num_steps
             if more:
-                next_a = policy_fn(col._flat(stepped_a[0], where))
-            stepped_b = col._env_call(where, envs.step_wait, 1)
+                next_a = policy_fn(col.preprocessed(stepped_a[0], where))
+            stepped_b = col.env_call(where, envs.step_wait, 1)
             if more:  # A steps t + 1 while step t is recorded
                 envs.step_async(0, next_a[1])
             acted = tuple(None if a is None else np.concatenate([a, b])
                           for a, b in zip(acted_a, acted_b))
-            yield col._record(obs, acted, None, merge_step(stepped_a, stepped_b, envs.sizes),
-                              where, check)
-            obs, where = col._raw_obs, where + col.num_envs
+            yield col.record_step(obs, acted, None, merge_step(stepped_a, stepped_b, envs.sizes),
+                                  where, check)
+            obs, where = col.current_obs, where + col.num_envs
             if more:
                 acted_a = next_a
     finally:

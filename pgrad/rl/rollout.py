@@ -20,13 +20,19 @@ step and what went wrong) are in :mod:`pgrad.rl.envs`; their names are importabl
 
 Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
+
+This module is the Collector's step loop. What it returns, :class:`Trajectory`, is in
+:mod:`pgrad.rl.trajectory`; its image frames go through :mod:`pgrad.rl.frames`; the NaN/Inf
+checks are :mod:`pgrad.rl.finite`; ended episodes and whole-episode batches are
+:mod:`pgrad.rl.episodes`; double-buffered stepping is :mod:`pgrad.rl.overlap` (through the
+Collector's stepping interface). Their public names are importable from here too.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -40,12 +46,15 @@ from pgrad.rl.envs import (
     env_name,
     make_vec_env,
 )
-from pgrad.rl.frames import FrameBuffer, NextFrames
+from pgrad.rl.episodes import ended_episodes, ended_successes, whole_episodes
+from pgrad.rl.finite import check_rollout, check_step
+from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.overlap import OverlapVectorEnv, overlapped_steps
+from pgrad.rl.overlap import OverlapVectorEnv, not_overlappable, overlapped_steps
+from pgrad.rl.trajectory import Trajectory, build_trajectory, next_vector
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
-           "describe_failure", "env_name", "make_vec_env", "next_vector"]
+           "describe_failure", "ended_successes", "env_name", "make_vec_env", "next_vector"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
 #: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
@@ -53,116 +62,12 @@ __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
 PolicyFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
 
-class _Fields(NamedTuple):
-    observations: Any
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    log_probs: np.ndarray
-    values: np.ndarray | None
-    next_observations: Any  # an array (or parts), or NextFrames: see Trajectory
-    mask: np.ndarray | None = None
-    action_mask: np.ndarray | None = None
-
-
-class Trajectory(_Fields):
-    """A batch of transitions, time-major. Arrays are read-only.
-
-    Attributes:
-      observations: ``[T, B, obs_dim]`` float32, preprocessed (and normalised) o_t. For
-        observations with images, the parts of :class:`pgrad.rl.spaces.ObsLayout` instead: each
-        image ``[T, B, *shape]`` in its own dtype (uint8, bool), the vector part (normalised)
-        ``[T, B, d]`` float32; one array, or a tuple of them in part order.
-      actions: ``[T, B, *action_shape]`` int32 / float32 as sampled (before clipping to bounds).
-      rewards: ``[T, B]`` float32 r_t (normalised if reward normalisation is on).
-      terminated: ``[T, B]`` float32, 1 where step t ended the episode for real.
-      truncated: ``[T, B]`` float32, 1 where step t was cut (time limit).
-      log_probs: ``[T, B]`` float32 log pi(a_t | o_t) of the acting policy.
-      values: ``[T, B]`` float32 V(o_t) if the policy function returns values, else None (the
-        agents return None: their update recomputes V on the same weights, which is cheaper
-        than a critic pass per env step).
-      next_observations: ``[T, B, obs_dim]`` (or parts, as ``observations``) the observation that
-        followed step t: o_{t+1} within an episode, the episode's final observation where it
-        ended. For observations with images the Collector stores each frame once
-        (:class:`pgrad.rl.frames.NextFrames`, see :attr:`next_frames`): this array is then
-        materialised on first access (a copy of the frames, kept with the trajectory; the
-        tuple itself holds the compact form at this position, so read the attribute rather
-        than unpacking the tuple).
-      mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
-        collection masks each env's steps after its last finished episode.
-      action_mask: ``[T, B, n]`` bool, the legal actions at o_t (``n = sum(nvec)`` for
-        MultiDiscrete: the per-dimension masks concatenated), for an env that masks actions
-        (:mod:`pgrad.rl.masks`); else None.
-    """
-
-    __slots__ = ()
-
-    @property  # the field, materialised when stored as NextFrames
-    def next_observations(self) -> Any:
-        x = tuple.__getitem__(self, _NEXT)
-        return x.full() if isinstance(x, NextFrames) else x
-
-    @property
-    def next_frames(self) -> NextFrames | None:
-        """The next observations in their compact form (image frames shared with
-        ``observations``), or None where they are stored whole (observations without images,
-        whole-episode batches, trajectories built by hand)."""
-        x = tuple.__getitem__(self, _NEXT)
-        return x if isinstance(x, NextFrames) else None
-
-    def __reduce__(self):
-        """Pickles (Ray messages) the compact form: each frame once."""
-        fields, nf = tuple(self), self.next_frames
-        if nf is None:
-            return Trajectory, fields
-        obs = fields[0] if isinstance(fields[0], tuple) else (fields[0],)
-        vectors = tuple(None if p is None else x for x, p in zip(obs, nf.parts))  # no images
-        return _compact, (vectors, fields[1:])
-
-
-_NEXT = Trajectory._fields.index("next_observations")
-
-
-def _compact(vectors: tuple, rest: tuple) -> Trajectory:
-    """Unpickles :meth:`Trajectory.__reduce__`'s compact form."""
-    nf = rest[_NEXT - 1]
-    return Trajectory(nf.observations(vectors), *rest)
-
-
-def next_vector(traj: Trajectory, layout: spaces.ObsLayout) -> Any:
-    """The vector part of ``traj.next_observations`` (``layout.vector``) without materialising
-    its image frames."""
-    nf = traj.next_frames
-    return layout.vector(traj.next_observations if nf is None else layout.join(nf.parts))
-
-
 _any = np.logical_or.reduce  # ``x.any()`` without its Python wrapper (called every env step)
-_all = np.logical_and.reduce
 
 
 def _where(where: str | int) -> str:
     """An env call's place in an error message: ``"reset (...)"`` or ``"env step N"``."""
     return where if isinstance(where, str) else f"env step {where}"
-
-
-def ended_successes(info: dict, done: np.ndarray) -> list[float]:
-    """``info["is_success"]`` (1.0 / 0.0) of each env whose episode ended in this vector step
-    and reported it, in env order: a SAME_STEP vector env puts the ended episode's last info in
-    ``info["final_info"]`` (``_is_success`` marks the envs that have the key)."""
-    final = info.get("final_info", {})
-    if "is_success" not in final:
-        return []
-    values, has = final["is_success"], final.get("_is_success", done)
-    return [float(bool(values[i])) for i in np.flatnonzero(np.logical_and(has, done))]
-
-
-def _frozen(x):
-    if isinstance(x, tuple):  # observation parts
-        return tuple(_frozen(p) for p in x)
-    if x is not None:
-        x.flags.writeable = False
-    return x
 
 
 class Collector:
@@ -192,7 +97,7 @@ class Collector:
         self._async = isinstance(getattr(envs, "unwrapped", envs), gym.vector.AsyncVectorEnv)
         # the info key of the episodes to report: the env's whole games, if it reports them
         self._episode_key = GAME_INFO if envs.metadata.get(GAME_INFO) else "episode"
-        self._watched = 0  # env calls so far whose warnings were watched (see _env_call)
+        self._watched = 0  # env calls so far whose warnings were watched (see env_call)
         #: Where the env's action masks come from (``masks.source``; None: it has none).
         self.masks = masks.VectorMasks(envs, self.layout, name)
         self._action_mask: np.ndarray | None = None  # [B, n] bool at the current observations
@@ -206,15 +111,25 @@ class Collector:
         #: (``vector_mode="overlap"``, :mod:`pgrad.rl.overlap`).
         self.overlap = isinstance(envs, OverlapVectorEnv)
         if self.overlap and obs_norm is not None:
-            raise self._not_overlappable("observation normalisation")
+            raise not_overlappable(name, "observation normalisation")
 
-    def _not_overlappable(self, what: str) -> ValueError:
-        return ValueError(
-            f"env {self.name!r}: vector_mode 'overlap' acts on half the envs before the other "
-            f"half has stepped, which {what} (read from every env's step) does not allow; use "
-            "vector_mode 'sync'.")
+    # The stepping interface: what collect() runs, and what a stepper of its own (the
+    # double-buffered one of pgrad.rl.overlap) needs to do the same steps in another order.
 
-    def _env_call(self, where: str | int, fn: Callable, *args, **kwargs):
+    @property
+    def current_obs(self) -> Any:
+        """``[B, ...]`` preprocessed observations the policy acts on next (before observation
+        normalisation; parts as :class:`pgrad.rl.spaces.ObsLayout`), None before the first
+        :meth:`reset`."""
+        return self._raw_obs
+
+    @property
+    def action_mask(self) -> np.ndarray | None:
+        """``[B, n]`` bool, the legal actions at :attr:`current_obs`; None for an env without
+        action masks (:mod:`pgrad.rl.masks`)."""
+        return self._action_mask
+
+    def env_call(self, where: str | int, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; anything it raises becomes an EnvError.
 
         ``where`` names the call in that error: a description, or the env step number (the
@@ -241,8 +156,9 @@ class Collector:
             raise EnvError(f"env {self.name!r} failed at {_where(where)}: "
                            f"{describe_failure(err, self.envs.single_observation_space)}") from err
 
-    def _flat(self, raw, where: str | int) -> np.ndarray:
-        """Preprocessed observations; an observation that does not fit the space -> EnvError."""
+    def preprocessed(self, raw, where: str | int) -> np.ndarray:
+        """``[B, ...]`` preprocessed observations of the env's ``raw`` ones (``where`` as in
+        :meth:`env_call`); an observation that does not fit the space -> EnvError."""
         try:
             return self.preprocess(raw)
         except (ValueError, TypeError, IndexError) as err:
@@ -253,8 +169,9 @@ class Collector:
     def reset(self, seed: int | None = None) -> None:
         """Resets every sub-env (sub-env i gets ``seed + i``)."""
         where = f"reset (env step {self.env_steps})"
-        obs, info = self._env_call(where, self.envs.reset, seed=seed)
-        self._raw_obs = self._check(self._flat(obs, where), None, None)
+        obs, info = self.env_call(where, self.envs.reset, seed=seed)
+        flat = self.preprocessed(obs, where)
+        self._raw_obs = check_step(self.layout, self.name, self.env_steps, flat, None, None)
         self.episode_start = np.ones(self.num_envs, bool)
         self._action_mask = self.masks.reset(obs, info, where)
         if self.obs_norm is not None:
@@ -274,26 +191,11 @@ class Collector:
         self._last_norm = (flat, rms.mean, rms.var, out)
         return out
 
-    def _check(self, flat: np.ndarray, rewards: np.ndarray | None, step: int | None) -> np.ndarray:
-        """Raises ValueError naming the env and step if an observation or reward is NaN/Inf.
-
-        Only the float32 vector part is checked: images are integers or bools."""
-        vec = self.layout.vector(flat)
-        obs_ok = vec is None or np.isfinite(vec).all()
-        if not obs_ok or (rewards is not None and not np.isfinite(rewards).all()):
-            what = "observation" if not obs_ok else "reward"
-            where = "reset" if step is None else f"env step {step}"
-            raise EnvError(
-                f"env {self.name!r} returned a non-finite {what} at {where} "
-                f"(after {self.env_steps} env steps); pgrad needs finite observations and rewards."
-            )
-        return flat
-
     def _step(self, policy_fn: PolicyFn, check: bool = True):
         """One vector step. Returns the transition pieces and finished episodes.
 
         ``check=False`` leaves the finite checks of this step's observations and rewards to
-        the caller (:meth:`_check_rollout`).
+        the caller (:func:`pgrad.rl.finite.check_rollout`).
         """
         if self._raw_obs is None:
             self.reset()
@@ -306,38 +208,49 @@ class Collector:
         else:
             acted = policy_fn(obs, action_mask=action_mask)
         where = self.env_steps + self.num_envs
-        stepped = self._env_call(where, self.envs.step, acted[1])
-        return self._record(obs, acted, action_mask, stepped, where, check)
+        stepped = self.env_call(where, self.envs.step, acted[1])
+        return self.record_step(obs, acted, action_mask, stepped, where, check)
 
-    def _record(self, obs, acted: tuple, action_mask, stepped: tuple, where: int, check: bool):
-        """The rest of :meth:`_step` once the vector env has stepped: ``acted`` is the policy
-        function's output at ``obs``, ``stepped`` the env's ``step`` output."""
+    def record_step(self, obs, acted: tuple, action_mask, stepped: tuple, where: int, check: bool):
+        """Records one vector step once the env has stepped (the rest of :meth:`_step`).
+
+        Args:
+          obs: ``[B, ...]`` the (normalised) observations the policy acted on.
+          acted: the policy function's output at ``obs`` (see :data:`PolicyFn`).
+          action_mask: ``[B, n]`` bool legal actions at ``obs``, or None.
+          stepped: the vector env's ``step`` output ``(obs, rewards, terminated, truncated,
+            info)`` for ``acted``'s env actions.
+          where: the env step number (:attr:`env_steps` plus ``B``), for errors.
+          check: whether to check this step's values are finite (else the caller does).
+
+        Returns:
+          ``(pieces, episodes)``: the step's 9 pieces (``obs, actions, rewards, terminated,
+          truncated, log_probs, values, next_obs, action_mask``, see
+          :func:`pgrad.rl.trajectory.build_trajectory`) and its finished episodes
+          ``(env_step, return, length)``. :attr:`current_obs` is then the next observations.
+        """
         actions, _, log_probs, values = acted
         raw, rewards, term, trunc, info = stepped
-        flat = self._flat(raw, where)
+        flat = self.preprocessed(raw, where)
         self._action_mask = self.masks.read(raw, info, _where(where))
         if check:
-            self._check(flat, rewards, where)
+            check_step(self.layout, self.name, self.env_steps, flat, rewards, where)
         done = np.logical_or(term, trunc)
         self.episode_start = done
         nxt = flat
-        episodes = []
+        episodes: list[tuple] = []
         ended = _any(done)
         if ended:
             nxt = self.layout.copy(flat)
             final = info["final_obs"]
             for i in np.flatnonzero(done):
-                last = self._flat(spaces.batch_of_one(final[i]), where)
-                self.layout.set_row(nxt, i, self._check(last, None, where) if check else last)
+                last = self.preprocessed(spaces.batch_of_one(final[i]), where)
+                if check:
+                    check_step(self.layout, self.name, self.env_steps, last, None, where)
+                self.layout.set_row(nxt, i, last)
         self.env_steps += self.num_envs
         if ended:
-            key = self._episode_key
-            # whole games end in a step (final_info) or in the reset after it (see GAME_INFO)
-            for src in (info, info.get("final_info", {})) if key == GAME_INFO else (info,):
-                if key in src:
-                    ep, mask = src[key], src["_" + key]
-                    for i in np.flatnonzero(mask):
-                        episodes.append((self.env_steps, float(ep["r"][i]), int(ep["l"][i])))
+            episodes = ended_episodes(info, self._episode_key, self.env_steps)
             self.successes.extend(ended_successes(info, done))
         if self.obs_norm is not None:
             self.obs_norm.rms.update(self.layout.vector(flat))
@@ -378,11 +291,12 @@ class Collector:
                     episodes.extend(eps)
         except EnvError:  # a non-finite value stepped before may be the cause: name it first
             if deferred and steps:
-                self._check_rollout(self._trajectory(steps, None, frames, None), start, None)
+                check_rollout(self._trajectory(steps, None, frames, None), self.layout, self.name,
+                              self.num_envs, start, None)
             raise
         traj = self._trajectory(steps, None, frames, self._raw_obs)
         if deferred:
-            self._check_rollout(traj, start, self._raw_obs)
+            check_rollout(traj, self.layout, self.name, self.num_envs, start, self._raw_obs)
         return traj, episodes
 
     def _steps(self, policy_fn: PolicyFn, num_steps: int, check: bool):
@@ -390,107 +304,18 @@ class Collector:
         for _ in range(num_steps):
             yield self._step(policy_fn, check)
 
-    def _check_rollout(self, traj: Trajectory, start: int, last_obs: np.ndarray | None) -> None:
-        """The per-step finite checks of :meth:`_step`, over a rollout collected without them.
-
-        Step ``t``'s observations are ``observations[t + 1]`` (``last_obs`` after the last
-        step; ``None``: the step that followed raised), its final observations are in
-        ``next_observations[t]``. Raises the EnvError of the first step with a NaN/Inf.
-        """
-        # The usual case first: everything finite (observations[0] was checked as the previous
-        # rollout's last observation, or at reset), in four whole-array checks. Only the float
-        # vector part of observations is checked (images are integers or bools).
-        vec, zero = self.layout.vector, np.zeros((traj.rewards.shape[0], 1), np.float32)
-        observations = vec(traj.observations) if vec(traj.observations) is not None else zero
-        next_vec = next_vector(traj, self.layout)  # (never the frames: see Trajectory)
-        next_observations = next_vec if next_vec is not None else zero
-        if last_obs is not None:
-            last_obs = vec(last_obs) if vec(last_obs) is not None else zero[0]
-        if (_all(np.isfinite(observations), axis=None)
-                and _all(np.isfinite(traj.rewards), axis=None)
-                and _all(np.isfinite(next_observations), axis=None)
-                and (last_obs is None or _all(np.isfinite(last_obs), axis=None))):
-            return
-        num = traj.rewards.shape[0]
-
-        def ok(x):  # [n, B, ...] -> [n] bool
-            return np.isfinite(x).reshape(x.shape[0], -1).all(1)
-
-        later = observations[1:]
-        if last_obs is not None:
-            later = np.concatenate([later, last_obs[None]])
-        obs_ok = np.ones(num, bool)
-        obs_ok[: later.shape[0]] = ok(later)
-        reward_ok, final_ok = ok(traj.rewards), ok(next_observations)
-        bad = np.flatnonzero(~(obs_ok & reward_ok & final_ok))
-        if bad.size:
-            t = int(bad[0])
-            what = "reward" if obs_ok[t] and not reward_ok[t] else "observation"
-            after = start + t * self.num_envs
-            raise EnvError(
-                f"env {self.name!r} returned a non-finite {what} at env step "
-                f"{after + self.num_envs} (after {after} env steps); pgrad needs finite "
-                "observations and rewards.")
-
     def collect_episodes(self, policy_fn: PolicyFn, min_steps: int,
                          max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:
-        """Whole episodes: at least ``min_steps`` steps, every env's batch ending at an episode end.
-
-        All envs step until ``min_steps`` steps are collected; then each env's part of the batch
-        closes at its next episode end. Steps an env takes after its part closed (while others
-        finish) are masked out (``Trajectory.mask``); its next batch starts mid-episode, which
-        keeps reward-to-go returns exact. The first steps of a batch may continue an episode
-        begun in the previous call.
-        """
-        steps: list[tuple] = []
-        masks: list[np.ndarray]
-        masks, episodes = [], []
-        open_ = np.ones(self.num_envs, bool)
-        count = 0
-        while open_.any():
-            if len(masks) >= max_vector_steps:
-                raise ValueError(
-                    f"env {self.name!r}: episodes did not end within {max_vector_steps} vector "
-                    "steps; whole-episode collection needs episodes that end (add a TimeLimit)."
-                )
-            parts, eps = self._step(policy_fn)
-            steps.append(parts)
-            masks.append(open_.astype(np.float32))
-            episodes.extend(eps)
-            count += int(open_.sum())
-            if count >= min_steps:
-                open_ &= ~(parts[3] | parts[4])
-        return self._trajectory(steps, np.stack(masks)), episodes
+        """Whole episodes: at least ``min_steps`` steps, every env's batch ending at an episode end
+        (:func:`pgrad.rl.episodes.whole_episodes`; steps after an env's part closed are masked
+        out in ``Trajectory.mask``)."""
+        return whole_episodes(lambda: self._step(policy_fn), self.layout, self.num_envs,
+                              self.name, min_steps, max_vector_steps)
 
     def _trajectory(self, steps: list[tuple], mask, frames: FrameBuffer | None = None,
                     last_obs=None) -> Trajectory:
-        """The ``[T, B, ...]`` Trajectory of ``T`` :meth:`_step` results (their image parts
-        already written into ``frames``, if given: the next observations then in their compact
-        form, ``last_obs`` the observation after the last step, None if not known)."""
-        obs, act, rew, term, trunc, logp, vals, nxt, legal = zip(*steps)
-        next_observations: Any
-        if frames is None:
-            observations, next_observations = self.layout.stack(obs), self.layout.stack(nxt)
-        else:
-            compact = frames.next_frames(nxt, last_obs)  # read-only already
-            observations, next_observations = frames.observations(obs, compact), compact
-        # np.array of equal-shape arrays stacks them like np.stack, and casts in the same copy
-        # (2-3x faster than stack + astype for vector observations, 5 to 2048 steps; the same
-        # for image-sized ones)
-        f32 = lambda c: np.array(c, np.float32)  # noqa: E731
-        return Trajectory(
-            observations=_frozen(observations),
-            actions=_frozen(np.array(act)),
-            rewards=_frozen(f32(rew)),
-            terminated=_frozen(f32(term)),
-            truncated=_frozen(f32(trunc)),
-            log_probs=_frozen(f32(logp)),
-            values=None if vals[0] is None else _frozen(f32(vals)),
-            next_observations=(next_observations if frames is not None
-                               else _frozen(next_observations)),
-            mask=_frozen(mask),
-            action_mask=None if legal[0] is None else _frozen(np.array(legal, bool)),
-        )
+        """:func:`pgrad.rl.trajectory.build_trajectory` of ``T`` :meth:`_step` results."""
+        return build_trajectory(self.layout, steps, mask, frames, last_obs)
 
     def close(self) -> None:
         self.envs.close()

@@ -11,6 +11,7 @@ import pytest
 
 import agents
 from pgrad.rl import rollout
+from pgrad.rl.masked_envs import OffersEnv
 from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.overlap import OverlapVectorEnv, merge_info
 
@@ -99,3 +100,9 @@ def test_overlap_refuses_what_it_cannot_keep_exact():
     with pytest.raises(ValueError, match="observation normalisation"):
         rollout.Collector(envs, "CartPole-v1", obs_norm=ObsNormalizer(4))
     envs.close()
+    # the env's action masks are known at the first reset: the first collect refuses them
+    envs = rollout.make_vec_env(lambda: OffersEnv(mask="info"), 2, "overlap")
+    col = rollout.Collector(envs, "offers")
+    with pytest.raises(ValueError, match="env 'offers'.*action masks.*vector_mode 'sync'"):
+        col.collect(lambda obs, action_mask: None, 2)
+    col.close()
