@@ -86,6 +86,27 @@ def test_lag_0_is_a2c_with_lambda_1():
     imp.close()
 
 
+def test_appo_at_lag_0_is_ppo():
+    """On-policy, APPO's update is PPO's on the same trajectories: V-trace's advantages are
+    GAE(lambda) (rlax's lambda mix), then the same epochs of shuffled minibatches, advantages
+    standardised per minibatch and the clip on pi / mu. So APPO at lag 0 beside PPO with APPO's
+    trajectory shape is one algorithm run twice, apart from float round-off
+    (docs/benchmarks/async/README.md, "Why APPO is behind PPO on LunarLander-v3")."""
+    kw = dict(SMALL, epochs=2, minibatch_size=8, gae_lambda=0.9, normalize_advantage=True,
+              optimizer="adam", learning_rate=1e-3, optimizer_eps=1e-5, clip_range=0.2,
+              ent_coef=0.01)
+    appo = agents.make("appo", "CartPole-v1", seed=3, **kw)
+    ppo = agents.make("ppo", "CartPole-v1", seed=3, **kw)
+    for _ in range(3):
+        a, b = ppo.step(), appo.step()
+        assert b["metrics"]["policy_lag"] == 0.0
+        assert a["episodes"] == b["episodes"] and a["env_steps"] == b["env_steps"]
+        for x, y in zip(weights(ppo), weights(appo)):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    ppo.close()
+    appo.close()
+
+
 def test_broadcast_interval_sets_the_acting_version():
     imp = agents.make("impala", "CartPole-v1", seed=0, broadcast_interval=3, **SMALL)
     seen = recording(imp)
