@@ -64,12 +64,22 @@ def test_two_actors_stream_trajectories_and_report_the_lag(ray_local, tmp_path, 
         tf.train.Checkpoint(**agent.trackables()).read(path).assert_consumed()
         info = agent.step()
         assert info["metrics"]["policy_lag"] == 0.0 and info["env_steps"] == 9 * per
-        assert agent.source.dropped == 4  # two requests per actor were in flight
-        assert agent.obs_norm.rms.count == pytest.approx(1e-4 + 9 * per, abs=1e-9)
+        # Two requests per actor were in flight; each is dropped when it arrives. The first
+        # fresh trajectory can come from one actor before the other's stale ones are in, so
+        # those are dropped during the next updates -- never learned.
+        assert 2 <= agent.source.dropped <= 4
+        for _ in range(4):
+            if agent.source.dropped == 4:
+                break
+            info = agent.step()
+        assert agent.source.dropped == 4
+        learned = info["env_steps"] // per
+        assert info["env_steps"] == learned * per and learned <= 13
+        assert agent.obs_norm.rms.count == pytest.approx(1e-4 + learned * per, abs=1e-9)
 
         ray_local.kill(agent.source.actors[1], no_restart=False)
         more = [agent.step() for _ in range(4)]  # actor 2 is waited for, restarted, asked again
-        assert more[-1]["env_steps"] == 13 * per
+        assert more[-1]["env_steps"] == (learned + 4) * per
     finally:
         agent.close()
 
