@@ -32,10 +32,11 @@ class StateCarrier(Protocol):
 
 
 def rollout_policy(mirror: Any, head: ActionHead, layout: ObsLayout, rng: np.random.Generator,
-                   sde_sample_freq: int, carrier: StateCarrier | None = None
-                   ) -> rollout.PolicyFn:
+                   sde_sample_freq: int, carrier: StateCarrier | None = None,
+                   values: bool = False) -> rollout.PolicyFn:
     """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
-    ``mirror`` with ``rng``; returns stored actions, env actions, log-probs.
+    ``mirror`` with ``rng``; returns stored actions, env actions, log-probs and, with
+    ``values``, ``V(o_t)`` ``[B]`` from the same call (else None).
 
     Args:
       mirror: the acting copy of the network (``forward``, ``sample``; recurrent: ``step``).
@@ -46,7 +47,13 @@ def rollout_policy(mirror: Any, head: ActionHead, layout: ObsLayout, rng: np.ran
       carrier: for a recurrent policy, what holds its state (the agent): each step reads and
         replaces ``carrier.rollout_state`` ``[B, S]``, resetting the rows where the collector's
         ``episode_start`` says an episode starts; None for a feed-forward policy.
+      values: return the critic's ``V(o_t)`` from the acting call, for a mirror whose
+        ``fused_values`` says one call gives both (:class:`pgrad.rl.compiled_actor.
+        CompiledActor` with a shared encoder); a ValueError otherwise.
     """
+    if values and (carrier is not None or not getattr(mirror, "fused_values", False)):
+        raise ValueError("values from the acting call need a feed-forward policy whose critic "
+                         "shares the actor's encoder (CompiledActor.fused_values)")
     sde: dict[str, Any] = {"noise": None, "steps": 0}
     freq = int(sde_sample_freq)
 
@@ -70,12 +77,13 @@ def rollout_policy(mirror: Any, head: ActionHead, layout: ObsLayout, rng: np.ran
 
         return policy_fn
 
-    # No critic here: the update computes V on the same weights, so storing it would only
-    # add a forward pass per env step.
+    # The numpy mirror (and a critic with its own encoder) returns no values: the update
+    # computes V on the same weights, where storing it would add a critic pass per env step.
+    # A shared encoder gives V(o_t) in the acting call itself (values=True).
     def policy_fn(obs, action_mask=None):  # type: ignore[no-redef]  # [B, n] legal actions
-        params, _ = mirror.forward(obs)
+        params, value = mirror.forward(obs, with_value=values)
         actions, log_probs = mirror.sample(params, rng, sde_noise(obs), action_mask)
-        return actions, head.to_env(actions), log_probs, None
+        return actions, head.to_env(actions), log_probs, value
 
     return policy_fn
 

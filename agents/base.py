@@ -6,7 +6,8 @@ the rollout's policy function, ``act``, ``predict``), a transform chain whose st
 ``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
 
 1. values ``V(o_t)``, ``V(o_{t+1})`` and GAE(lambda) advantages over the whole ``[T, B]`` rollout
-   (bootstrapped at truncations, never at terminations);
+   (bootstrapped at truncations, never at terminations; ``V(o_t)`` from the acting call where
+   the critic shares the actor's encoder, :attr:`ActorCriticAgent.values_from_acting`);
 2. ``epochs`` passes over it in shuffled minibatches of ``minibatch_size`` steps -- all inside the
    same graph, a ``tf.while_loop`` with no Python per minibatch -- each one step of:
    the policy gradient from the engine (per-step log-prob gradients through the chain; the chain
@@ -43,6 +44,10 @@ from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import NetworkPolicy, make_actor
 from pgrad.transforms import TransformState
+
+#: Take ``V(o_t)`` from the acting call where it is exact (:attr:`ActorCriticAgent.
+#: values_from_acting`); False: the update's own value pass, always (the tests compare the two).
+VALUES_FROM_ACTING = True
 
 
 def make_optimizer(cfg: ActorCriticConfig, learning_rate: float) -> keras.optimizers.Optimizer:
@@ -262,13 +267,31 @@ class ActorCriticAgent:
         return NetworkPolicy(self.net, self.mirror, self.obs_norm, self.observation_space,
                              self.action_space)
 
-    def acting_fn(self, rng: np.random.Generator) -> rollout.PolicyFn:
+    def acting_fn(self, rng: np.random.Generator, values: bool = False) -> rollout.PolicyFn:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
-        (:func:`agents.acting.rollout_policy`; a recurrent policy carries ``rollout_state``)."""
+        (:func:`agents.acting.rollout_policy`; a recurrent policy carries ``rollout_state``),
+        and with ``values`` (only where :attr:`values_from_acting`) ``V(o_t)`` from the same
+        call."""
         return acting.rollout_policy(self.mirror, self.head, self.layout, rng,
                                      self.cfg.sde_sample_freq,
-                                     self if self.net.recurrent else None)
+                                     self if self.net.recurrent else None, values)
+
+    @property
+    def values_from_acting(self) -> bool:
+        """Whether this agent's own rollouts (:meth:`step`) take ``V(o_t)`` from the acting
+        call and the update uses them instead of its value pass over the observations.
+
+        Only where they equal the update's pass to float round-off: a compiled actor whose
+        critic shares its encoder (:attr:`pgrad.rl.compiled_actor.CompiledActor.fused_values`;
+        the numpy mirror's MLPs are cheaper in the update's batched pass), an on-policy update
+        (the weights that acted are the weights that update; IMPALA/APPO learn from lagged
+        actors and need V on the learner's weights). The stored observations are the ones the
+        policy acted on (normalised by the statistics of that step), so normalisation changes
+        nothing. Rollout workers (Ray) act without: the policy weights they receive leave out
+        the critic's own layers, and their trajectories carry no values."""
+        return (VALUES_FROM_ACTING and bool(getattr(self.mirror, "fused_values", False))
+                and not getattr(self, "off_policy", False))
 
     def acting_state(self) -> dict[str, Any]:
         """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
@@ -301,7 +324,7 @@ class ActorCriticAgent:
         rng = np.random.default_rng([self.seed, updates])
         base = self._env_steps  # == env_steps_var, without a TensorFlow call
         self.collector.env_steps = before = base  # so env errors name the run's env step
-        policy_fn = self.acting_fn(rng)
+        policy_fn = self.acting_fn(rng, self.values_from_acting)
         # a recurrent policy's rollout starts from these (stored for the update)
         start = ((self.rollout_state, self.collector.episode_start.copy())
                  if self.net.recurrent else None)

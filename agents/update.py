@@ -142,9 +142,11 @@ class CompiledUpdate:
         return map_chunks(lambda r: [self.net.value(r)], rows, n, self.value_chunk,
                           [tf.TensorSpec([None], tf.float32)])[0]
 
-    def _encoded_values(self, obs: Any, next_obs: Any, T, B) -> tuple[tf.Tensor, tf.Tensor]:
+    def _encoded_values(self, obs: Any, next_obs: Any, T, B, acted: tf.Tensor | None = None
+                        ) -> tuple[tf.Tensor, tf.Tensor]:
         """``(V(o_t), V(o_{t+1}))`` ``[T, B]`` with one value pass over the rollout's
-        observations plus one over only the next observations that are not the following row's.
+        observations (none if ``acted``, ``[T, B]`` ``V(o_t)`` from the acting call, gives
+        them) plus one over only the next observations that are not the following row's.
 
         Within an episode ``next_obs[t]`` is ``obs[t + 1]`` (the same observation), so its value
         is already there; only the last step's, the episode ends' final observations and any
@@ -155,7 +157,8 @@ class CompiledUpdate:
         with images) has its differing frames listed already; the rows are the same."""
         flat = lambda x: _map(  # noqa: E731  [T, B, ...] -> [T B, ...]
             lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
-        values = self._chunked_values(flat(obs), T * B)  # [T B]
+        values = (self._chunked_values(flat(obs), T * B) if acted is None  # [T B]
+                  else tf.reshape(acted, [T * B]))
 
         def same_rows(a, b):  # [T - 1, B]: next_obs[t] == obs[t + 1] in every element
             eq = tf.equal(a[:-1], b[1:])
@@ -222,7 +225,7 @@ class CompiledUpdate:
     def _run_update(self, args: tuple, fixed_shape: bool):
         if not fixed_shape:
             return self._fn(*args)
-        key = (tuple(args[0].shape), tuple(args[1].shape), tuple(args[3].shape))
+        key = (tuple(args[0].shape), tuple(args[1].shape), tuple(args[3].shape), len(args))
         fn = self._concrete.get(key)
         if fn is None:
             fn = self._concrete[key] = flat_caller(
@@ -239,7 +242,7 @@ class CompiledUpdate:
         fetched together``[, [N] norms])``.
         """
         cfg, net = self.cfg, self.net
-        images, action_mask = self.io.split_images(rest)
+        images, action_mask, acted = self.io.split_images(rest)  # acted: [T, B] V(o_t) or None
         if net.recurrent:
             floats, (state0, start0, state_end) = self.io.split_recurrent(floats, cfg.num_envs)
             self.agent.state_var.assign(state_end)
@@ -285,7 +288,11 @@ class CompiledUpdate:
             values, next_values = (tf.transpose(tf.reshape(v, [B, T])) for v in (seq_values,
                                                                                   seq_next))
         elif net.critic is not None and net.encoder is not None and REUSE_NEXT_VALUES:
-            values, next_values = self._encoded_values(obs, next_obs, T, B)
+            values, next_values = self._encoded_values(obs, next_obs, T, B, acted)
+        elif net.critic is not None and acted is not None:  # V(o_t) from acting: o_{t+1} only
+            values = acted
+            next_values = tf.reshape(self._chunked_values(
+                flat(self.io.next_observations(next_obs)), T * B), [T, B])
         elif net.critic is not None:  # one critic pass over o_t and the o_{t+1} that followed
             next_obs = self.io.next_observations(next_obs)
             both = _map(lambda a, b: tf.concat([a, b], 0), flat(obs), flat(next_obs))

@@ -88,8 +88,10 @@ class UpdateInputs:
         stay 4x smaller than float32: rows ``0..T-1`` the observations, rows ``1..T`` the next
         observations except where they differ: episode ends), then each image part's ``[F,
         *shape]`` final frames of those steps and their ``[F, 2]`` int32 ``(t, b)`` (see
-        :class:`NextImages`); last, for an env that masks actions, the ``[T, B, n]`` bool
-        action masks.
+        :class:`NextImages`); then, for an env that masks actions, the ``[T, B, n]`` bool
+        action masks; last, where the rollout carries the acting call's ``V(o_t)`` and the
+        agent uses them (:attr:`agents.base.ActorCriticAgent.values_from_acting`), those
+        ``[T, B]`` float32 values (the update then skips its value pass over the observations).
 
         A recurrent policy's ``recurrent = (state0 [B, S], episode_start0 [B], state_end [B, S])``
         (the actor's state before the rollout, whether its first observations start episodes,
@@ -118,6 +120,8 @@ class UpdateInputs:
                       + [tf.constant(x) for x in nf.finals] + [tf.constant(nf.index)])
         if traj.action_mask is not None:
             images.append(tf.constant(traj.action_mask))
+        if traj.values is not None and self.agent.values_from_acting:
+            images.append(tf.constant(traj.values, tf.float32))
         return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
                 *images)
 
@@ -130,10 +134,12 @@ class UpdateInputs:
         return floats, (tf.reshape(state0, [batch, size]), start0,
                         tf.reshape(state_end, [batch, size]))
 
-    def split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None]:
-        """The trailing inputs -> ``(image parts, action masks or None)`` (see :meth:`inputs`)."""
+    def split_images(self, rest: tuple) -> tuple[tuple, tf.Tensor | None, tf.Tensor | None]:
+        """The trailing inputs -> ``(image parts, action masks or None, [T, B] values from
+        acting or None)`` (see :meth:`inputs`; the masks are bool, the values float32)."""
         count = 0 if self.layout.flat else 2 * len(self.layout.images) + 1
-        return tuple(rest[:count]), (rest[count] if len(rest) > count else None)
+        tail = {x.dtype: x for x in rest[count:]}
+        return tuple(rest[:count]), tail.get(tf.bool), tail.get(tf.float32)
 
     def signature(self, args: tuple) -> list:
         """:meth:`inputs` for ``get_concrete_function``: the final frames and their indices with

@@ -8,6 +8,11 @@ on the live Keras variables, then samples with the numpy samplers of :mod:`pgrad
 from the same parameters and the same generator it draws exactly the actions the numpy mirror
 would. Its interface is :class:`pgrad.rl.policy.NumpyPolicy` 's, so the agent, the rollout
 workers and evaluation use either without knowing which.
+
+Where actor and critic share the encoder (SB3's default for images), the same call can also
+return the critic's ``V(o_t)`` (:meth:`CompiledActor.forward` with ``with_value``): one encoder
+pass gives both, and the update then skips its own value pass over the rollout's observations
+(:attr:`CompiledActor.fused_values`; docs/performance.md, "V(o_t) from the acting call").
 """
 
 from __future__ import annotations
@@ -42,27 +47,57 @@ class CompiledActor(NumpySampling):
         jit = JIT_COMPILE if jit_compile is None else bool(jit_compile)
         self._fn = tf.function(self._params, autograph=False, jit_compile=jit)
         self._concrete: Callable[..., tf.Tensor] | None = None
+        self._fn_value = tf.function(self._params_and_value, autograph=False, jit_compile=jit)
+        self._concrete_value: Callable[..., tuple[tf.Tensor, tf.Tensor]] | None = None
         self._vars = list(net.policy_variables)
         self._log_std_var = getattr(self.head, "log_std", None)
         self.log_std: np.ndarray | None = None
         self.sync()
 
+    @property
+    def fused_values(self) -> bool:
+        """Whether :meth:`forward` gets ``V(o_t)`` from the acting call itself: a critic on the
+        actor's encoder (one encoder pass for both). With its own encoder the critic would
+        add a second CNN pass to every acting call, on batches of ``B`` rows, where the
+        update's pass runs on thousands at once; such a policy leaves ``V`` to the update."""
+        net = self.net
+        return (net.critic is not None and net.encoder is not None
+                and net.critic_encoder is None and not net.recurrent)
+
     def _params(self, *parts):
         return self.net.params(self.layout.join(parts))
 
+    def _params_and_value(self, *parts):
+        # The actor's outputs are the same ops on the same features as _params: equal params,
+        # so the same actions (tested).
+        return self.net.params_and_value(self.layout.join(parts))
+
+    def _parts(self, obs) -> list[tf.Tensor]:
+        return [tf.constant(np.asarray(x, p.dtype))
+                for x, p in zip(self.layout.split(obs), self.layout.parts)]
+
+    def _traced(self, fn) -> Callable[..., Any]:
+        """``fn`` 's concrete function on the layout's parts, batch dimension open, called
+        through the flat entry point (the public call re-binds the arguments every step)."""
+        specs = self.layout.split(self.layout.tensor_specs(names=False))
+        return flat_caller(fn.get_concrete_function(*specs))
+
     def _call(self, obs) -> tf.Tensor:
         if self._concrete is None:
-            specs = self.layout.split(self.layout.tensor_specs(names=False))
-            # Straight to the flat entry point: the public call re-binds the arguments to the
-            # signature every step.
-            self._concrete = flat_caller(self._fn.get_concrete_function(*specs))
-        parts = [tf.constant(np.asarray(x, p.dtype))
-                 for x, p in zip(self.layout.split(obs), self.layout.parts)]
-        return self._concrete(*parts)
+            self._concrete = self._traced(self._fn)
+        return self._concrete(*self._parts(obs))
 
     def forward(self, obs: Any, with_value: bool = False
                 ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Observations (the layout's parts) -> ``([N, param_size]``, ``[N]`` values or None)."""
+        """Observations (the layout's parts) -> ``([N, param_size]``, ``[N]`` values or None).
+
+        With ``with_value`` and :attr:`fused_values` the values come from the same compiled
+        call as the parameters; otherwise from a separate critic call."""
+        if with_value and self.fused_values:
+            if self._concrete_value is None:
+                self._concrete_value = self._traced(self._fn_value)
+            params, value = self._concrete_value(*self._parts(obs))
+            return params.numpy(), value.numpy()
         params = self._call(obs).numpy()
         value = None
         if with_value and self.net.critic is not None:

@@ -44,9 +44,11 @@ class Trajectory(_Fields):
       terminated: ``[T, B]`` float32, 1 where step t ended the episode for real.
       truncated: ``[T, B]`` float32, 1 where step t was cut (time limit).
       log_probs: ``[T, B]`` float32 log pi(a_t | o_t) of the acting policy.
-      values: ``[T, B]`` float32 V(o_t) if the policy function returns values, else None (the
-        agents return None: their update recomputes V on the same weights, which is cheaper
-        than a critic pass per env step).
+      values: ``[T, B]`` float32 V(o_t) if the policy function returns values, else None.
+        The agents' own rollouts carry them where the critic shares a compiled actor's
+        encoder (one call gives both; the update then skips its value pass over o_t,
+        :attr:`agents.base.ActorCriticAgent.values_from_acting`); elsewhere None: the update
+        computes V on the same weights, cheaper than a critic call per env step.
       next_observations: ``[T, B, obs_dim]`` (or parts, as ``observations``) the observation that
         followed step t: o_{t+1} within an episode, the episode's final observation where it
         ended. For observations with images the Collector stores each frame once
