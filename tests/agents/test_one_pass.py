@@ -56,6 +56,9 @@ def test_one_pass_update_equals_a_second_pass_for_the_value(case, monkeypatch):
 
     monkeypatch.setattr(ActorCritic, "params_and_value", spy)
 
+    # (the acting call's own params_and_value, for V(o_t), would count too: off here)
+    monkeypatch.setattr(agents.base, "VALUES_FROM_ACTING", False)
+
     def run(one_pass):
         monkeypatch.setattr(update_lib, "ONE_PASS", one_pass)
         calls.clear()
