@@ -209,3 +209,13 @@ def test_reuse_of_next_values_off_takes_only_the_next_observations_pass(monkeypa
     want = _run("ppo", PLANES, CASES["ppo_planes"][2], False, monkeypatch)
     assert (got["passes"], want["passes"]) == (1, 1)
     _assert_close(got, want)
+
+
+def test_whole_episode_batches_with_a_baseline(monkeypatch):
+    """REINFORCE with a learned baseline: whole-episode batches (masked steps, a shape that
+    changes from batch to batch, the update's traced-per-shape path)."""
+    options = {"baseline": True, "batch_steps": 16}
+    got = _run("reinforce", PLANES, options, True, monkeypatch)
+    want = _run("reinforce", PLANES, options, False, monkeypatch)
+    assert all(v is not None for v in got["stored"]) and got["passes"] < want["passes"]
+    _assert_close(got, want)
