@@ -15,7 +15,7 @@ from cli_helpers import one_error_line, read_rows, train
 from pgrad.rl.normalize import _RunningMeanStd
 from pgrad.rl.rollout import Trajectory
 from pgrad_app.cli import sweep as sweep_cli
-from pgrad_app.distributed import session
+from pgrad_app.distributed import merge, session
 from pgrad_app.distributed import workers as distributed
 from pgrad_app.errors import UserError, run_cli
 from pgrad_app.experiments import sweep
@@ -63,7 +63,7 @@ def test_merged_statistics_equal_one_pass_over_every_batch():
         results.append({"stats": {"obs_norm": ((rms.mean, rms.var, rms.count),
                                                (moments.mean, moments.var, moments.count))}})
     merged = _RunningMeanStd((3,))
-    distributed._merge_stats(results, "obs_norm", merged)
+    merge.merge_stats(results, "obs_norm", merged)
     np.testing.assert_allclose(merged.mean, reference.mean, rtol=1e-12)
     np.testing.assert_allclose(merged.var, reference.var, rtol=1e-12)
     assert merged.count == pytest.approx(reference.count)
@@ -76,14 +76,14 @@ def _traj(T, n, mask=None):
 
 
 def test_merged_trajectories_pad_and_mask_shorter_pieces_in_env_order():
-    out = distributed._merge_traj([_traj(3, 2, np.ones((3, 2), np.float32)),
+    out = merge.merge_trajectories([_traj(3, 2, np.ones((3, 2), np.float32)),
                                    _traj(5, 1, np.ones((5, 1), np.float32))])
     assert out.rewards.shape == (5, 3) and out.observations.shape == (5, 3, 2)
     np.testing.assert_array_equal(out.rewards[0], [2, 2, 1])
     np.testing.assert_array_equal(out.mask[:, :2].sum(0), [3, 3])
     assert out.mask[3:, :2].sum() == 0 and out.terminated[3:, :2].min() == 1
     assert out.values is None and not out.rewards.flags.writeable
-    assert distributed._merge_traj([_traj(4, 2), _traj(4, 2)]).mask is None
+    assert merge.merge_trajectories([_traj(4, 2), _traj(4, 2)]).mask is None
 
 
 def test_grid_values_and_trial_names():

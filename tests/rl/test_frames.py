@@ -17,7 +17,7 @@ import pgrad  # noqa: F401  (first: silences TensorFlow)
 from agents.update_inputs import frames_tensor as _frames_tensor
 from pgrad.rl import rollout
 from pgrad.rl.frames import NextFrames, page_array, writable_alias
-from pgrad_app.distributed import workers
+from pgrad_app.distributed import merge
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv, assert_same_trajectory  # noqa: E402
@@ -166,8 +166,8 @@ def test_workers_merge_compact_pieces_into_the_merge_of_whole_ones():
     what merging their whole arrays gives."""
     cols = [_ends_collector(2), _ends_collector(2)]
     pieces = [c.collect(_policy(i), 6)[0] for i, c in enumerate(cols)]
-    merged = workers._merge_traj(pieces)
-    whole = workers._merge_traj([p._replace(next_observations=p.next_observations)
+    merged = merge.merge_trajectories(pieces)
+    whole = merge.merge_trajectories([p._replace(next_observations=p.next_observations)
                                  for p in pieces])
     assert merged.next_frames is not None and whole.next_frames is None
     assert_same_trajectory(merged, whole)
