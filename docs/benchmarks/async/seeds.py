@@ -92,7 +92,7 @@ def main(argv: list[str]) -> None:
                                     reps=args.reps)
         print(f"{label_b} - {label_a}: {b.mean() - a.mean():+.1f}, 95% bootstrap interval "
               f"[{lo:+.1f}, {hi:+.1f}] ({args.reps} resamples, seeds resampled per side); "
-              f"exact permutation p = {permutation_p(a, b):.3f}\n")
+              f"exact permutation p = {permutation_p(a, b):.4f}\n")
 
 
 if __name__ == "__main__":
