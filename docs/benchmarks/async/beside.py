@@ -8,7 +8,8 @@ with, whose JSON files live elsewhere).
 prints, per run, the rolling mean of the last 20 training episodes at every N env steps
 (default 100,000) and the deterministic evaluation, and draws each label's mean curve and 95%
 band as ``scripts/benchmark.py`` does; ``--until`` cuts every curve at that env step (a longer
-run beside a shorter one).
+run beside a shorter one). ``LABEL="GLOB GLOB ..."`` takes one label's runs from several
+folders (the globs separated by spaces).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def main(argv: list[str]) -> None:
     bands = {}
     for spec in args.runs:
         label, _, pattern = spec.partition("=")
-        runs = [read_result(Path(p)) for p in sorted(glob.glob(pattern))]
+        paths = sorted({p for one in pattern.split() for p in glob.glob(one)})
+        runs = [read_result(Path(p)) for p in paths]
         if args.until:  # the episodes that ended by then; a curve block is one point
             runs = [{**r, "curve": [c for c in r["curve"] if c[0] <= args.until]} for r in runs]
         if not runs:
