@@ -32,6 +32,36 @@ def verbose() -> bool:
     return os.environ.get("PGRAD_TF_LOGS", "") not in ("", "0")
 
 
+#: The environment variable ``--reproducible`` sets (child processes inherit it).
+REPRODUCIBLE = "PGRAD_REPRODUCIBLE"
+
+
+def reproducible() -> bool:
+    """Whether runs in this process must repeat bit for bit (``PGRAD_REPRODUCIBLE=1``,
+    ``--reproducible``)."""
+    return os.environ.get(REPRODUCIBLE, "") not in ("", "0")
+
+
+def _make_reproducible() -> None:
+    """Before TensorFlow's import: its oneDNN CPU kernels off, then op determinism on.
+
+    With oneDNN's kernels (TensorFlow's default on x86) the same update on the same inputs and
+    weights can differ in a float32 sum's last bit from call to call and from process to process
+    (measured Dec 4: A2C on HalfCheetah-v5, 1 env x 5 steps, two outcomes of one update in 12
+    calls, one or two threads alike; runs of one seed drift apart from about the 15th update).
+    With them off the same seed gives the same run (tested), at no cost for MLP policies
+    (measured) but slower convolutions (docs/performance.md). ``enable_op_determinism`` is
+    TensorFlow's own switch: deterministic kernels where it has them (GPU included), an error
+    naming the op where it has none.
+    """
+    if "tensorflow" in sys.modules:
+        warnings.warn("--reproducible / PGRAD_REPRODUCIBLE=1 came after TensorFlow was imported: "
+                      "its oneDNN kernels stay on, so runs may still differ in their last bits; "
+                      "set it before importing TensorFlow.", stacklevel=3)
+    else:
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+
+
 def one_line_warning(message, category, filename, lineno, line=None) -> str:
     """``warnings.formatwarning`` for the commands: ``warning: <message>`` on one line."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(message)).strip()
@@ -63,10 +93,16 @@ def silence(keras_extras: bool = True) -> None:
         warnings.filterwarnings("ignore", module=r"tf_keras.*")
         warnings.formatwarning = one_line_warning
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    if reproducible():
+        _make_reproducible()
     _import_probability_first()
     skipped = contextlib.nullcontext() if keras_extras else _without_keras_extras()
     with _collector_paused(), skipped:
         _import_tensorflow_quietly(quiet)
+    if reproducible():
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     if quiet:
         import tensorflow as tf
 

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-episodes", type=int, default=20, metavar="N",
         help="deterministic evaluation episodes per run (default: 20)")
     add("--report-only", action="store_true", help="only write the report from the results")
+    add("--reproducible", action="store_true", help="every run repeats bit for bit from its "
+        "seed (pgrad-train --reproducible: oneDNN's kernels off; default: off)")
     add("--debug", action="store_true", help="show tracebacks for errors")
     return p
 

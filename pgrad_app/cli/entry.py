@@ -33,6 +33,10 @@ def run(program: str, argv: list[str] | None = None) -> int:
     from pgrad_app.errors import run_cli
 
     args = sys.argv[1:] if argv is None else list(argv)
+    if "--reproducible" in args:  # before TensorFlow's import (silence), and for child processes
+        from pgrad_app.quiet import REPRODUCIBLE
+
+        os.environ[REPRODUCIBLE] = "1"
     if program not in PARSE_FIRST:  # its module imports TensorFlow itself: quiet it first
         from pgrad_app.quiet import silence
 

@@ -163,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
         "transform the run's config.yaml names without naming them again (default: refuse)")
     add("--quiet", action="store_true", help="no progress bar; logs and summary only "
         "(default: off)")
+    add("--reproducible", action="store_true", help="the same seed and settings give the same "
+        "run bit for bit: TensorFlow's oneDNN kernels off (slower convolutions) and its op "
+        "determinism on; also PGRAD_REPRODUCIBLE=1 (default: off: oneDNN's kernels may change "
+        "a sum's last bits from run to run)")
     add("--debug", action="store_true", help="show tracebacks for errors (default: off)")
     for flag, hint in FOREIGN_FLAGS.items():  # rl-zoo's / CleanRL's flags pgrad spells otherwise
         add(flag, nargs="*", action=_Refuse, hint=hint, help=argparse.SUPPRESS)

@@ -444,6 +444,40 @@ def test_same_seed_gives_identical_episodes_csv(tmp_path):
     assert runs["a"] != runs["c"]
 
 
+def test_reproducible_runs_repeat_bit_for_bit_where_onednn_does_not(tmp_path):
+    """``--reproducible``: three concurrent A2C runs on HalfCheetah-v5 (1 env x 5 steps,
+    normalised, 2,000 updates) with one seed give one ``episodes.csv``. Without the flag,
+    TensorFlow's oneDNN kernels make these runs drift apart (measured Dec 4: the same three
+    runs gave two different files, the last return -358.4 / -358.4 / 18.5), so this fails on
+    most tries if the flag stops turning them off."""
+    env = dict(os.environ)
+    for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+        env.pop(var, None)  # TensorFlow's default pools, as a user's process has them
+    procs = {name: subprocess.Popen(
+        [PY, str(ROOT / "scripts" / "train.py"), "--agent", "a2c", "--env", "HalfCheetah-v5",
+         "--no-tuned", "--set", "num_envs=1", "--set", "n_steps=5", "--set", "normalize_obs=true",
+         "--set", "normalize_reward=true", "--total-steps", "10000", "--seed", "21",
+         "--reproducible", "--quiet", "--out", str(tmp_path / name)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for name in "abc"}
+    for proc in procs.values():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    runs = [_episodes(tmp_path / name) for name in "abc"]
+    assert len(runs[0]) == 10
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_reproducible_turns_onednn_off_and_op_determinism_on():
+    code = ("import os; from pgrad_app.quiet import silence; silence(); "
+            "from tensorflow.python.framework import config; "
+            "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], config.is_op_determinism_enabled())")
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PGRAD_REPRODUCIBLE": "1",
+                              "TF_ENABLE_ONEDNN_OPTS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "True"]
+
+
 EVIL = """
 open({marker!r}, "w").write("executed")
 import gymnasium as gym
