@@ -433,7 +433,7 @@ def test_same_seed_gives_identical_episodes_csv(tmp_path):
     seeds = {"a": 3, "b": 3, "c": 4}
     procs = {name: subprocess.Popen(
         [PY, str(ROOT / "scripts" / "train.py"), "--total-steps", "800", "--seed", str(seed),
-         "--quiet", "--out", str(tmp_path / name)],
+         "--reproducible", "--quiet", "--out", str(tmp_path / name)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, seed in seeds.items()}
     for proc in procs.values():
         _, err = proc.communicate(timeout=300)
