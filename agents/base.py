@@ -1,8 +1,9 @@
 """The one actor-critic agent. REINFORCE, A2C, PPO and NPG are presets of it: a config and a chain.
 
 An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
-(:class:`pgrad.rl.networks.ActorCritic`) with a numpy mirror for acting (:mod:`agents.acting`:
-the rollout's policy function, ``act``, ``predict``), a transform chain whose state lives in
+(:class:`pgrad.rl.networks.ActorCritic`, built by :mod:`agents.build`) with a numpy mirror for
+acting (:mod:`agents.acting`: the rollout's policy function, ``act``, ``predict``; the agent's
+acting methods: :mod:`agents.acting_methods`), a transform chain whose state lives in
 ``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
 
 1. values ``V(o_t)``, ``V(o_{t+1})`` and GAE(lambda) advantages over the whole ``[T, B]`` rollout
@@ -32,7 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import acting, hooks
+from agents import build, hooks
+from agents.acting_methods import ActingMethods
+from agents.build import make_optimizer
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
@@ -40,9 +43,8 @@ from agents.update import CompiledUpdate
 from pgrad.rl import encoders, rollout, spaces
 from pgrad.rl import envs as envs_lib
 from pgrad.rl.export import export_policy
-from pgrad.rl.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.policy import NetworkPolicy, make_actor
+from pgrad.rl.policy import make_actor
 from pgrad.transforms import TransformState
 
 #: Take ``V(o_t)`` from the acting call where it is exact (:attr:`ActorCriticAgent.
@@ -50,19 +52,11 @@ from pgrad.transforms import TransformState
 VALUES_FROM_ACTING = True
 
 
-def make_optimizer(cfg: ActorCriticConfig, learning_rate: float) -> keras.optimizers.Optimizer:
-    """The Keras optimizer the config names. Its learning rate is a variable each update sets
-    from the schedule (:mod:`agents.schedules`); ``learning_rate`` is its start value."""
-    if cfg.optimizer == "rmsprop":
-        return keras.optimizers.RMSprop(learning_rate, rho=cfg.rmsprop_rho,
-                                        epsilon=cfg.optimizer_eps)
-    if cfg.optimizer == "adam":
-        return keras.optimizers.Adam(learning_rate, epsilon=cfg.optimizer_eps)
-    return keras.optimizers.SGD(learning_rate)
-
-
-class ActorCriticAgent:
+class ActorCriticAgent(ActingMethods):
     """The actor-critic agent; see the module docstring and ``agents/__init__.py``.
+
+    Its acting methods (``act``, ``predict``, ``policy``, ``acting_fn``, ``acting_state``) are
+    those of :class:`agents.acting_methods.ActingMethods`, which it inherits.
 
     Args:
       cfg: its hyperparameters (validated here).
@@ -98,20 +92,8 @@ class ActorCriticAgent:
             # ValueError: an unsupported space, an unknown encoder, images too small for it
             self.layout = spaces.obs_layout(self.observation_space)
             self.encoder = encoders.resolve(cfg.encoder, self.layout, f"env {self.env_name!r}")
-            self._check_encoder_options()
-
-            def head_fn(latent: int) -> pgrad.ActionHead:
-                return pgrad.make_head(self.action_space, cfg.log_std_init,
-                                       cfg.state_dependent_std, cfg.squash,
-                                       latent if cfg.use_sde else 0)
-
-            self.net = actor_critic(self.layout, head_fn, self.encoder, cfg.hidden,
-                                    cfg.activation, cfg.shared_trunk, cfg.share_encoder,
-                                    critic=cfg.baseline, trunk_grad_scale=cfg.trunk_grad_scale,
-                                    seed=self.seed, ortho_init=cfg.ortho_init,
-                                    recurrent=cfg.recurrent or None,
-                                    core_units=cfg.lstm_units,
-                                    critic_hidden=tuple(cfg.critic_hidden) or None)
+            build.check_encoder_options(cfg, self.layout, self.encoder, self.env_name)
+            self.net = build.network(cfg, self.layout, self.encoder, self.action_space, self.seed)
             self.head = self.net.head
         except Exception:
             envs.close()
@@ -164,24 +146,6 @@ class ActorCriticAgent:
             self.collector.close()
             raise
 
-    def _check_encoder_options(self) -> None:
-        """Raises ValueError for settings that do not fit this env's observations."""
-        cfg, layout = self.cfg, self.layout
-        encoded = not (layout.flat and self.encoder == "mlp")
-        where = f"env {self.env_name!r}"
-        if cfg.normalize_obs and layout.vector_dim == 0:
-            raise ValueError(f"normalize_obs normalises vector observations only; {where} "
-                             "observes images alone (the network scales them); turn it off")
-        if cfg.adversarial_epsilon > 0 and not layout.flat:
-            raise ValueError(f"adversarial_epsilon attacks vector observations only; {where} "
-                             "observes images")
-        if encoded and cfg.shared_trunk:
-            raise ValueError("shared_trunk applies to MLP policies on vector observations; with "
-                             "an encoder actor and critic share it unless share_encoder is off")
-        if encoded and cfg.critic_updates and cfg.share_encoder and cfg.baseline:
-            raise ValueError("critic_updates needs a separate critic: set share_encoder=False "
-                             "(the critic then has its own encoder)")
-
     # -- what presets change ---------------------------------------------------------------------
 
     def default_transform(self) -> pgrad.GradientTransform:
@@ -192,90 +156,7 @@ class ActorCriticAgent:
         """Env steps per update (nominal for whole-episode rollouts)."""
         return self.cfg.steps_per_update()
 
-    # -- acting ----------------------------------------------------------------------------------
-
-    @property
-    def env_steps(self) -> int:
-        """Total env steps (the checkpointed counter)."""
-        if self._synced_updates < 0:  # possibly restored since the last step: read the variable
-            return int(self.env_steps_var.numpy())
-        return self._env_steps
-
-    def _sync(self) -> int:
-        """Refreshes the numpy copies if the variables changed outside ``step`` (a restore).
-
-        Returns the update count. ``step`` keeps the copies current itself (the update returns
-        the new weights), so the usual cost is one variable read.
-        """
-        # The bare read op: ``Variable.numpy()`` adds a name scope, a tape check and an identity
-        # (~20 us against ~6 us here, on every step).
-        updates = int(tf.raw_ops.ReadVariableOp(resource=self.updates_var.handle, dtype=tf.int64))
-        if updates != self._synced_updates:
-            self.mirror.sync()
-            for norm in (self.obs_norm, self.reward_norm):
-                if norm is not None:
-                    norm.pull()
-            self.seed = int(self.seed_var.numpy())
-            if self.net.recurrent:
-                self.rollout_state = self.state_var.numpy()
-            self._env_steps = int(self.env_steps_var.numpy())
-            self._synced_updates = updates
-        return updates
-
-    def act(self, obs_batch: Any, deterministic: bool = False,
-            action_masks: Any = None) -> np.ndarray:
-        """Env-ready actions ``[N, ...]`` for a batch of raw observations (as vector envs give),
-        for a feed-forward policy (a recurrent one acts with its state: :meth:`predict`).
-
-        ``action_masks``: ``[N, n]`` legal actions (sb3-contrib's argument); by default the
-        observations' ``action_mask`` key if they have one (:mod:`pgrad.rl.masks`).
-        """
-        if self.net.recurrent:
-            raise ValueError("a recurrent policy acts with its state: use "
-                             "agent.predict(obs, state, episode_start) -> (action, state)")
-        return self._act(obs_batch, deterministic, action_masks, None, None)[0]
-
-    def _act(self, obs_batch, deterministic, action_masks, state, episode_start):
-        """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations
-        (:func:`agents.acting.act` on the current weights)."""
-        self._sync()
-        return acting.act(self.mirror, self.head, self.layout, self.action_space, self.obs_norm,
-                          self._act_rng, obs_batch, deterministic, action_masks, state,
-                          episode_start, recurrent=self.net.recurrent)
-
-    def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True, action_masks: Any = None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
-        """``(action, state)`` for one raw observation or a batch, in Stable-Baselines3's shape.
-
-        Deterministic (the mode) by default, as Stable-Baselines3's ``predict`` for evaluation.
-        ``state``: a recurrent policy's state from the previous call (``[S]`` for one
-        observation, ``[N, S]`` for a batch; None: zeros, an episode's start); ``episode_start``
-        (bool, ``[N]`` for a batch): reset the state first, as at a new episode. The returned
-        state goes into the next call; a feed-forward policy returns None and ignores both.
-        ``action_masks``: the legal actions, ``[n]`` (or ``[N, n]`` for a batch), as
-        sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
-        without it. Bad input is a one-line ValueError (:func:`agents.acting.predict`).
-        """
-        return acting.predict(self._act, self.observation_space, obs, state, episode_start,
-                              deterministic, action_masks)
-
-    @property
-    def policy(self) -> NetworkPolicy:
-        """The current policy as a :class:`pgrad.rl.policy.Policy` (for ``pgrad.evaluate``)."""
-        self._sync()
-        return NetworkPolicy(self.net, self.mirror, self.obs_norm, self.observation_space,
-                             self.action_space)
-
-    def acting_fn(self, rng: np.random.Generator, values: bool = False) -> rollout.PolicyFn:
-        """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
-        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
-        (:func:`agents.acting.rollout_policy`; a recurrent policy carries ``rollout_state``),
-        and with ``values`` (only where :attr:`values_from_acting`) ``V(o_t)`` from the same
-        call."""
-        return acting.rollout_policy(self.mirror, self.head, self.layout, rng,
-                                     self.cfg.sde_sample_freq,
-                                     self if self.net.recurrent else None, values)
+    # -- learning --------------------------------------------------------------------------------
 
     @property
     def values_from_acting(self) -> bool:
@@ -293,30 +174,10 @@ class ActorCriticAgent:
         return (VALUES_FROM_ACTING and bool(getattr(self.mirror, "fused_values", False))
                 and not getattr(self, "off_policy", False))
 
-    def acting_state(self) -> dict[str, Any]:
-        """What a copy of this agent elsewhere (a rollout worker) needs to act exactly as the
-        next :meth:`step` will, in numpy: ``weights`` ``[P]`` (the mirror's, for
-        ``NumpyPolicy.load_flat``), ``sampler_key`` (the seed of that step's sampling
-        generator) and ``obs_norm`` / ``reward_norm``: ``(mean, var, count)`` or None; a
-        recurrent policy's ``rollout_state`` ``[B, S]`` (the state before the next observation).
-
-        A collector that runs elsewhere replaces ``agent.collector`` (same interface as
-        :class:`pgrad.rl.rollout.Collector`, ``episode_start`` included) and reads this at
-        each collect; it leaves the merged normaliser statistics in ``obs_norm.rms`` /
-        ``reward_norm.rms``, which the update then stores, and a recurrent policy's state after
-        the rollout in ``rollout_state``.
-        """
-        updates = self._sync()
-        return acting.acting_state(self.mirror, self.obs_norm, self.reward_norm,
-                                   [self.seed, updates],
-                                   self.rollout_state if self.net.recurrent else None)
-
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
             return self.collector.collect_episodes(policy_fn, self.cfg.batch_steps)
         return self.collector.collect(policy_fn, self.cfg.n_steps)
-
-    # -- learning --------------------------------------------------------------------------------
 
     def step(self) -> dict[str, Any]:
         """Collects one rollout and updates on it. See ``agents/__init__.py``."""

@@ -3,7 +3,7 @@
 :func:`as_policy` resolves the target :func:`pgrad.evaluate` is given, with the env it runs on:
 an export path is loaded as data (its env id and options from ``pgrad_policy.json``, the code a
 directory names checked by :mod:`pgrad.rl.named_code`); an agent gives its ``policy`` and the
-env it was built from. The episode loop is :mod:`pgrad.rl.evaluation`.
+env it was built from. The episode loop is :mod:`pgrad.rl.eval_episodes`.
 """
 
 from __future__ import annotations

@@ -240,13 +240,13 @@ gym.register("R3/NeverEnds-v0", entry_point=NeverEnds)  # no max_episode_steps
 
 
 def test_evaluation_episodes_are_capped_with_one_warning(saved_agent, tmp_path, monkeypatch):
-    from pgrad.rl import evaluation
+    from pgrad.rl import eval_episodes
 
     (tmp_path / "r3_never_ends.py").write_text(NEVER_ENDS)
     monkeypatch.syspath_prepend(str(tmp_path))
     import r3_never_ends  # noqa: F401  (registers R3/NeverEnds-v0)
 
-    monkeypatch.setattr(evaluation, "DEFAULT_MAX_EPISODE_STEPS", 300)
+    monkeypatch.setattr(eval_episodes, "DEFAULT_MAX_EPISODE_STEPS", 300)
     agent = agents.load(saved_agent, acting_only=True)
     try:
         with pytest.warns(UserWarning, match="did not end within 300 steps and were cut"):
