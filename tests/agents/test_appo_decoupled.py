@@ -118,13 +118,13 @@ def test_at_lag_0_the_decoupled_clip_trains_as_the_behaviour_clip():
     learner.close()
 
 
-@pytest.mark.parametrize("bar", [1.0, 1.3])
+@pytest.mark.parametrize("bar", [1.0, 1.02])
 def test_lagged_decoupled_update_is_the_written_out_one(bar):
     """lag 2, two epochs of SGD on the whole trajectory: each is a step on
     ``-mean(w min(r A, clip(r) A)) + vf_coef mean((v_s - V)^2)`` with ``r = pi / pi_prox``,
     ``w = min(pg_rho_bar, pi_prox / mu)`` and V-trace's ``v_s``, ``A = q_s - V`` from ``pi_prox``,
     all fixed at the start of the update (pi_prox: the weights before it)."""
-    lr, gamma, vf, clip = 0.5, 0.9, 0.5, 0.05
+    lr, gamma, vf, clip = 0.05, 0.9, 0.5, 0.01
     appo = agents.make("appo", "CartPole-v1", seed=1, lag=2, optimizer="sgd", learning_rate=lr,
                        max_grad_norm=0.0, gamma=gamma, vf_coef=vf, clip_range=clip, epochs=2,
                        clip_against="learner", pg_rho_bar=bar, **SMALL)
