@@ -27,9 +27,22 @@ version ``<= u - lag``, so tests of the correction are exact and fast (``lag = 0
 ``rho_bar = c_bar = 1`` is A2C with ``gae_lambda = 1``). Ray actors streaming trajectories
 without a barrier are :mod:`pgrad_app.distributed.async_learner` (``--workers N``).
 
-:class:`APPO` is the same learner with PPO's clipped surrogate (``clip_ratio``, whose ratio
-``pi / mu`` is the importance weight) on the V-trace advantages, as RLlib's APPO (without its
-target network).
+:class:`APPO` is the same learner with PPO's clipped surrogate on the V-trace advantages. Which
+ratio the clip bounds is ``clip_against``:
+
+* ``"behaviour"`` (the default): ``chain(clip_ratio("clip_range"), mean_steps())``, the ratio
+  ``pi / mu`` (which is also the importance weight), as RLlib's APPO without its target network.
+  When the actor is a whole update behind (PPO's 16 x 1024 trajectories at lag 1), ``pi / mu``
+  starts near or outside the clip range and much of the batch gives no gradient.
+* ``"learner"``: the decoupled objective of Hilton et al. 2021 ("Batch size-invariance for
+  policy optimization"), ``mean_t w_t min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t)`` with
+  ``r_t = pi / pi_prox`` and ``w_t = min(pg_rho_bar, pi_prox / mu)``, ``pi_prox`` the learner's
+  policy at the start of the update (V-trace's target policy, in the chain's context as
+  ``proximal_log_probs``; fixed over the update's epochs). As a chain:
+  ``chain(importance_weight(pg_rho_bar, target_key="proximal_log_probs"), clip_ratio("clip_range",
+  behaviour_key="proximal_log_probs"), mean_steps())``. The trust region is re-centred on the
+  learner each update and the staleness is a separate, truncated factor, as RLlib's APPO with its
+  target network refreshed every update. At lag 0, ``pi_prox = mu`` and the two are the same.
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ import tensorflow as tf
 
 import pgrad
 from agents.base import ActorCriticAgent
+from agents.minibatch import PROXIMAL_KEY
 from agents.preset_configs import APPOConfig, IMPALAConfig
 from pgrad.rl.policy import NumpyPolicy
 from pgrad.rl.rollout import Trajectory
@@ -218,12 +232,20 @@ class IMPALA(ActorCriticAgent):
 
 
 class APPO(IMPALA):
-    """APPO: PPO's clipped surrogate of the ratio ``pi / mu`` on V-trace advantages."""
+    """APPO: PPO's clipped surrogate on V-trace advantages, of the ratio ``pi / mu``
+    (``clip_against="behaviour"``) or decoupled, ``pi / pi_prox`` weighted by
+    ``min(pg_rho_bar, pi_prox / mu)`` (``clip_against="learner"``; the module docstring)."""
 
     Config = APPOConfig
+    cfg: APPOConfig
     name = "appo"
 
     def default_transform(self) -> pgrad.GradientTransform:
+        if self.cfg.clip_against == "learner":
+            return pgrad.chain(
+                pgrad.importance_weight(self.cfg.pg_rho_bar, target_key=PROXIMAL_KEY),
+                pgrad.clip_ratio("clip_range", behaviour_key=PROXIMAL_KEY), pgrad.mean_steps(),
+                name=self.name)
         return pgrad.chain(pgrad.clip_ratio("clip_range"), pgrad.mean_steps(), name=self.name)
 
 

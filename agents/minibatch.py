@@ -24,6 +24,13 @@ from pgrad.transforms import standardized
 #: the update then uses them instead of computing them a second time.
 REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 
+#: Context key of ``log pi_prox(a_t | x_t)``, ``[M]``, for off-policy agents (IMPALA, APPO):
+#: the learner's policy at the start of the update (V-trace's target policy), computed once by
+#: agents/update.py and fixed over the update's epochs. APPO's decoupled clip
+#: (``clip_against="learner"``) clips ``pi / pi_prox``, each step weighted by
+#: ``min(pg_rho_bar, pi_prox / mu)``.
+PROXIMAL_KEY = "proximal_log_probs"
+
 #: Shared features (encoder or trunk): the value from the policy's own forward pass
 #: (``net.params_and_value``), its loss in the engine's aux loss (False: a second pass for the
 #: value; the tests compare the two).
@@ -140,6 +147,8 @@ class MinibatchStep:
         context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
+        if PROXIMAL_KEY in mb:  # off-policy agents (agents/update.py)
+            context[PROXIMAL_KEY] = mb[PROXIMAL_KEY]
 
         # Recurrent: the rows are env-major sequences of L steps (whole env rollouts, or pieces
         # of them from their stored states: agents/update.py).

@@ -15,6 +15,9 @@ from agents.config import ActorCriticConfig, doc, preset, scheduled
 #: Largest IMPALA ``lag`` (updates between the acting and the learning weights).
 MAX_LAG = 1000
 
+#: APPO's ``clip_against`` values: the policy whose ratio to the current one PPO's clip bounds.
+CLIP_AGAINST = ("behaviour", "learner")
+
 
 @dataclass
 class A2CConfig(ActorCriticConfig):
@@ -166,7 +169,12 @@ class APPOConfig(IMPALAConfig):
     fit the actor-critic agent)."""
 
     clip_range: float | str = field(default=0.4, metadata=scheduled(
-        "APPO's clip range epsilon of the ratio pi / mu", floor=1e-3))
+        "APPO's clip range epsilon of the probability ratio (see clip_against)", floor=1e-3))
+    clip_against: str = field(default="behaviour", metadata=doc(
+        "the policy the clipped ratio is taken against: 'behaviour' = pi / mu, mu the weights "
+        "that acted; 'learner' = pi / pi_prox, pi_prox the learner's policy at the start of the "
+        "update, each step weighted by min(pg_rho_bar, pi_prox / mu) (decoupled PPO, Hilton et "
+        "al. 2021; RLlib's target network refreshed every update); equal at lag 0"))
     # A2C's (its clipping bounds each step; its CartPole results were measured with this).
     optimizer_eps: float = preset("optimizer_eps", 1e-10)
 
@@ -175,6 +183,9 @@ class APPOConfig(IMPALAConfig):
         self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
         if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
             raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
+        if self.clip_against not in CLIP_AGAINST:
+            raise ValueError(f"clip_against must be one of {CLIP_AGAINST}; "
+                             f"got {self.clip_against!r}")
 
 
 #: Registered agent name -> its hyperparameter dataclass (``agents.get(name).Config``).

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from agents import hooks
 from agents import loss as loss_lib
-from agents.minibatch import MinibatchStep, values_of
+from agents.minibatch import PROXIMAL_KEY, MinibatchStep, values_of
 from agents.update_inputs import NextImages, UpdateInputs
 from pgrad.core.per_step import map_chunks, zeros_for_unconnected
 from pgrad.rl import rollout
@@ -304,6 +304,7 @@ class CompiledUpdate:
             next_values = tf.reshape(both[T * B:], [T, B])
         else:
             values = next_values = tf.zeros_like(rewards)
+        target = None  # [T, B] log pi_prox: the learner's policy before this update's steps
         if getattr(self.agent, "off_policy", False):  # V-trace (agents/impala.py): pi and mu
             acts = flat(actions) if action_mask is None else (flat(actions), flat(action_mask))
             target = tf.reshape(self.step.log_prob_only(flat(obs), acts), [T, B])
@@ -314,6 +315,8 @@ class CompiledUpdate:
                                                      next_values)
         data = {"obs": obs, "actions": actions, "advantages": advantages, "returns": returns,
                 "values": values, "rewards": rewards, "behaviour_log_probs": log_probs}
+        if target is not None:  # fixed over the epochs: APPO's decoupled clip reads it
+            data[PROXIMAL_KEY] = target
         if action_mask is not None:  # [T, B, n] the env's legal actions at each o_t
             data["action_mask"] = action_mask
         if net.recurrent:  # each row carries its sequence's first state (only those are read)

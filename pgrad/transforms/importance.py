@@ -18,7 +18,7 @@ from pgrad.transforms.base import StepScale, context_value, per_step_scale, repo
 class ImportanceState(NamedTuple):
     """Last update's importance-weight statistics of ``importance_weight`` (reported as metrics)."""
 
-    rho_mean: tf.Tensor  # [] mean of rho_t = pi / mu before truncation (1 in expectation under mu)
+    rho_mean: tf.Tensor  # [] mean of rho_t before truncation (1 in expectation under mu)
     truncated_fraction: tf.Tensor  # [] fraction of steps with rho_t > rho_bar
 
 
@@ -26,6 +26,7 @@ def importance_weight(
     rho_bar: float | None = 1.0,
     *,
     behaviour_key: str = "behaviour_log_probs",
+    target_key: str = "log_probs",
 ) -> StepScale:
     """Scales step ``t`` by the truncated importance weight ``min(rho_bar, rho_t)``.
 
@@ -36,10 +37,18 @@ def importance_weight(
     ``advantages = vtrace(...).q_estimates - values`` is IMPALA's policy gradient
     ``mean_t min(1, rho_t) (q_t - V(x_t)) grad log pi_t``, in one backward pass.
 
+    With ``target_key`` another policy's log-probabilities take the current ones' place: e.g.
+    ``"proximal_log_probs"`` (the learner's policy at the start of the update, which the
+    off-policy agents put in the context) gives ``min(rho_bar, pi_prox / mu)``, a fixed factor
+    over the update's epochs: the weight of the decoupled PPO objective (Hilton et al. 2021;
+    APPO's ``clip_against="learner"``).
+
     Args:
       rho_bar: truncation threshold (IMPALA's pg_rho_bar); ``None`` or ``float("inf")`` for
         plain, untruncated importance sampling.
       behaviour_key: context key of the behaviour policy's log-probabilities.
+      target_key: context key of the log-probabilities of the policy weighted towards
+        (default: the current ones, which the engine puts there).
 
     Its :class:`ImportanceState` reports ``rho_mean`` (of the untruncated ratios) and
     ``truncated_fraction`` (``rho_t > rho_bar``).
@@ -57,7 +66,7 @@ def importance_weight(
         return ImportanceState(tf.constant(0.0), tf.constant(0.0))
 
     def factors(norms, state, *, num_steps, **ctx):
-        log_rho = context_value(ctx, "log_probs", who) - context_value(ctx, behaviour_key, who)
+        log_rho = context_value(ctx, target_key, who) - context_value(ctx, behaviour_key, who)
         rho = tf.exp(log_rho)  # [T]
         truncated = tf.cast(rho > bar, tf.float32)  # [T]
         stats = ImportanceState(tf.reduce_mean(rho), tf.reduce_mean(truncated))
