@@ -11,6 +11,9 @@ restored. Set ``PGRAD_TF_LOGS=1`` to see everything TensorFlow says.
 
 Python warnings (e.g. Gymnasium's env checker) are printed as one ``warning: ...`` line each,
 without the source line and colour codes, like pgrad's own warnings.
+
+``PGRAD_REPRODUCIBLE=1`` (``--reproducible``) is the other setting that must be made before
+TensorFlow's import, so it is made here too: oneDNN's kernels off, op determinism on.
 """
 
 from __future__ import annotations
