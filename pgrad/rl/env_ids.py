@@ -9,6 +9,9 @@ and pgrad's own small tasks. Gymnasium only (no TensorFlow): :mod:`pgrad.rl.envs
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import types
 from typing import Any
 
 import gymnasium as gym
@@ -73,6 +76,8 @@ def ensure_registered(env_id: Any) -> None:
             return
         module, package, extra = _NAMESPACES[prefix]
     try:
+        if module == "minatar.gym":
+            _defer_import("seaborn")
         mod = importlib.import_module(module)
     except ImportError as err:
         raise ImportError(f"env {env_id!r} needs {package} (pip install 'pgrad[{extra}]'); "
@@ -82,3 +87,26 @@ def ensure_registered(env_id: Any) -> None:
         quiet_ale(mod)
     elif not any(k.startswith("MinAtar/") and k not in _PGRAD_IDS for k in gym.registry):
         mod.register_envs()  # (once: pgrad's own MinAtar/... ids do not count)
+
+
+
+class _DeferredModule(types.ModuleType):
+    """Stands in ``sys.modules`` for a module not imported yet; the first attribute asked of it
+    imports the real one (which then replaces it there) and answers from it."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def _defer_import(name: str) -> None:
+    """Makes ``import name`` give a stand-in that imports the module on first use.
+
+    MinAtar imports seaborn (and through it scipy.stats: ~0.6 s of a run's start-up here) only
+    to colour its ``render`` window; deferred, a run that never renders never pays for it.
+    (``importlib.util.LazyLoader`` would not do: a second ``import`` of the name reads its
+    ``__spec__``, which loads it.) Nothing changes if ``name`` is imported or not installed.
+    """
+    if name not in sys.modules and importlib.util.find_spec(name) is not None:
+        sys.modules[name] = _DeferredModule(name)

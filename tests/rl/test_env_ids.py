@@ -1,0 +1,52 @@
+"""Registering env ids on demand (:mod:`pgrad.rl.env_ids`): MinAtar's render-only seaborn
+import deferred until something uses it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+from pgrad.rl import env_ids
+
+
+def test_a_deferred_module_imports_on_first_use_and_replaces_itself(monkeypatch):
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    env_ids._defer_import("colorsys")
+    stand_in = sys.modules["colorsys"]
+    assert type(stand_in).__name__ == "_DeferredModule"
+    import colorsys  # a second import gives the stand-in, without loading anything
+
+    assert colorsys is stand_in
+    assert colorsys.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    assert type(sys.modules["colorsys"]) is types.ModuleType  # the real one now
+    assert colorsys.hls_to_rgb(0.0, 0.5, 1.0) == (1.0, 0.0, 0.0)  # the stand-in still answers
+
+
+def test_imported_or_missing_modules_are_left_alone(monkeypatch):
+    env_ids._defer_import("json")
+    assert type(sys.modules["json"]) is types.ModuleType
+    env_ids._defer_import("no_such_module_here")
+    assert "no_such_module_here" not in sys.modules
+
+
+def test_minatar_registers_without_seaborn_and_still_renders():
+    pytest.importorskip("minatar")
+    pytest.importorskip("seaborn")
+    code = (
+        "import sys\n"
+        "from pgrad.rl.env_ids import ensure_registered\n"
+        "ensure_registered('MinAtar/Breakout-v1')\n"
+        "assert type(sys.modules['seaborn']).__name__ == '_DeferredModule'\n"
+        "assert 'scipy.stats' not in sys.modules\n"
+        "import gymnasium as gym\n"
+        "env = gym.make('MinAtar/Breakout-v1', render_mode='rgb_array')\n"
+        "env.reset(seed=0)\n"
+        "assert env.render().shape == (10, 10, 3)\n"  # colours from seaborn's palette
+        "assert type(sys.modules['seaborn']).__name__ == 'module'\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
