@@ -5,9 +5,9 @@
 GAE(lambda) targets, runs ``epochs`` passes of shuffled minibatch steps in a ``tf.while_loop``
 (each a :class:`agents.minibatch.MinibatchStep`: the engine's policy gradient through the chain,
 the value and entropy terms, global-norm clipping, the Keras optimizer, early stop on approximate
-KL) and returns the metrics and the actor's new flat weights in one tensor, so a step costs one
-host fetch. How a rollout is packed into the call's few tensors and unpacked in the graph:
-:mod:`agents.update_inputs`.
+KL; the loops are in :mod:`agents.epochs`) and returns the metrics and the actor's new flat
+weights in one tensor, so a step costs one host fetch. How a rollout is packed into the call's
+few tensors and unpacked in the graph: :mod:`agents.update_inputs`.
 
 Recurrent policies: the minibatches are whole env sequences, or with ``sequence_length`` pieces
 of ``L`` steps of them (sb3-contrib's RecurrentPPO layout), each from the core's state at its
@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents import hooks
-from agents import loss as loss_lib
-from agents.minibatch import PROXIMAL_KEY, MinibatchStep, values_of
+from agents import epochs, hooks
+from agents.minibatch import PROXIMAL_KEY, MinibatchStep
 from agents.update_inputs import NextImages, UpdateInputs
-from pgrad.core.per_step import map_chunks, zeros_for_unconnected
+from pgrad.core.per_step import map_chunks
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
 
@@ -363,88 +362,12 @@ class CompiledUpdate:
         return (tf.concat([values_out, self.mirror.update_output()], 0), *extra_out)
 
     def _epochs(self, data: dict, scalars: dict) -> tuple[dict, tf.Tensor]:
-        """Runs every minibatch step of the update; returns (metric sums, minibatches counted)."""
-        cfg = self.cfg
-        n_static = data["advantages"].shape[0]
-        mb = int(cfg.minibatch_size)
-        whole = mb == 0 or (n_static is not None and mb >= n_static)
-        if cfg.epochs == 1 and whole:  # plain A2C / REINFORCE: one step on the rollout as it is
-            metrics, _ = self.step(data, scalars)
-            return metrics, tf.constant(1.0)
-        n = tf.shape(data["advantages"])[0]
-        size = n if whole else tf.minimum(tf.constant(mb), n)
-        per_epoch = n // size  # episode batches: a remainder of n % size steps sits out an epoch
-        seed = tf.cast(self.seed_var, tf.int32) * 7919
-        update = tf.cast(self.updates_var, tf.int32)
-        if self.net.recurrent:  # env-major pieces of L steps, shuffled: mb / L per minibatch
-            length = cfg.sequence_steps()
-            steps = tf.range(length)[None]
-            orders = tf.stack([tf.reshape(length * tf.argsort(tf.random.stateless_uniform(
-                [n // length], tf.stack([seed + e, update])))[:, None] + steps, [-1])
-                for e in range(int(cfg.epochs))])
-        else:
-            orders = tf.stack([  # [epochs, N] one shuffle per epoch, from (seed, update, epoch)
-                tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + e, update])))
-                for e in range(int(cfg.epochs))])
-        total = per_epoch * int(cfg.epochs)
-        keys = self.step.keys()
-
-        def body(i, stopped, count, sums):
-            start = (i % per_epoch) * size
-            idx = orders[i // per_epoch, start: start + size]
-            batch = {k: _map(lambda x: tf.gather(x, idx), v) for k, v in data.items()}
-            if not whole and n_static is not None:  # static minibatch shapes: taps, no retrace
-                batch = {k: _map(lambda x: tf.ensure_shape(x, [mb, *x.shape[1:]]), v)
-                         for k, v in batch.items()}
-            metrics, stop = self.step(batch, scalars)
-            if set(metrics) != set(keys):
-                raise RuntimeError(f"minibatch metrics {sorted(metrics)} differ from the "
-                                   f"expected {sorted(keys)}")
-            sums = [s + metrics[k] for s, k in zip(sums, keys)]
-            return i + 1, stop, count + 1.0, sums
-
-        zeros = [tf.constant(0.0) for _ in keys]
-        _, _, count, sums = tf.while_loop(
-            lambda i, stopped, count, sums: tf.logical_and(i < total, tf.logical_not(stopped)),
-            body, (tf.constant(0), tf.constant(False), tf.constant(0.0), zeros))
-        return dict(zip(keys, sums)), count
+        """Every minibatch step of the update (:func:`agents.epochs.policy_epochs`)."""
+        return epochs.policy_epochs(self, data, scalars)
 
     def _critic_epochs(self, data: dict) -> tf.Tensor:
-        """``critic_updates`` passes of the critic alone over the rollout (after the policy
-        step, targets fixed at collection); returns the mean value loss over the steps."""
-        cfg, net = self.cfg, self.net
-        variables = net.value_only_variables
-        n = tf.shape(data["returns"])[0]
-        mb = int(cfg.critic_minibatch_size)
-        n_static = data["returns"].shape[0]
-        whole = mb == 0 or (n_static is not None and mb >= n_static)
-        size = n if whole else tf.minimum(tf.constant(mb), n)
-        per_pass = n // size
-        seed = tf.cast(self.seed_var, tf.int32) * 7919 + 104729
-        update = tf.cast(self.updates_var, tf.int32)
-
-        def body(i, total):
-            p = i // per_pass
-            start = (i % per_pass) * size
-            order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + p, update])))
-            idx = order[start: start + size]
-            if net.recurrent:  # the whole rollout's sequences (critic_minibatch_size 0)
-                batch, ret = data, data["returns"]
-            else:
-                batch = {"obs": _map(lambda x: tf.gather(x, idx), data["obs"])}
-                ret = tf.gather(data["returns"], idx)
-            with tf.GradientTape() as tape:
-                loss = loss_lib.value_loss(values_of(net, cfg.sequence_steps(), batch), ret)
-            grads = zeros_for_unconnected(tape.gradient(loss, variables), variables)
-            if cfg.max_grad_norm > 0:
-                grads, _ = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
-            self.critic_optimizer.apply(grads, variables)
-            return i + 1, total + loss
-
-        steps = per_pass * int(cfg.critic_updates)
-        _, total = tf.while_loop(lambda i, total: i < steps, body,
-                                 (tf.constant(0), tf.constant(0.0)))
-        return total / tf.cast(tf.maximum(steps, 1), tf.float32)
+        """The critic's own passes (:func:`agents.epochs.critic_epochs`)."""
+        return epochs.critic_epochs(self, data)
 
     # Kept for callers that drive one minibatch step by hand (tests/agents/test_ppo.py).
     def _minibatch(self, mb: dict, scalars: dict) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
