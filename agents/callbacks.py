@@ -64,20 +64,28 @@ class StopAtReturn(Callback):
 
 
 class Checkpoint(Callback):
-    """An atomic, verified checkpoint of the agent every ``every`` env steps and at the end.
+    """An atomic, verified checkpoint of the agent every ``every`` env steps (or every
+    ``seconds`` of training) and at the end.
 
     Args:
       directory: where the checkpoints go (``step-N/`` each; :mod:`pgrad.rl.checkpoint`).
-      every: env steps between checkpoints.
+      every: env steps between checkpoints; 0: one every ``seconds`` of training instead.
       keep: newest checkpoints kept.
+      seconds: training seconds between checkpoints when ``every`` is 0 (checked after each
+        update, so a checkpoint comes with the first update past the interval).
     """
 
-    def __init__(self, directory: str | os.PathLike, every: int = 10_000, keep: int = 3):
-        if int(every) < 1:
-            raise ValueError(f"every must be >= 1; got {every}.")
+    def __init__(self, directory: str | os.PathLike, every: int = 10_000, keep: int = 3,
+                 seconds: float = 60.0):
+        if int(every) < 0:
+            raise ValueError(f"every must be >= 0 (0: every `seconds`); got {every}.")
+        if not 0 < float(seconds) < float("inf"):
+            raise ValueError(f"seconds must be > 0; got {seconds}.")
         self.directory, self.every, self.keep = Path(directory), int(every), int(keep)
+        self.seconds = float(seconds)
         self.last: Path | None = None
         self._saved_step: int | None = None
+        self._next = 0.0  # the env step (or, time-based, training second) of the next one
 
     def meta(self, loop: Loop) -> dict[str, Any]:
         """What the checkpoint's meta.json records besides the agent."""
@@ -94,11 +102,17 @@ class Checkpoint(Callback):
         return self.last
 
     def on_start(self, loop: Loop) -> None:
-        self._next = (loop.env_steps // self.every + 1) * self.every
+        self._schedule(loop)
 
     def on_update(self, loop: Loop) -> None:
-        if loop.env_steps >= self._next:
+        if (loop.wall_s() if self.every == 0 else loop.env_steps) >= self._next:
             self.save(loop)
+            self._schedule(loop)
+
+    def _schedule(self, loop: Loop) -> None:
+        if self.every == 0:
+            self._next = loop.wall_s() + self.seconds
+        else:
             self._next = (loop.env_steps // self.every + 1) * self.every
 
     def on_end(self, loop: Loop) -> None:

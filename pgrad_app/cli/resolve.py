@@ -44,7 +44,8 @@ def _get_agent(name: str):
 FLAG_KEYS = {  # argparse dest -> run setting
     "agent": "agent", "env": "env", "total_steps": "total_steps", "seed": "seed",
     "transform": "transform", "stop_at_return": "stop_at_return",
-    "checkpoint_every": "checkpoint_every", "max_nonfinite_skips": "max_nonfinite_skips",
+    "checkpoint_every": "checkpoint_every", "checkpoint_seconds": "checkpoint_seconds",
+    "max_nonfinite_skips": "max_nonfinite_skips",
     "log_every": "log_every", "workers": "workers",
     "eval_every": "eval_every", "eval_episodes": "eval_episodes", "track": "track",
     "capture_video": "capture_video",

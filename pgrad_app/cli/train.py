@@ -143,7 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         "updates, episodes, evaluations, the learning curve (pip install 'pgrad[wandb]'; "
         "WANDB_MODE=offline works; the run directory stays the record; default: off)")
     add("--checkpoint-every", "--save-freq", type=int, metavar="N",
-        help=f"env steps between checkpoints (default: {d['checkpoint_every']})")
+        help="env steps between checkpoints (default: 0 = one every --checkpoint-seconds of "
+        "training; one is also saved at the end, on Ctrl-C and on a stop)")
+    add("--checkpoint-seconds", type=float, metavar="S",
+        help=f"seconds of training between checkpoints when --checkpoint-every is 0 "
+        f"(default: {d['checkpoint_seconds']:g})")
     add("--log-every", type=int, metavar="N", help="updates between rows of updates.csv and "
         "TensorBoard, each the mean over them (KEY_max beside the gradient norms and NaN/Inf "
         "skips); rows also at every checkpoint and the end (default: the agent's, as "

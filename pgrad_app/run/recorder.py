@@ -23,7 +23,7 @@ from agents.callbacks import Checkpoint
 from agents.learning import Loop
 from pgrad.rl.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
 from pgrad.rl.files import write_json_atomic
-from pgrad_app.config.settings import RunSettings, dump_run_config
+from pgrad_app.config.settings import DEFAULT_CHECKPOINT_SECONDS, RunSettings, dump_run_config
 from pgrad_app.errors import RunError, UserError, one_line
 from pgrad_app.run import directory as rundir
 from pgrad_app.run import resume as resume_lib
@@ -46,15 +46,17 @@ class RunRecorder(Checkpoint):
 
     ``agent.json`` at the start; every finished episode to ``episodes.csv`` (buffered, flushed
     before every checkpoint) and a row every ``log_every`` updates to ``updates.csv`` +
-    TensorBoard (:mod:`agents.logger`); a checkpoint every ``checkpoint_every`` env steps and at the
-    end (one that cannot be written, or a non-finite state, stops the run naming the last good
-    checkpoint); the exported ``policy/`` and ``learning_curve.png`` when the run finished.
+    TensorBoard (:mod:`agents.logger`); a checkpoint every ``checkpoint_every`` env steps (0: every
+    ``checkpoint_seconds`` of training) and at the end (one that cannot be written, or a
+    non-finite state, stops the run naming the last good checkpoint); the exported ``policy/``
+    and ``learning_curve.png`` when the run finished.
     Updates the agent skipped for NaN/Inf gradients are counted and warned about once; after
     ``max_nonfinite_skips`` consecutive ones the run stops with :class:`RunError`.
     """
 
     def __init__(self, out: str | Path, settings: RunSettings):
-        super().__init__(Path(out) / persistence.CHECKPOINTS, settings.checkpoint_every)
+        super().__init__(Path(out) / persistence.CHECKPOINTS, settings.checkpoint_every,
+                         seconds=settings.checkpoint_seconds)
         self.out, self.settings = Path(out), settings
         self.store = CheckpointStore(self.directory)
         self.nonfinite_total = 0
@@ -264,16 +266,20 @@ class RunDirectory(RunRecorder):
     Creates and locks ``out`` when the run starts (refusing one that holds a run, unless
     ``overwrite``), writes its ``config.yaml`` from the agent (agent, env, seed, the env-step
     count trained to, every hyperparameter), then records the run as :class:`RunRecorder`: a row
-    every ``log_every`` updates (0: the agent's, :func:`agents.logger.default_log_every`).
+    every ``log_every`` updates (0: the agent's, :func:`agents.logger.default_log_every`), a
+    checkpoint every ``checkpoint_every`` env steps (0, the default: every ``checkpoint_seconds``
+    of training) and at the end.
 
     Raises (when the run starts):
       UserError: ``out`` holds a run or foreign files, or cannot be written; the agent's env
         cannot be written down as data (:func:`env_settings`).
     """
 
-    def __init__(self, out: str | Path, overwrite: bool = False, checkpoint_every: int = 10_000,
-                 max_nonfinite_skips: int = 10, log_every: int = 0):
+    def __init__(self, out: str | Path, overwrite: bool = False, checkpoint_every: int = 0,
+                 max_nonfinite_skips: int = 10, log_every: int = 0,
+                 checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS):
         settings = RunSettings(checkpoint_every=checkpoint_every,
+                               checkpoint_seconds=checkpoint_seconds,
                                max_nonfinite_skips=max_nonfinite_skips, log_every=log_every)
         settings.validate()
         super().__init__(out, settings)

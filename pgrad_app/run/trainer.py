@@ -7,7 +7,8 @@ protect the run:
 
 * every finished episode goes to ``episodes.csv``, a row every ``log_every`` updates to
   ``updates.csv`` + TensorBoard (SB3's names: :mod:`agents.logger`);
-* a checkpoint every ``checkpoint_every`` env steps and at the end (atomic, see checkpoint.py);
+* a checkpoint every ``checkpoint_every`` env steps (0: every ``checkpoint_seconds`` of
+  training) and at the end (atomic, see checkpoint.py);
   one that cannot be written (disk full) or whose state is non-finite stops the run naming the
   last good checkpoint, which stays as it was;
 * an update the agent skipped for NaN/Inf gradients is counted and warned about once; after

@@ -148,6 +148,8 @@ BAD = [
     (["--num-envs", "0"], "num_envs must be in [1, 4096]"),
     (["--set", "n_steps=0"], "n_steps must be >= 1"),
     (["--total-steps", "0"], "total_steps must be >= 1"),
+    (["--checkpoint-every", "-5"], "checkpoint_every must be >= 0 (0: every checkpoint_seconds)"),
+    (["--checkpoint-seconds", "0"], "checkpoint_seconds must be > 0; got 0.0"),
     (["--set", "gama=0.9"], "unknown key 'gama'. Did you mean 'gamma'?"),
     (["--set", "hidden=wide"], "--set hidden: expected a list"),
     (["--agent", "sac"],
@@ -521,3 +523,24 @@ def test_nothing_in_the_library_unpickles():
         text = path.read_text()
         assert "import pickle" not in text and "allow_pickle=True" not in text, path
         assert "yaml.load(" not in text and "yaml.unsafe_load" not in text, path
+
+
+def test_the_default_cadence_is_by_time_and_every_checkpoint_resumes(tmp_path, capsys):
+    import yaml
+
+    out = tmp_path / "run"  # short: the default 60 s never elapse, the end still saves
+    code, _, _ = train("--out", out, "--total-steps", 400, "--quiet", capsys=capsys)
+    assert code == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert (config["checkpoint_every"], config["checkpoint_seconds"]) == (0, 60.0)
+    assert [p.name for p in CheckpointStore(out / "checkpoints").checkpoints()] == [
+        "step-000000000400"]
+    fast = tmp_path / "fast"  # an interval shorter than an update: one after every update
+    code, _, _ = train("--out", fast, "--total-steps", 400, "--quiet", "--checkpoint-seconds",
+                       0.001, "--checkpoint-every", 0, capsys=capsys)
+    kept = [p.name for p in CheckpointStore(fast / "checkpoints").checkpoints()]
+    assert code == 0 and kept == ["step-000000000400", "step-000000000320",
+                                  "step-000000000240"]  # 80 env steps an update, keep 3
+    code, _, _ = train("--resume", fast, "--total-steps", 480, "--quiet", capsys=capsys)
+    assert code == 0 and CheckpointStore(fast / "checkpoints").checkpoints()[0].name == (
+        "step-000000000480")
