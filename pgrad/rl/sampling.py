@@ -68,7 +68,7 @@ def sample_numpy(head: dist_lib.ActionHead, params: np.ndarray, log_std: np.ndar
     if isinstance(h, dist_lib.CategoricalHead):
         return _categorical(params, rng.random(n), np.float32, action_mask)
     if isinstance(h, dist_lib.GaussianHead):
-        mean, step_log_std = gaussian_numpy(h, params, log_std)
+        mean, step_log_std = _mean_and_log_std(h, params, log_std)  # log-std [N, A] or [A]
         if h.uses_latent and sde_noise is not None:  # gSDE: noise = latent @ W, W held
             noise = np.einsum("nl,nla->na", params[:, h.size:], sde_noise)
         else:
@@ -96,6 +96,14 @@ def sample_numpy(head: dist_lib.ActionHead, params: np.ndarray, log_std: np.ndar
 def gaussian_numpy(head: dist_lib.GaussianHead, params: np.ndarray, log_std: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, log_std)`` ``[N, A]`` of a Gaussian head, in numpy (as ``mean_and_log_std``)."""
+    mean, step_log_std = _mean_and_log_std(head, params, log_std)
+    return mean, np.broadcast_to(step_log_std, mean.shape)
+
+
+def _mean_and_log_std(head: dist_lib.GaussianHead, params: np.ndarray,
+                      log_std: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gaussian_numpy` with a learned state-independent log-std left ``[A]`` (what
+    sampling broadcasts anyway: ``np.broadcast_to`` costs more than the arithmetic on a row)."""
     if head.uses_latent:
         latent = params[:, head.size:].astype(np.float64)
         var = np.square(latent) @ np.exp(2.0 * np.asarray(log_std, np.float64)) + dist_lib.SDE_EPS
@@ -108,7 +116,7 @@ def gaussian_numpy(head: dist_lib.GaussianHead, params: np.ndarray, log_std: np.
     if log_std is None:
         raise ValueError("a Gaussian head with a learned log-std samples with its numpy copy; "
                          "log_std is None.")
-    return params, np.broadcast_to(log_std, params.shape)
+    return params, log_std
 
 
 def mode_numpy(head: dist_lib.ActionHead, params: np.ndarray,
