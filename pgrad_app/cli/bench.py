@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "ppo_minatar_vs_sb3: env steps per side (default: each figure's own, "
                         "50000, ppo_minatar_vs_sb3 500000; the SB3 goals are for 1000000 / "
                         "300000)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / ppo_minatar_vs_sb3: rounds "
+                        "of the three runs, every other one in reverse order; the value is the "
+                        "median over rounds (a machine whose speed drifts favours neither side)")
     parser.add_argument("--figure-worker", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     passthrough = ["--repeats", str(args.repeats), "--max-steps", str(args.max_steps),
                    *(["--steps", str(args.steps)] if args.steps is not None else []),
-                   "--seeds", *map(str, args.seeds)]
+                   "--seeds", *map(str, args.seeds), "--rounds", str(args.rounds)]
     for name in args.only or list(FIGURES):
         # Each figure in a fresh process: its peak memory is its own.
         proc = subprocess.run([sys.executable, "-m", "pgrad_app", "bench", "--figure-worker", name,

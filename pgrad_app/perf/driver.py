@@ -62,6 +62,8 @@ def run_figure(name: str, args) -> list[dict]:
     elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead",
                   "ppo_minatar_vs_sb3"):
         kwargs = {} if args.steps is None else {"steps": args.steps}  # else the figure's own
+        if name != "command_overhead":
+            kwargs["rounds"] = getattr(args, "rounds", 1)
     elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
         kwargs = {"steps": 8192 if args.steps is None else min(args.steps, 8192)}
     repeats = args.repeats

@@ -106,52 +106,87 @@ def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> lis
     return out
 
 
-def side_by_side_vs_sb3(name: str, goal: str, spec: dict, steps: int, full: int) -> dict:
-    """One training run per side in its own process, same env steps and seed: ``pgrad-train``
-    (the command, run directory and default logging), then SB3, then the bare ``agent.learn``.
+#: The order of the three runs of a side-by-side round; odd rounds run it reversed, so that a
+#: machine whose speed drifts over the minutes of a round favours neither side across rounds.
+ROUND_ORDER = ("command", "sb3", "pgrad")
+
+
+def side_by_side_vs_sb3(name: str, goal: str, spec: dict, steps: int, full: int,
+                        rounds: int = 1) -> dict:
+    """Training runs side by side, each in its own process, same env steps and seed:
+    ``pgrad-train`` (the command, run directory and default logging), SB3, and the bare
+    ``agent.learn``; ``rounds`` times, every other round in reverse order (bare, SB3, command).
 
     Value: the command's whole process wall over SB3's (a process importing SB3 and calling
-    ``learn``), per env step; ``bare_ratio``: the bare loop's in-process wall over SB3's (the
-    earlier figure). ``full`` is the length the goal is stated for; shorter runs give the
-    ratio at their length, labelled so.
+    ``learn``), per env step, the median over the rounds (each round's in ``rounds``);
+    ``bare_ratio``: the bare loop's in-process wall over SB3's (the earlier figure). ``full``
+    is the length the goal is stated for; shorter runs give the ratio at their length, labelled
+    so.
     """
     if not sb3_available():
         return figure(name, float("nan"), goal, False,
                       skipped="stable-baselines3 is not installed (pip install 'pgrad[bench]')")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1; got {rounds}")
     spec = {**spec, "max_steps": steps}
-    command, theirs, ours = (train_run("command", spec), train_run("sb3", spec),
-                             train_run("pgrad", spec))
+    measured, all_runs = [], []
+    for k in range(rounds):
+        order = ROUND_ORDER if k % 2 == 0 else ROUND_ORDER[::-1]
+        runs = {side: train_run(side, spec) for side in order}
+        measured.append(round_ratios(runs["command"], runs["sb3"], runs["pgrad"]))
+        all_runs.extend(runs[side] for side in order)
+
+    def med(key: str) -> float:
+        return float(np.median([m[key] for m in measured]))
+
+    value, bare = med("value"), med("bare_ratio")
+    first = measured[0]
+    return figure(name, value, goal, value <= 0.5,
+                  measured_at_env_steps=steps, full_length=steps >= full,
+                  command_outside_loop_s=first["command_outside_loop_s"],
+                  command_outside_loop_share=first["command_outside_loop_share"],
+                  sb3_outside_learn_s=first["sb3_outside_learn_s"],
+                  loop_ratio=round(med("loop_ratio"), 3),
+                  bare_ratio=round(bare, 3), bare_met=bool(bare <= 0.5),
+                  env_steps_per_s=first["env_steps_per_s"],
+                  cpu_ratio=round(med("cpu_ratio"), 3),
+                  bare_cpu_ratio=round(med("bare_cpu_ratio"), 3),
+                  rounds=[{k: v for k, v in m.items() if k != "peak_rss_mb"} for m in measured],
+                  runs=all_runs, peak_rss_mb=first["peak_rss_mb"],
+                  note=f"{rounds} round(s) of three runs one after the other (command, SB3, "
+                  "bare; odd rounds reversed); value = the median over rounds of whole-process "
+                  "walls; the last-20 training return is in each run")
+
+
+def round_ratios(command: dict, theirs: dict, ours: dict) -> dict:
+    """One side-by-side round's ratios from its three runs (:func:`train_run` results)."""
 
     def per_step(run: dict, key: str) -> float:
         return run[key] / run["env_steps"]
 
-    value = per_step(command, "process_wall_s") / per_step(theirs, "process_wall_s")
-    bare = per_step(ours, "wall_s") / per_step(theirs, "wall_s")
-    sps = {r["side"]: r["env_steps"] / r["wall_s"] for r in (command, theirs, ours)}
     # The command's seconds outside its training loop (interpreter and imports, settings, run
     # directory, final checkpoint, export, plot): a fixed cost, reported apart so that a run
     # too short for the figure's length shows it; SB3's outside its learn() likewise.
     fixed = command["process_wall_s"] - command["loop_wall_s"]
-    sb3_fixed = theirs["process_wall_s"] - theirs["wall_s"]
-    return figure(name, value, goal, value <= 0.5,
-                  measured_at_env_steps=steps, full_length=steps >= full,
-                  command_outside_loop_s=round(fixed, 2),
-                  command_outside_loop_share=round(fixed / command["process_wall_s"], 3),
-                  sb3_outside_learn_s=round(sb3_fixed, 2),
-                  loop_ratio=round(per_step(command, "loop_wall_s")
-                                   / per_step(theirs, "wall_s"), 3),
-                  bare_ratio=round(bare, 3), bare_met=bool(bare <= 0.5),
-                  env_steps_per_s={k: round(v, 1) for k, v in sps.items()},
-                  cpu_ratio=round(per_step(command, "process_cpu_s")
-                                  / per_step(theirs, "process_cpu_s"), 3),
-                  bare_cpu_ratio=round(per_step(ours, "cpu_s") / per_step(theirs, "cpu_s"), 3),
-                  runs=[command, theirs, ours],
-                  peak_rss_mb={r["side"]: r["peak_rss_mb"] for r in (command, theirs, ours)},
-                  note="run one after the other (command, SB3, bare); value = whole-process "
-                  "walls; the last-20 training return is in each run")
+    return {
+        "value": round(per_step(command, "process_wall_s")
+                       / per_step(theirs, "process_wall_s"), 3),
+        "bare_ratio": round(per_step(ours, "wall_s") / per_step(theirs, "wall_s"), 3),
+        "loop_ratio": round(per_step(command, "loop_wall_s") / per_step(theirs, "wall_s"), 3),
+        "cpu_ratio": round(per_step(command, "process_cpu_s")
+                           / per_step(theirs, "process_cpu_s"), 3),
+        "bare_cpu_ratio": round(per_step(ours, "cpu_s") / per_step(theirs, "cpu_s"), 3),
+        "command_outside_loop_s": round(fixed, 2),
+        "command_outside_loop_share": round(fixed / command["process_wall_s"], 3),
+        "sb3_outside_learn_s": round(theirs["process_wall_s"] - theirs["wall_s"], 2),
+        "env_steps_per_s": {r["side"]: round(r["env_steps"] / r["wall_s"], 1)
+                            for r in (command, theirs, ours)},
+        "peak_rss_mb": {r["side"]: r["peak_rss_mb"] for r in (command, theirs, ours)},
+    }
 
 
-def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
+def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0,
+                      rounds: int = 1) -> dict:
     """PPO on HalfCheetah-v5, pgrad then Stable-Baselines3, same settings and env steps (opt-in).
 
     Both with SB3's PPO defaults (1 env, 2048 steps x 10 epochs x minibatch 64, Adam 3e-4,
@@ -160,10 +195,11 @@ def ppo_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 0) -> dict:
     del repeats
     return side_by_side_vs_sb3(
         "ppo_mujoco_vs_sb3", "<= 0.5 x SB3's wall through the command (1M steps)",
-        {"agent": "ppo", "env": "HalfCheetah-v5", "seed": seed}, steps, 1_000_000)
+        {"agent": "ppo", "env": "HalfCheetah-v5", "seed": seed}, steps, 1_000_000, rounds)
 
 
-def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21) -> dict:
+def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21,
+                      rounds: int = 1) -> dict:
     """A2C on HalfCheetah-v5 with rl-zoo's MuJoCo A2C setting, pgrad then SB3 (opt-in).
 
     SB3's A2C defaults plus rl-zoo's ``normalize: true``: 1 env, 5-step updates (one update
@@ -175,7 +211,8 @@ def a2c_mujoco_vs_sb3(repeats: int, steps: int = 50_000, seed: int = 21) -> dict
     hp = {"num_envs": 1, "n_steps": 5, "normalize_obs": True, "normalize_reward": True}
     return side_by_side_vs_sb3(
         "a2c_mujoco_vs_sb3", "<= 0.5 x SB3's wall through the command (300k steps)",
-        {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp}, steps, 300_000)
+        {"agent": "a2c", "env": "HalfCheetah-v5", "seed": seed, "hp": hp}, steps, 300_000,
+        rounds)
 
 
 def command_overhead(repeats: int, steps: int = 50_000, seed: int = 22) -> dict:
@@ -230,7 +267,7 @@ MINATAR_STEPS = 500_000
 
 
 def ppo_minatar_vs_sb3(repeats: int, steps: int = MINATAR_STEPS, seed: int = 0,
-                       env: str = "MinAtar/Breakout-v1") -> dict:
+                       env: str = "MinAtar/Breakout-v1", rounds: int = 1) -> dict:
     """PPO on MinAtar Breakout, ``pgrad-train`` then SB3 then the bare ``agent.learn`` (opt-in).
 
     pgrad's tuned ``minatar`` entry on both sides (64 envs x 128 steps, 4 epochs of minibatches
@@ -247,7 +284,7 @@ def ppo_minatar_vs_sb3(repeats: int, steps: int = MINATAR_STEPS, seed: int = 0,
     return side_by_side_vs_sb3(
         "ppo_minatar_vs_sb3", "<= 0.5 x SB3's wall per env step (>= 2x its env steps/s)",
         {"agent": "ppo", "env": env, "seed": seed, "hp": hp, "sb3_settings": sb3_settings},
-        steps, MINATAR_STEPS)
+        steps, MINATAR_STEPS, rounds)
 
 
 def ppo_atari_rss_vs_sb3(repeats: int, steps: int = 4096, seed: int = 0,
