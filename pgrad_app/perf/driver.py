@@ -53,17 +53,20 @@ OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "ppo_atari_rss_vs_sb3": sb3.ppo_atari_rss_vs_sb3}
 
 
+#: The figures run side by side with SB3 in rounds (``--rounds``: sb3.side_by_side_vs_sb3).
+SB3_SIDE_BY_SIDE = ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "ppo_minatar_vs_sb3")
+
+
 def run_figure(name: str, args) -> list[dict]:
     """Runs one figure here; adds this process's peak memory to each result."""
     fn = {**FIGURES, **OPT_IN}[name]
     kwargs = {}
     if name == "a2c_cartpole":
         kwargs = {"max_steps": args.max_steps, "seeds": tuple(args.seeds)}
-    elif name in ("ppo_mujoco_vs_sb3", "a2c_mujoco_vs_sb3", "command_overhead",
-                  "ppo_minatar_vs_sb3"):
+    elif name in (*SB3_SIDE_BY_SIDE, "command_overhead"):
         kwargs = {} if args.steps is None else {"steps": args.steps}  # else the figure's own
-        if name != "command_overhead":
-            kwargs["rounds"] = getattr(args, "rounds", 1)
+        if name in SB3_SIDE_BY_SIDE:
+            kwargs["rounds"] = args.rounds
     elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
         kwargs = {"steps": 8192 if args.steps is None else min(args.steps, 8192)}
     repeats = args.repeats
