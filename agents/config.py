@@ -161,6 +161,9 @@ class ActorCriticConfig:
         "log per-step gradient diagnostics (diag_* in updates.csv) each update"))
     diagnostics_max_norm: float = field(default=1.0, metadata=doc(
         "with diagnostics: per-step norm threshold of diag_clip_fraction; 0 = leave it out"))
+    jit_compile: bool = field(default=False, metadata=doc(
+        "compile the update with XLA (one fused computation: faster small updates, e.g. "
+        "one-env A2C); an update XLA cannot compile warns once and runs without it"))
     adversarial_epsilon: float = field(default=0.0, metadata=doc(
         "act on FGSM-perturbed observations (L-inf radius in raw observation units); 0 = off"))
 

@@ -20,6 +20,7 @@ trace, no padding or masks); docs/agents.md, "Recurrent policies".
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,12 @@ def _needs_autograph(err: BaseException | None) -> bool:
     return False
 
 
+def _first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (TensorFlow's run on with graph details)."""
+    text = str(getattr(err, "message", None) or err).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
 #: Bytes of float32 observations per chunk of the update's value pass over a rollout with
 #: images (16 MiB: 148 Atari observations of 84x84x4, a whole MinAtar rollout of 10x10x4). The
 #: frames scaled to float32 and the first layers' activations of a chunk are the update's
@@ -112,7 +119,12 @@ class CompiledUpdate:
         # that needs it (``if tensor:``) raises OperatorNotAllowedInGraphError while tracing;
         # __call__ then retraces with autograph on.
         self._autograph = False
-        self._fn = tf.function(self._update, reduce_retracing=True, autograph=False)
+        # cfg.jit_compile: the update as one XLA computation. Until a call has run with it, any
+        # error falls back to the plain graph (XLA compiles before it runs, so a failed call
+        # changed nothing; a real error then shows up again without XLA).
+        self._jit = bool(getattr(self.cfg, "jit_compile", False))
+        self._jit_ran = False
+        self._fn = self._function()
         self._concrete: dict[tuple, Any] = {}
         self.step = MinibatchStep(agent)  # the loss of one minibatch step
         # Reported each update besides learning_rate: PPO's clip range (as SB3's train/clip_range)
@@ -120,6 +132,16 @@ class CompiledUpdate:
         self.reported_schedules = [
             n for n in agent.schedules.names if n != "learning_rate" and (
                 n == "clip_range" or not agent.schedules.constant(n))]
+
+    def _function(self):
+        return tf.function(self._update, reduce_retracing=True, autograph=self._autograph,
+                           jit_compile=self._jit or None)
+
+    @property
+    def jit_compiled(self) -> bool:
+        """Whether the update runs as one XLA computation (``jit_compile`` set and not fallen
+        back)."""
+        return self._jit
 
     def tracing_count(self) -> int:
         """How many times the update has been traced (a retrace per call would be a bug)."""
@@ -210,16 +232,25 @@ class CompiledUpdate:
         update graph itself (profiled: ~1 ms of ~3 ms); a concrete function skips it.
         """
         try:
-            return self._run_update(args, fixed_shape)
-        except Exception as err:  # re-raised unless autograph is the fix
+            out = self._run_update(args, fixed_shape)
+        except Exception as err:  # re-raised unless autograph or leaving XLA is the fix
             # Only the first, autograph-free trace can fail this way (pgrad wraps a transform's
             # error in a TransformError, so look through the causes).
-            if self._autograph or not _needs_autograph(err):
+            if not self._autograph and _needs_autograph(err):
+                self._autograph = True
+            elif self._jit and not self._jit_ran and isinstance(err, tf.errors.OpError):
+                self._jit = False
+                warnings.warn(
+                    "jit_compile: XLA could not compile this update "
+                    f"({type(err).__name__}: {_first_line(err)}); it runs without XLA.",
+                    RuntimeWarning, stacklevel=2)
+            else:
                 raise
-            self._autograph = True
-            self._fn = tf.function(self._update, reduce_retracing=True)
+            self._fn = self._function()
             self._concrete.clear()
-            return self._run_update(args, fixed_shape)
+            return self.__call__(args, fixed_shape)
+        self._jit_ran = self._jit
+        return out
 
     def _run_update(self, args: tuple, fixed_shape: bool):
         if not fixed_shape:

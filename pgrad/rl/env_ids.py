@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 import types
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -51,6 +53,38 @@ def quiet_ale(ale_py: Any) -> None:
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 
+def is_mujoco_id(env_id: Any) -> bool:
+    """Whether ``env_id`` is one of Gymnasium's MuJoCo envs (``HalfCheetah-v5``, ...)."""
+    spec = gym.registry.get(env_id) if isinstance(env_id, str) else None
+    entry = getattr(spec, "entry_point", None)
+    return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
+
+
+def quiet_mujoco() -> None:
+    """MuJoCo's warnings as Python warnings, not lines on stderr.
+
+    MuJoCo 4 prints "WARNING: compiler attribute 'settotalmass' is deprecated ..." for every
+    Gymnasium MuJoCo model it loads (Gymnasium's own XML files use the attribute): nothing a user
+    can act on, and one per env. The model compiler's deprecation notices go to the
+    ``pgrad.mujoco`` logger at DEBUG level; any other MuJoCo warning (an unstable simulation,
+    ...) becomes a ``RuntimeWarning`` "MuJoCo: ...". Process-wide (forked env workers inherit
+    it); a handler the user installed is left alone.
+    """
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is not None:
+        return
+
+    def as_python_warning(message: Any) -> None:
+        text = " ".join(str(message).split())
+        if "is deprecated" in text:
+            logging.getLogger("pgrad.mujoco").debug(text)
+        else:
+            warnings.warn(f"MuJoCo: {text}", RuntimeWarning, stacklevel=2)
+
+    mujoco.set_mju_user_warning(as_python_warning)
+
+
 def ensure_registered(env_id: Any) -> None:
     """Registers the Gymnasium ids of ``env_id``'s package if they are not registered yet.
 
@@ -58,12 +92,20 @@ def ensure_registered(env_id: Any) -> None:
     pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`;
     ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.novel_envs`;
     ``MinAtar/Breakout-NoTrail-v1``: :mod:`pgrad.rl.notrail_envs`); any
-    other id (or a factory) is left alone. Cheap once registered (one dict look-up).
+    other id (or a factory) is left alone. Gymnasium's MuJoCo ids get :func:`quiet_mujoco`.
+    Cheap once registered (a dict look-up or two).
 
     Raises:
       ImportError: the package is not installed; one line naming the pgrad extra to install.
     """
-    if not isinstance(env_id, str) or env_id in gym.registry:
+    if not isinstance(env_id, str):
+        return
+    if env_id in gym.registry:
+        if is_mujoco_id(env_id):
+            try:
+                quiet_mujoco()
+            except ImportError:  # gym.make says what to install
+                pass
         return
     if env_id in _PGRAD_IDS:  # pgrad's own small tasks
         importlib.import_module(_PGRAD_IDS[env_id]).register()

@@ -50,3 +50,42 @@ def test_minatar_registers_without_seaborn_and_still_renders():
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr[-1500:]
+
+
+MUJOCO_SNIPPET = """
+import logging
+import warnings
+import mujoco
+from pgrad.rl.envs import make_vec_env
+
+logged = []
+logging.getLogger("pgrad.mujoco").addHandler(logging.Handler())
+logging.getLogger("pgrad.mujoco").handlers[0].emit = lambda record: logged.append(record.msg)
+logging.getLogger("pgrad.mujoco").setLevel(logging.DEBUG)
+
+envs = make_vec_env("HalfCheetah-v5", 2)
+envs.reset(seed=0)
+envs.close()
+handler = mujoco.get_mju_user_warning()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    handler("Nan, Inf or huge value in QACC at DOF 0. The simulation is unstable.")
+    handler("compiler attribute 'x' is deprecated")
+print([(w.category.__name__, str(w.message)) for w in caught])
+print(logged[-1])
+"""
+
+
+def test_mujoco_model_deprecations_do_not_reach_stderr():
+    """MuJoCo 4 prints a deprecation line for each Gymnasium MuJoCo model it compiles; pgrad
+    logs the deprecations (DEBUG, ``pgrad.mujoco``) and turns MuJoCo's other warnings (an
+    unstable simulation) into one-line RuntimeWarnings."""
+    pytest.importorskip("mujoco")
+    done = subprocess.run([sys.executable, "-c", MUJOCO_SNIPPET], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "settotalmass" not in done.stderr, done.stderr
+    said, logged = done.stdout.strip().splitlines()[-2:]
+    assert said == str([("RuntimeWarning", "MuJoCo: Nan, Inf or huge value in QACC at DOF 0. "
+                                           "The simulation is unstable.")])
+    assert logged == "compiler attribute 'x' is deprecated"
