@@ -132,11 +132,21 @@ def ensure_registered(env_id: Any) -> None:
 
 
 
+#: Attributes a stand-in answers without importing: what code that walks ``sys.modules`` asks
+#: of every module (``inspect.getmodule``, and autograph's ``_fix_linecache_record``, which runs
+#: when ``tf.saved_model.save`` traces a policy export: asking it imported seaborn there, ~0.9 s
+#: of a MinAtar run's end).
+_NOT_LOADING = frozenset({"__file__", "__cached__"})
+
+
 class _DeferredModule(types.ModuleType):
     """Stands in ``sys.modules`` for a module not imported yet; the first attribute asked of it
-    imports the real one (which then replaces it there) and answers from it."""
+    imports the real one (which then replaces it there) and answers from it. ``__file__`` is
+    not asked of the real module: a stand-in has none, as a built-in module has none."""
 
     def __getattr__(self, attr: str) -> Any:
+        if attr in _NOT_LOADING:
+            raise AttributeError(attr)
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attr)

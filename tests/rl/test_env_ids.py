@@ -25,6 +25,20 @@ def test_a_deferred_module_imports_on_first_use_and_replaces_itself(monkeypatch)
     assert colorsys.hls_to_rgb(0.0, 0.5, 1.0) == (1.0, 0.0, 0.0)  # the stand-in still answers
 
 
+def test_walking_sys_modules_does_not_load_a_deferred_module(monkeypatch):
+    """``inspect.getmodule`` (and autograph, tracing an export) asks every module in
+    ``sys.modules`` for its ``__file__``: a stand-in answers that it has none, without loading."""
+    import inspect
+
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    env_ids._defer_import("colorsys")
+    assert not hasattr(sys.modules["colorsys"], "__file__")
+    assert inspect.getmodule(test_walking_sys_modules_does_not_load_a_deferred_module) is (
+        sys.modules[__name__])
+    assert type(sys.modules["colorsys"]).__name__ == "_DeferredModule"  # still not loaded
+    assert sys.modules["colorsys"].rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+
+
 def test_imported_or_missing_modules_are_left_alone(monkeypatch):
     env_ids._defer_import("json")
     assert type(sys.modules["json"]) is types.ModuleType
@@ -33,6 +47,8 @@ def test_imported_or_missing_modules_are_left_alone(monkeypatch):
 
 
 def test_minatar_registers_without_seaborn_and_still_renders():
+    """Not even saving a model (an export: autograph looks at every module's ``__file__``)
+    loads seaborn; rendering does."""
     pytest.importorskip("minatar")
     pytest.importorskip("seaborn")
     code = (
@@ -44,6 +60,11 @@ def test_minatar_registers_without_seaborn_and_still_renders():
         "import gymnasium as gym\n"
         "env = gym.make('MinAtar/Breakout-v1', render_mode='rgb_array')\n"
         "env.reset(seed=0)\n"
+        "import tempfile, tensorflow as tf\n"  # saving a signature walks sys.modules
+        "m = tf.Module()\n"
+        "m.f = tf.function(lambda x: x + 1, input_signature=[tf.TensorSpec([], tf.float32)])\n"
+        "tf.saved_model.save(m, tempfile.mkdtemp(), signatures={'f': m.f})\n"
+        "assert type(sys.modules['seaborn']).__name__ == '_DeferredModule'\n"
         "assert env.render().shape == (10, 10, 3)\n"  # colours from seaborn's palette
         "assert type(sys.modules['seaborn']).__name__ == 'module'\n"
     )
