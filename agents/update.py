@@ -119,9 +119,10 @@ class CompiledUpdate:
         # that needs it (``if tensor:``) raises OperatorNotAllowedInGraphError while tracing;
         # __call__ then retraces with autograph on.
         self._autograph = False
-        # cfg.jit_compile: the update as one XLA computation. Until a call has run with it, any
-        # error falls back to the plain graph (XLA compiles before it runs, so a failed call
-        # changed nothing; a real error then shows up again without XLA).
+        # cfg.jit_compile: the update as one XLA computation. Until a call has run with it, a
+        # TensorFlow error falls back to the plain graph (XLA compiles before it runs, so a
+        # failed call changed nothing; an error of the update itself shows up again without
+        # XLA).
         self._jit = bool(getattr(self.cfg, "jit_compile", False))
         self._jit_ran = False
         self._fn = self._function()
