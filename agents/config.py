@@ -162,8 +162,8 @@ class ActorCriticConfig:
     diagnostics_max_norm: float = field(default=1.0, metadata=doc(
         "with diagnostics: per-step norm threshold of diag_clip_fraction; 0 = leave it out"))
     jit_compile: bool = field(default=False, metadata=doc(
-        "compile the update with XLA (one fused computation: faster small updates, e.g. "
-        "one-env A2C); an update XLA cannot compile warns once and runs without it"))
+        "compile fixed-shape updates with XLA (one fused computation; whole-episode batches "
+        "stay plain); an update XLA cannot compile warns once and runs without it"))
     adversarial_epsilon: float = field(default=0.0, metadata=doc(
         "act on FGSM-perturbed observations (L-inf radius in raw observation units); 0 = off"))
 

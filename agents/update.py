@@ -119,13 +119,14 @@ class CompiledUpdate:
         # that needs it (``if tensor:``) raises OperatorNotAllowedInGraphError while tracing;
         # __call__ then retraces with autograph on.
         self._autograph = False
-        # cfg.jit_compile: the update as one XLA computation. Until a call has run with it, a
-        # TensorFlow error falls back to the plain graph (XLA compiles before it runs, so a
-        # failed call changed nothing; an error of the update itself shows up again without
-        # XLA).
+        # cfg.jit_compile: fixed-shape updates as one XLA computation (episode batches, a new
+        # shape each update, stay on the plain graph: XLA would compile again for each). Until a
+        # call has run with it, a TensorFlow error falls back to the plain graph (XLA compiles
+        # before it runs, so a failed call changed nothing; an error of the update itself shows
+        # up again without XLA).
         self._jit = bool(getattr(self.cfg, "jit_compile", False))
         self._jit_ran = False
-        self._fn = self._function()
+        self._fn, self._fn_varying = self._functions()
         self._concrete: dict[tuple, Any] = {}
         self.step = MinibatchStep(agent)  # the loss of one minibatch step
         # Reported each update besides learning_rate: PPO's clip range (as SB3's train/clip_range)
@@ -134,19 +135,27 @@ class CompiledUpdate:
             n for n in agent.schedules.names if n != "learning_rate" and (
                 n == "clip_range" or not agent.schedules.constant(n))]
 
-    def _function(self):
-        return tf.function(self._update, reduce_retracing=True, autograph=self._autograph,
-                           jit_compile=self._jit or None)
+    def _functions(self) -> tuple:
+        """``(fixed-shape update, varying-shape update)``: one function unless XLA is on."""
+        def make(jit: bool):
+            return tf.function(self._update, reduce_retracing=True, autograph=self._autograph,
+                               jit_compile=jit or None)
+
+        fn = make(self._jit)
+        return fn, (make(False) if self._jit else fn)
 
     @property
     def jit_compiled(self) -> bool:
-        """Whether the update runs as one XLA computation (``jit_compile`` set and not fallen
-        back)."""
+        """Whether fixed-shape updates run as one XLA computation (``jit_compile`` set and not
+        fallen back)."""
         return self._jit
 
     def tracing_count(self) -> int:
         """How many times the update has been traced (a retrace per call would be a bug)."""
-        return self._fn.experimental_get_tracing_count()
+        count = self._fn.experimental_get_tracing_count()
+        if self._fn_varying is not self._fn:
+            count += self._fn_varying.experimental_get_tracing_count()
+        return count
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
                recurrent: tuple | None = None) -> tuple:
@@ -239,7 +248,8 @@ class CompiledUpdate:
             # error in a TransformError, so look through the causes).
             if not self._autograph and _needs_autograph(err):
                 self._autograph = True
-            elif self._jit and not self._jit_ran and isinstance(err, tf.errors.OpError):
+            elif (self._jit and fixed_shape and not self._jit_ran
+                  and isinstance(err, tf.errors.OpError)):
                 self._jit = False
                 warnings.warn(
                     "jit_compile: XLA could not compile this update "
@@ -247,15 +257,15 @@ class CompiledUpdate:
                     RuntimeWarning, stacklevel=2)
             else:
                 raise
-            self._fn = self._function()
+            self._fn, self._fn_varying = self._functions()
             self._concrete.clear()
             return self.__call__(args, fixed_shape)
-        self._jit_ran = self._jit
+        self._jit_ran = self._jit_ran or (self._jit and fixed_shape)
         return out
 
     def _run_update(self, args: tuple, fixed_shape: bool):
         if not fixed_shape:
-            return self._fn(*args)
+            return self._fn_varying(*args)
         key = (tuple(args[0].shape), tuple(args[1].shape), tuple(args[3].shape), len(args))
         fn = self._concrete.get(key)
         if fn is None:

@@ -7,7 +7,8 @@ gradients' running RMS, which amplifies a relative error of small gradients). Af
 updates the rollouts themselves differ in the last bits of the actions, so the later checks are
 looser.
 An update XLA cannot compile (an op without an XLA kernel, a loop whose shapes change) warns
-once and runs on the plain graph: then the run is the plain agent's, bit for bit.
+once and runs on the plain graph: then the run is the plain agent's, bit for bit. Episode
+batches (a new shape every update) never use XLA, which would compile again for each.
 """
 
 from __future__ import annotations
@@ -108,6 +109,26 @@ def test_what_xla_cannot_compile_warns_once_and_runs_plain(case):
     said = [str(w.message) for w in caught if "jit_compile" in str(w.message)]
     assert len(said) == 1 and "runs without XLA" in said[0] and "\n" not in said[0]
     assert not xla.updater.jit_compiled
+    for a, b in zip(_weights(plain), _weights(xla)):
+        np.testing.assert_array_equal(b, a)
+    for agent in (plain, xla):
+        agent.close()
+
+
+def test_episode_batches_stay_on_the_plain_graph():
+    """REINFORCE's whole-episode batches change shape every update: with ``jit_compile`` they
+    run on the plain graph (no warning, bit for bit the agent without it, traced as often)."""
+    plain = agents.make("reinforce", "CartPole-v1", seed=4, batch_steps=64)
+    xla = agents.make("reinforce", "CartPole-v1", seed=4, batch_steps=64, jit_compile=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            plain.step()
+            xla.step()
+    assert not [w for w in caught if "jit_compile" in str(w.message)]
+    assert xla.updater.jit_compiled
+    assert xla.updater.tracing_count() == plain.updater.tracing_count()
+    assert not xla.updater._fn_varying._jit_compile
     for a, b in zip(_weights(plain), _weights(xla)):
         np.testing.assert_array_equal(b, a)
     for agent in (plain, xla):

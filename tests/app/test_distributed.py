@@ -7,6 +7,7 @@ connection the process already has.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -28,6 +29,20 @@ def ray_local():
     pytest.importorskip("ray")
     with session.ray_session(num_cpus=2) as ray:
         yield ray
+
+
+def kill_for_good(ray, actor) -> None:
+    """Kills ``actor`` without restart and waits until it is dead: ``ray.kill`` only sends the
+    request, and on a busy machine a call submitted right after it could still run."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ready.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed rollout worker still answers after 60 s")
 
 
 def episodes(run_dir):
@@ -189,7 +204,7 @@ def test_a_killed_worker_is_restarted_then_a_dead_one_stops_the_step(ray_local, 
         assert info["env_steps"] == 64
         err = capsys.readouterr().err
         assert "rollout worker 2 of 2 died and was restarted" in err
-        ray_local.kill(agent.collector.actors[0], no_restart=True)
+        kill_for_good(ray_local, agent.collector.actors[0])
         with pytest.raises(distributed.WorkerError, match="rollout worker 1 of 2 died"):
             agent.step()
     finally:
@@ -205,7 +220,7 @@ def test_a_dead_worker_stops_the_run_with_its_checkpoint_intact(ray_local, tmp_p
     def killing(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 6:  # five updates of 64 steps done, each one checkpointed
-            ray_local.kill(self.actors[1], no_restart=True)
+            kill_for_good(ray_local, self.actors[1])
         return rollout(self, *args, **kwargs)
 
     monkeypatch.setattr(distributed.RemoteCollector, "_rollout", killing)
