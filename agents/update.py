@@ -8,6 +8,8 @@ the value and entropy terms, global-norm clipping, the Keras optimizer, early st
 KL; the loops are in :mod:`agents.epochs`) and returns the metrics and the actor's new flat
 weights in one tensor, so a step costs one host fetch. How a rollout is packed into the call's
 few tensors and unpacked in the graph: :mod:`agents.update_inputs`.
+How the update is traced and called (concrete functions, autograph on demand, XLA):
+:mod:`agents.update_call`.
 
 Recurrent policies: the minibatches are whole env sequences, or with ``sequence_length`` pieces
 of ``L`` steps of them (sb3-contrib's RecurrentPPO layout), each from the core's state at its
@@ -20,7 +22,6 @@ trace, no padding or masks); docs/agents.md, "Recurrent policies".
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ import tensorflow as tf
 
 from agents import epochs, hooks
 from agents.minibatch import PROXIMAL_KEY, MinibatchStep
+from agents.update_call import TracedUpdate
 from agents.update_inputs import NextImages, UpdateInputs
 from pgrad.core.per_step import map_chunks
 from pgrad.rl import rollout
@@ -61,23 +63,6 @@ def piece_states(state0: tf.Tensor, states_after: tf.Tensor, length: int) -> tf.
     before = tf.concat([state0[None], states_after[:-1]], 0)  # [T, B, S] state before step t
     steps = tf.range(tf.shape(before)[0])
     return tf.gather(before, (steps // length) * length)
-
-
-def _needs_autograph(err: BaseException | None) -> bool:
-    """Whether ``err`` (or an exception behind it) is a graph tensor used as a Python bool."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, tf.errors.OperatorNotAllowedInGraphError):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def _first_line(err: BaseException) -> str:
-    """The first line of ``err``'s message (TensorFlow's run on with graph details)."""
-    text = str(getattr(err, "message", None) or err).strip()
-    return text.splitlines()[0][:200] if text else ""
 
 
 #: Bytes of float32 observations per chunk of the update's value pass over a rollout with
@@ -114,20 +99,10 @@ class CompiledUpdate:
         obs_floats = sum(int(np.prod(p.shape)) for p in self.layout.parts)
         self.value_chunk = max(32, VALUE_CHUNK_BYTES // (4 * obs_floats))  # observations
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
-        # No autograph: converting the update's Python source into graph code cost ~2.4 s per
-        # process, and pgrad's own code has no tensor-dependent Python control flow. A transform
-        # that needs it (``if tensor:``) raises OperatorNotAllowedInGraphError while tracing;
-        # __call__ then retraces with autograph on.
-        self._autograph = False
-        # cfg.jit_compile: fixed-shape updates as one XLA computation (episode batches, a new
-        # shape each update, stay on the plain graph: XLA would compile again for each). Until a
-        # call has run with it, a TensorFlow error falls back to the plain graph (XLA compiles
-        # before it runs, so a failed call changed nothing; an error of the update itself shows
-        # up again without XLA).
-        self._jit = bool(getattr(self.cfg, "jit_compile", False))
-        self._jit_ran = False
-        self._fn, self._fn_varying = self._functions()
-        self._concrete: dict[tuple, Any] = {}
+        # How it is traced and called (concrete functions, autograph on demand, jit_compile):
+        # agents/update_call.py.
+        self.traced = TracedUpdate(self._update, self.io.signature,
+                                   bool(getattr(self.cfg, "jit_compile", False)))
         self.step = MinibatchStep(agent)  # the loss of one minibatch step
         # Reported each update besides learning_rate: PPO's clip range (as SB3's train/clip_range)
         # and every value that changes over the run.
@@ -135,27 +110,15 @@ class CompiledUpdate:
             n for n in agent.schedules.names if n != "learning_rate" and (
                 n == "clip_range" or not agent.schedules.constant(n))]
 
-    def _functions(self) -> tuple:
-        """``(fixed-shape update, varying-shape update)``: one function unless XLA is on."""
-        def make(jit: bool):
-            return tf.function(self._update, reduce_retracing=True, autograph=self._autograph,
-                               jit_compile=jit or None)
-
-        fn = make(self._jit)
-        return fn, (make(False) if self._jit else fn)
-
     @property
     def jit_compiled(self) -> bool:
         """Whether fixed-shape updates run as one XLA computation (``jit_compile`` set and not
         fallen back)."""
-        return self._jit
+        return self.traced.jit
 
     def tracing_count(self) -> int:
         """How many times the update has been traced (a retrace per call would be a bug)."""
-        count = self._fn.experimental_get_tracing_count()
-        if self._fn_varying is not self._fn:
-            count += self._fn_varying.experimental_get_tracing_count()
-        return count
+        return self.traced.tracing_count()
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
                recurrent: tuple | None = None) -> tuple:
@@ -235,43 +198,8 @@ class CompiledUpdate:
         return self.io._join(images, vector)
 
     def __call__(self, args: tuple, fixed_shape: bool):
-        """Runs the update on :meth:`inputs`; fixed-shape batches call the traced concrete
-        function directly.
-
-        ``tf.function``'s per-call signature matching cost about as much as running the small
-        update graph itself (profiled: ~1 ms of ~3 ms); a concrete function skips it.
-        """
-        try:
-            out = self._run_update(args, fixed_shape)
-        except Exception as err:  # re-raised unless autograph or leaving XLA is the fix
-            # Only the first, autograph-free trace can fail this way (pgrad wraps a transform's
-            # error in a TransformError, so look through the causes).
-            if not self._autograph and _needs_autograph(err):
-                self._autograph = True
-            elif (self._jit and fixed_shape and not self._jit_ran
-                  and isinstance(err, tf.errors.OpError)):
-                self._jit = False
-                warnings.warn(
-                    "jit_compile: XLA could not compile this update "
-                    f"({type(err).__name__}: {_first_line(err)}); it runs without XLA.",
-                    RuntimeWarning, stacklevel=2)
-            else:
-                raise
-            self._fn, self._fn_varying = self._functions()
-            self._concrete.clear()
-            return self.__call__(args, fixed_shape)
-        self._jit_ran = self._jit_ran or (self._jit and fixed_shape)
-        return out
-
-    def _run_update(self, args: tuple, fixed_shape: bool):
-        if not fixed_shape:
-            return self._fn_varying(*args)
-        key = (tuple(args[0].shape), tuple(args[1].shape), tuple(args[3].shape), len(args))
-        fn = self._concrete.get(key)
-        if fn is None:
-            fn = self._concrete[key] = flat_caller(
-                self._fn.get_concrete_function(*self.io.signature(args)))
-        return fn(*args)
+        """Runs the update on :meth:`inputs` (:class:`agents.update_call.TracedUpdate`)."""
+        return self.traced(args, fixed_shape)
 
     def _update(self, floats, actions, mask, stats, *rest):
         """One update from a ``[T, B, ...]`` rollout (traced once per shape by tf.function);

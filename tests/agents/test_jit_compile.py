@@ -31,7 +31,7 @@ def _weights(agent) -> list[np.ndarray]:
 
 def _runs_under_xla(agent) -> bool:
     """Whether the traced update function is marked for XLA (what ``jit_compile`` sets)."""
-    return bool(agent.updater._fn._jit_compile)
+    return bool(agent.updater.traced.fn._jit_compile)
 
 
 def _pair(name: str, env: str, steps: int, transform=None, **hp):
@@ -128,7 +128,7 @@ def test_episode_batches_stay_on_the_plain_graph():
     assert not [w for w in caught if "jit_compile" in str(w.message)]
     assert xla.updater.jit_compiled
     assert xla.updater.tracing_count() == plain.updater.tracing_count()
-    assert not xla.updater._fn_varying._jit_compile
+    assert not xla.updater.traced.fn_varying._jit_compile
     for a, b in zip(_weights(plain), _weights(xla)):
         np.testing.assert_array_equal(b, a)
     for agent in (plain, xla):

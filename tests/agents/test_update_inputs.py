@@ -56,7 +56,7 @@ def test_flat_calls_run_the_update_exactly_as_the_public_call(name, env_id, opti
         monkeypatch.setattr(flat_call, "FLAT_CALLS", flat)
         agent = agents.make(name, env_id, seed=1, num_envs=2, n_steps=8, **options)
         metrics = [agent.step()["metrics"] for _ in range(3)]
-        called = next(iter(agent.updater._concrete.values()))
+        called = next(iter(agent.updater.traced.concrete.values()))
         assert (getattr(called, "__name__", "") == "call") is flat  # the path really taken
         weights = [v.numpy() for v in agent.net.variables]
         state = (agent.env_steps, int(agent.updates_var.numpy()))
