@@ -1,0 +1,2 @@
+"""The Keras models a policy is made of: encoders, recurrent cores, heads.
+"""
