@@ -89,14 +89,17 @@ def _env_record(env_id) -> dict[str, Any]:
 
 def recorded_env(record: dict[str, Any], path: str | os.PathLike) -> Any:
     """The env an ``agent.json`` record names: its id, or an :class:`EnvRecipe` of its options
-    and wrappers. Wrappers outside Gymnasium are code: refused (pass ``env_id`` again)."""
+    and wrappers. A wrapper that is not a class Gymnasium defines is code: refused (pass
+    ``env_id`` again)."""
     from pgrad.rl.env_recipe import EnvRecipe
 
     env, kwargs, wrappers = record.get("env"), record.get("env_kwargs"), record.get("env_wrapper")
     if env is None or not (kwargs or wrappers):
         return env
+    from pgrad.rl.named_code import gymnasium_wrapper
+
     labels = [next(iter(w)) if isinstance(w, dict) else str(w) for w in wrappers or ()]
-    foreign = [w for w in labels if not w.startswith("gymnasium.")]
+    foreign = [w for w in labels if gymnasium_wrapper(w) is None]
     if foreign:
         raise ValueError(f"{path}: the agent's env {env!r} is wrapped by {', '.join(foreign)}; "
                          "pass env_id= again (e.g. pgrad.rl.envs.EnvRecipe(id, kwargs, wrappers); "

@@ -4,7 +4,8 @@ Layout under ``checkpoints/``::
 
     step-000000010000/        one directory per checkpoint, named by env step
         ckpt.index, ckpt.data-00000-of-00001   tf.train.Checkpoint of the agent's trackables
-        meta.json             trainer counters + sha256 of every file above (written last)
+        meta.json             trainer counters + sha256 of every file above and of itself
+                              (written last)
 
 A checkpoint is written into a hidden ``.step-*.tmp-PID`` directory (:mod:`pgrad.rl.files`'
 one temporary spelling), flushed to disk, and only then renamed to ``step-*`` (a rename is
@@ -74,6 +75,18 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+#: The key of meta.json that holds the sha256 of the rest of meta.json (see :func:`_meta_digest`).
+META_DIGEST = "meta_sha256"
+
+
+def _meta_digest(record: Mapping[str, Any]) -> str:
+    """sha256 of ``record`` without :data:`META_DIGEST`, as canonical JSON: meta.json is covered
+    by the checksum it records, as the files it lists are."""
+    body = {k: v for k, v in record.items() if k != META_DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
@@ -150,6 +163,7 @@ class CheckpointStore:
                     os.fsync(f.fileno())
                 files[p.name] = _sha256(p)
             record = dict(meta, step=int(step), files=files, finite=True)
+            record[META_DIGEST] = _meta_digest(record)
             _write_json(tmp / META, record)
             fsync_dir(tmp)
             if final.exists():  # replaced, never trusted: see the docstring
@@ -180,11 +194,17 @@ class CheckpointStore:
 
     @staticmethod
     def verify(path: Path) -> dict[str, Any]:
-        """Reads ``meta.json`` and checks every file's checksum; raises ``ValueError`` if not ok."""
+        """Reads ``meta.json`` and checks its own checksum and every file's; raises
+        ``ValueError`` if not ok. (A meta.json without :data:`META_DIGEST` is from a pgrad that
+        did not write one, and is checked by its files' checksums only.)"""
         try:
             meta = json.loads((path / META).read_text())
         except (OSError, ValueError) as err:
             raise ValueError(f"unreadable {META}: {err}") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{META} is not a JSON object")
+        if META_DIGEST in meta and meta[META_DIGEST] != _meta_digest(meta):
+            raise ValueError(f"checksum mismatch in {META} (it was edited or damaged)")
         files = meta.get("files")
         if not isinstance(files, dict) or not files:
             raise ValueError(f"{META} lists no files")

@@ -11,38 +11,23 @@ gave it), or why it cannot. :mod:`pgrad.rl.envs` builds vector envs from any of 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 
+from pgrad.rl import named_code
 from pgrad.rl.env_ids import ensure_registered, is_atari_id
 
 
 def import_name(name: str, what: str = "wrapper") -> Any:
-    """The object a dotted name (``pkg.mod.Attr``) or ``pkg.mod:Attr`` names, imported.
+    """The object a dotted name (``pkg.mod.Attr``) or ``pkg.mod:Attr`` names, imported: the
+    one resolver, :func:`pgrad.rl.named_code.resolve` (the walk never leaves the module).
 
     Raises:
-      ValueError: the module or attribute does not exist (one line).
+      ValueError: the module or attribute does not exist, or the name walks out of its module.
     """
-    if ":" in name:
-        module, _, attr = name.partition(":")
-    else:
-        module, _, attr = name.rpartition(".")
-    if not module or not attr:
-        raise ValueError(f"{what} {name!r}: expected a dotted name such as "
-                         "gymnasium.wrappers.TimeAwareObservation (or module:Attr).")
-    try:
-        obj = importlib.import_module(module)
-    except ImportError as err:
-        raise ValueError(f"{what} {name!r}: cannot import {module!r} "
-                         f"({' '.join(str(err).split())}).") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{what} {name!r}: {module!r} has no attribute {attr!r}.")
-        obj = getattr(obj, part)
-    return obj
+    return named_code.resolve(name, what)
 
 
 def wrapper_list(wrappers: Any) -> tuple:
@@ -70,7 +55,12 @@ def apply_wrapper(env: gym.Env, wrapper: Any) -> gym.Env:
     if not callable(fn):
         raise TypeError(f"a wrapper must be a callable env -> env or its dotted name; got "
                         f"{wrapper!r}.")
-    return fn(env, **kwargs)
+    wrapped = fn(env, **kwargs)
+    if not isinstance(wrapped, gym.Env):
+        label = wrapper if isinstance(wrapper, str) else env_name(wrapper)
+        raise TypeError(f"wrapper {label} returned a {type(wrapped).__name__}, not a "
+                        "gymnasium.Env (a wrapper takes the env and returns the wrapped env).")
+    return wrapped
 
 
 def _wrapper_label(wrapper: Any) -> Any:

@@ -12,13 +12,22 @@ A directory is data. Its records may name code -- an env module (``module:EnvId`
 
 :func:`check` is that rule; ``agents.load``, :func:`pgrad.evaluate` and the application's
 plug-ins (``--resume``, ``pgrad-evaluate``) all call it before anything is imported.
+
+:func:`resolve` is the one way a name becomes an object (wrappers, envs' factories,
+transforms): the part after the module names an object *of that module*, so the walk never
+steps into another module (``gymnasium.utils.seeding:np.f2py.subprocess.Popen`` is refused)
+nor through private attributes. The one kind of code a directory may name without the user
+naming it again is a wrapper class Gymnasium itself defines (:func:`gymnasium_wrapper`),
+checked by the class's own module and type, not by the spelling of its name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,11 +159,89 @@ def check(what: str, spec: str | None, directory: str | os.PathLike, given: str 
 
 def check_env(spec: Any, directory: str | os.PathLike, given: Any = None) -> None:
     """:func:`check` for the Python API's env: ``given`` is the user's ``env_id=`` (a module the
-    process imported already counts as named). An env recipe (:class:`pgrad.rl.envs.EnvRecipe`)
-    is checked by the id it holds."""
+    process imported already counts as named; a module inside ``directory`` is refused even
+    then). An env recipe (:class:`pgrad.rl.envs.EnvRecipe`) is checked by the id it holds."""
     spec, given = getattr(spec, "env", spec), getattr(given, "env", given)
+    if isinstance(given, str) and split(given)[0] and inside(split(given)[0], directory):
+        raise DirectoryCode(f"env {given}: refusing to import {split(given)[0]!r} from the "
+                            f"directory {directory} (a directory pgrad reads is data; install "
+                            "or move the module).")
     if not isinstance(spec, str):
         return
     module, _ = split(spec)
     check("env", spec, directory, given if isinstance(given, str) else None,
           trust=bool(module) and imported(module))
+
+
+def _module_and_attr(name: str, what: str) -> tuple[str, str]:
+    """``("pkg.mod", "Attr")`` of ``pkg.mod:Attr`` or ``pkg.mod.Attr``."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+    else:
+        module, _, attr = name.rpartition(".")
+    if not module or not attr or looks_like_path(module):
+        raise DirectoryCode(f"{what} {name!r}: expected a dotted name such as "
+                            "gymnasium.wrappers.TimeAwareObservation (or module:Attr).")
+    return module, attr
+
+
+def resolve(name: str, what: str = "wrapper", directory: str | os.PathLike | None = None) -> Any:
+    """The object ``pkg.mod.Attr`` (or ``pkg.mod:Attr``, ``pkg.mod:Outer.Inner``) names, imported.
+
+    The attribute path walks only through objects of the module named: a step that lands on
+    another module, or on a private/dunder attribute, is refused, so a name cannot reach
+    whatever the module happens to import. With ``directory`` (the name was read from there),
+    a module whose file lies inside it is refused before it is imported.
+
+    Raises:
+      DirectoryCode: (a ``ValueError``) the name is malformed, walks out of its module, the
+        module lies inside ``directory``, cannot be imported, or lacks the attribute (one line).
+    """
+    module, attr = _module_and_attr(str(name), what)
+    if directory is not None and inside(module, directory):
+        raise DirectoryCode(f"{what} {name}: refusing to import {module!r} from the directory "
+                            f"{directory} (a directory pgrad reads is data; install or move "
+                            "the module).")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as err:
+        raise DirectoryCode(f"{what} {name!r}: cannot import {module!r} "
+                            f"({' '.join(str(err).split())}).") from None
+    for part in attr.split("."):
+        if not part.isidentifier() or part.startswith("_"):
+            raise DirectoryCode(f"{what} {name!r}: {part!r} is not a public attribute name.")
+        if not hasattr(obj, part):
+            raise DirectoryCode(f"{what} {name!r}: {module!r} has no attribute {attr!r}.")
+        obj = getattr(obj, part)
+        if isinstance(obj, types.ModuleType):
+            raise DirectoryCode(f"{what} {name!r}: {attr!r} walks into the module "
+                                f"{obj.__name__!r}; name the object by its own module.")
+    return obj
+
+
+def gymnasium_wrapper(name: Any) -> type | None:
+    """The class ``name`` names if it is a wrapper Gymnasium itself defines, else ``None``.
+
+    Checked by what the object is -- a ``gymnasium.Wrapper`` (or vector wrapper) subclass whose
+    own ``__module__`` is Gymnasium's, named as ``gymnasium.<module>[.:]Class`` -- never by the
+    spelling of the name alone. Only Gymnasium's modules are imported to find out.
+    """
+    if not isinstance(name, str):
+        return None
+    try:
+        module, attr = _module_and_attr(name, "wrapper")
+    except DirectoryCode:
+        return None
+    if not module.startswith("gymnasium.") or "." in attr:
+        return None
+    try:
+        obj = resolve(name)
+    except DirectoryCode:
+        return None
+    import gymnasium as gym
+
+    bases = (gym.Wrapper, gym.vector.VectorWrapper)
+    own = str(getattr(obj, "__module__", "") or "")
+    if isinstance(obj, type) and issubclass(obj, bases) and own.split(".")[0] == "gymnasium":
+        return obj
+    return None

@@ -335,10 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         # is still refused.
         env_spec = (args.env or settings.env) if resume else settings.env
         transform_spec = (args.transform or settings.transform) if resume else settings.transform
-        plugins.import_gym_packages(settings.gym_packages)
-        env_id = plugins.env_source(
-            plugins.resolve_env(env_spec, forbid_dir=out if resume else None),
-            settings.env_kwargs, settings.env_wrapper)
+        forbid = out if resume else None
+        plugins.import_gym_packages(settings.gym_packages, forbid_dir=forbid)
+        env_id = plugins.env_source(plugins.resolve_env(env_spec, forbid_dir=forbid),
+                                    settings.env_kwargs, settings.env_wrapper, forbid_dir=forbid)
         transform = (plugins.load_transform(transform_spec, settings.transform_args,
                                             forbid_dir=out if resume else None)
                      if transform_spec else None)

@@ -245,10 +245,14 @@ def load_transform(spec: str, kwargs: dict | None = None,
     )
 
 
-def import_gym_packages(names: list[str] | None, what: str = "--gym-packages") -> None:
+def import_gym_packages(names: list[str] | None, what: str = "--gym-packages",
+                        forbid_dir: str | Path | None = None) -> None:
     """Imports each module (dotted name or ``.py`` path) so that it registers its env ids, as
-    rl-zoo's ``--gym-packages``; a failure is one line."""
+    rl-zoo's ``--gym-packages``; a failure is one line. With ``forbid_dir`` (the run directory
+    that named them), a module inside that directory is refused instead of imported."""
     for name in names or ():
+        if forbid_dir is not None:
+            _refuse_inside(str(name), Path(forbid_dir), f"{what} {name}")
         _import_module(str(name), f"{what} {name}")
 
 
@@ -262,21 +266,26 @@ def wrapper_names(env_wrapper) -> list[str]:
 
 def run_code_of(values: dict) -> list[str]:
     """What a run's settings name to import besides ``env`` and ``transform``: its
-    ``gym_packages`` and its wrappers outside Gymnasium."""
+    ``gym_packages`` and every wrapper that is not a class Gymnasium defines
+    (:func:`pgrad.rl.named_code.gymnasium_wrapper`: checked by the object, not the name)."""
+    gymnasium_wrapper = _named_code().gymnasium_wrapper
     packages = [str(p) for p in values.get("gym_packages") or ()]
     return packages + [w for w in wrapper_names(values.get("env_wrapper"))
-                       if not w.startswith("gymnasium.")]
+                       if gymnasium_wrapper(w) is None]
 
 
-def env_source(env_id: str, env_kwargs: dict | None, env_wrapper) -> Any:
+def env_source(env_id: str, env_kwargs: dict | None, env_wrapper,
+               forbid_dir: str | Path | None = None) -> Any:
     """``env_id`` with its options and wrappers (a :class:`pgrad.rl.envs.EnvRecipe`), or the
-    bare id; each wrapper name is imported now, so a typo is one line before anything runs."""
+    bare id; each wrapper name is resolved now (:func:`pgrad.rl.named_code.resolve`), so a typo
+    is one line before anything runs. With ``forbid_dir`` (the run directory that named them),
+    a wrapper module inside that directory is refused instead of imported."""
     from pgrad.rl.env_recipe import env_source as make_source
-    from pgrad.rl.env_recipe import import_name, wrapper_list
+    from pgrad.rl.env_recipe import wrapper_list
 
     for name in wrapper_names(env_wrapper):
         try:
-            import_name(name, "--env-wrapper")
+            _named_code().resolve(name, "--env-wrapper", directory=forbid_dir)
         except ValueError as err:
             raise UserError(str(err)) from None
     return make_source(env_id, env_kwargs or None, wrapper_list(env_wrapper) or None)

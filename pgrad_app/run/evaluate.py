@@ -195,16 +195,19 @@ def evaluate_run(
         raise UserError(f"{run_dir} names code to import: {', '.join(code)}. pgrad imports code "
                         "named by a run directory only with --trust-run-code (after checking "
                         "it).")
-    import_gym_packages(values.get("gym_packages"))
-    bare_id = resolve_env(env_spec, forbid_dir=run_dir if own else None)
+    import_gym_packages(values.get("gym_packages"), forbid_dir=run_dir)
+    # Code inside the run directory is never imported, whether the run or the user names it.
+    bare_id = resolve_env(env_spec, forbid_dir=run_dir)
     # The run's env options and wrappers come with its id (and with another id of the same
     # spaces: the wrappers may be what makes the spaces fit).
-    bare_id = env_source(bare_id, values.get("env_kwargs"), values.get("env_wrapper"))
+    bare_id = env_source(bare_id, values.get("env_kwargs"), values.get("env_wrapper"),
+                         forbid_dir=run_dir)
     if not own:
         if names_code(trained_on):  # comparing spaces needs the run's env: its code
             check_run_code("env", trained_on, None, trust_run_code, run_dir, "--env")
         check_same_spaces(bare_id, env_source(resolve_env(trained_on, forbid_dir=run_dir),
-                                              values.get("env_kwargs"), values.get("env_wrapper")))
+                                              values.get("env_kwargs"), values.get("env_wrapper"),
+                                              forbid_dir=run_dir))
     _check_creates(bare_id)
     tracked = write and attack is None and values.get("track") == "wandb"
     if tracked:  # the tracked run gets the result too: its login checked before the work
