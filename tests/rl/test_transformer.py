@@ -15,6 +15,7 @@ import pgrad
 from pgrad.core import taps
 from pgrad.rl import spaces
 from pgrad.rl.compiled_actor import CompiledActor
+from pgrad.rl.models.networks import actor_critic
 from pgrad.rl.models.token_encoder import (
     CausalLM,
     TokenEncoder,
@@ -22,12 +23,12 @@ from pgrad.rl.models.token_encoder import (
     context_lengths,
     last_position_features,
     per_token_log_probs,
+    policy_logits_fn,
     token_space_sizes,
     transformer_encoder,
 )
 from pgrad.rl.models.transformer import CausalTransformer
 from pgrad.rl.models.transformer_actor import CachedTransformerActor
-from pgrad.rl.networks import actor_critic
 
 V, L = 7, 8  # vocabulary (0 pads), context length
 SPACE = gym.spaces.Box(0, V - 1, (L,), np.int64)
@@ -210,22 +211,33 @@ def test_a_model_that_is_not_causal_is_refused():
 
 
 def test_per_token_log_probs_in_one_pass_equal_each_prefix_separately():
-    encoder = TokenEncoder(tiny(seed=5), V, L)
-    head = keras.layers.Dense(V)
+    """One pass over the final contexts gives each generated token's log-prob as the policy
+    acted on that token's observation (its prefix, padded), and the same gradient."""
+    net = actor_critic(spaces.obs_layout(SPACE),
+                       lambda latent: pgrad.make_head(gym.spaces.Discrete(V)),
+                       functools.partial(transformer_encoder, d_model=16, num_heads=2), seed=5)
     tokens = contexts([8, 6, 5], seed=6)
     prompt, completion = np.array([2, 1, 3]), np.array([6, 5, 2])
-    got = per_token_log_probs(lambda ids: head(encoder.sequence(ids)), tokens, prompt,
-                              completion).numpy()
+    variables = net.policy_variables
+    with tf.GradientTape(persistent=True) as tape:
+        got = per_token_log_probs(policy_logits_fn(net), tokens, prompt, completion)
+        want = []
+        for i in range(3):
+            for p in range(prompt[i], prompt[i] + completion[i]):  # acting's observation at p
+                obs = np.where(np.arange(L) < p, tokens[i], 0)[None].astype(np.float32)
+                want.append(net.head.distribution(net.params(obs)).log_prob([tokens[i, p]])[0])
+        total_got, total_want = tf.reduce_sum(got), tf.add_n(want)
     mask = completion_mask(prompt, completion, L).numpy()
-    want = np.zeros((3, L), np.float32)
-    for i in range(3):
-        for p in range(prompt[i], prompt[i] + completion[i]):  # acting's observation at p
-            obs = np.where(np.arange(L) < p, tokens[i], 0)[None]
-            want[i, p] = tf.nn.log_softmax(head(encoder(obs)))[0, tokens[i, p]].numpy()
-    assert mask.sum() == completion.sum() and not got[~mask].any()
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert mask.sum() == completion.sum() and not got.numpy()[~mask].any()
+    np.testing.assert_allclose(got.numpy()[mask], np.array(want), atol=1e-5)
+    for g, w in zip(tape.gradient(total_got, variables), tape.gradient(total_want, variables)):
+        np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
+                                   tf.convert_to_tensor(w).numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="prompt_lengths must be >= 1"):
-        per_token_log_probs(lambda ids: head(encoder.sequence(ids)), tokens, [0, 1, 1], [1, 1, 1])
+        per_token_log_probs(policy_logits_fn(net), tokens, [0, 1, 1], [1, 1, 1])
+    with pytest.raises(ValueError, match="encoder is a TokenEncoder"):
+        policy_logits_fn(actor_critic(spaces.obs_layout(SPACE), lambda latent: pgrad.make_head(
+            gym.spaces.Discrete(V)), "mlp"))
 
 
 def test_per_step_gradients_through_the_transformer_equal_the_jacobian():

@@ -179,6 +179,29 @@ def transformer_encoder(observation_space: gym.Space, d_model: int = 64, num_hea
     return TokenEncoder(model, vocab, length)
 
 
+def policy_logits_fn(net: Any) -> Callable[[tf.Tensor], tf.Tensor]:
+    """``ids [N, L] -> logits [N, L, V]`` of a policy network (an ``ActorCritic`` of
+    :mod:`pgrad.rl.models.networks`) whose encoder holds a :class:`TokenEncoder`: its actor
+    layers on every position's features, for :func:`per_token_log_probs`. Position ``p``'s
+    logits are those the policy acts with on the observation ``tokens[:p + 1]``.
+
+    Raises:
+      ValueError: the network's encoder is not a token encoder.
+    """
+    own = getattr(getattr(net, "encoder", None), "own", None)
+    if not isinstance(own, TokenEncoder) or getattr(net, "trunk", None) is not None:
+        raise ValueError("policy_logits_fn needs a policy network whose encoder is a "
+                         "TokenEncoder (encoder=transformer_encoder, or TokenEncoder(your model))")
+
+    def logits(ids):
+        x = own.sequence(ids)  # [N, L, d]
+        for layer in net.actor.layers:  # Dense layers, each on every position
+            x = layer(x)
+        return x
+
+    return logits
+
+
 def completion_mask(prompt_lengths, completion_lengths, context_length: int) -> tf.Tensor:
     """``[N, L]`` bool: the positions ``prompt .. prompt + completion - 1`` of each row."""
     pos = tf.range(context_length)[None, :]

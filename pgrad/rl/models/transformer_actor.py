@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from pgrad.rl.compiled_actor import CompiledActor
 from pgrad.rl.flat_call import flat_caller
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.models.token_encoder import TokenEncoder, context_lengths, last_position_features
 from pgrad.rl.models.transformer import CausalTransformer, token_ids
-from pgrad.rl.networks import ActorCritic
 from pgrad.rl.spaces import ObsLayout
 
 
