@@ -216,13 +216,13 @@ def test_per_token_log_probs_in_one_pass_equal_each_prefix_separately():
     net = actor_critic(spaces.obs_layout(SPACE),
                        lambda latent: pgrad.make_head(gym.spaces.Discrete(V)),
                        functools.partial(transformer_encoder, d_model=16, num_heads=2), seed=5)
-    tokens = contexts([8, 6, 5], seed=6)
-    prompt, completion = np.array([2, 1, 3]), np.array([6, 5, 2])
+    tokens = contexts([8, 6, 5, 4], seed=6)
+    prompt, completion = np.array([2, 1, 3, 0]), np.array([6, 5, 2, 4])  # row 3: empty prompt
     variables = net.policy_variables
     with tf.GradientTape(persistent=True) as tape:
         got = per_token_log_probs(policy_logits_fn(net), tokens, prompt, completion)
         want = []
-        for i in range(3):
+        for i in range(4):
             for p in range(prompt[i], prompt[i] + completion[i]):  # acting's observation at p
                 obs = np.where(np.arange(L) < p, tokens[i], 0)[None].astype(np.float32)
                 want.append(net.head.distribution(net.params(obs)).log_prob([tokens[i, p]])[0])
@@ -233,8 +233,10 @@ def test_per_token_log_probs_in_one_pass_equal_each_prefix_separately():
     for g, w in zip(tape.gradient(total_got, variables), tape.gradient(total_want, variables)):
         np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
                                    tf.convert_to_tensor(w).numpy(), atol=1e-5)
-    with pytest.raises(ValueError, match="prompt_lengths must be >= 1"):
-        per_token_log_probs(policy_logits_fn(net), tokens, [0, 1, 1], [1, 1, 1])
+    with pytest.raises(ValueError, match="lengths must be >= 0"):
+        per_token_log_probs(policy_logits_fn(net), tokens, [-1, 1, 1, 1], [1, 1, 1, 1])
+    with pytest.raises(ValueError, match="lengths exceed the 8 positions"):
+        per_token_log_probs(policy_logits_fn(net), tokens, [2, 1, 3, 0], [7, 5, 2, 4])
     with pytest.raises(ValueError, match="encoder is a TokenEncoder"):
         policy_logits_fn(actor_critic(spaces.obs_layout(SPACE), lambda latent: pgrad.make_head(
             gym.spaces.Discrete(V)), "mlp"))

@@ -217,8 +217,10 @@ def per_token_log_probs(logits_fn: Callable[[tf.Tensor], tf.Tensor], tokens, pro
       logits_fn: ``ids [N, L] -> logits [N, L, V]`` of a causal policy (e.g. the actor head on
         :meth:`TokenEncoder.sequence`); the logits at position ``p`` give token ``p + 1``.
       tokens: ``[N, L]`` prompt then completion, left-aligned, padded with 0.
-      prompt_lengths: ``[N]``, at least 1 (the first token has no prediction).
-      completion_lengths: ``[N]``, with ``prompt + completion <= L``.
+      prompt_lengths: ``[N]``, ``>= 0``. An empty prompt's first token is read, as acting read
+        it, from the empty context (all pad: the features at position 0): one more pass over
+        one row of zeros, made unless every prompt length is known to be at least 1.
+      completion_lengths: ``[N]``, ``>= 0``, with ``prompt + completion <= L``.
 
     Returns:
       ``[N, L]`` float32: at completion positions ``p``, ``log pi(tokens[p] | tokens[:p])``;
@@ -231,8 +233,9 @@ def per_token_log_probs(logits_fn: Callable[[tf.Tensor], tf.Tensor], tokens, pro
     length = ids.shape[1]
     prompt, completion = token_ids(prompt_lengths), token_ids(completion_lengths)
     p_val, c_val = tf.get_static_value(prompt), tf.get_static_value(completion)
-    if p_val is not None and np.any(p_val < 1):
-        raise ValueError(f"per_token_log_probs: prompt_lengths must be >= 1; got {p_val}")
+    if (p_val is not None and np.any(p_val < 0)) or (c_val is not None and np.any(c_val < 0)):
+        raise ValueError(f"per_token_log_probs: prompt and completion lengths must be >= 0; "
+                         f"got {p_val} and {c_val}")
     if p_val is not None and c_val is not None and np.any(p_val + c_val > length):
         raise ValueError(f"per_token_log_probs: prompt + completion lengths exceed the {length} "
                          f"positions of tokens: {p_val + c_val}")
@@ -242,5 +245,10 @@ def per_token_log_probs(logits_fn: Callable[[tf.Tensor], tf.Tensor], tokens, pro
                          f"{logits.shape.as_list()}")
     log_p = tf.nn.log_softmax(logits[:, :-1])  # [N, L-1, V]: position p predicts p + 1
     taken = tf.gather(log_p, ids[:, 1:], axis=2, batch_dims=2)  # [N, L-1]
-    taken = tf.pad(taken, [[0, 0], [1, 0]])  # [N, L]: entry p is token p's log-prob
+    if p_val is not None and np.all(p_val >= 1):  # position 0 is never generated
+        first = tf.zeros_like(taken[:, :1])
+    else:  # the empty context's logits: position 0 of a row of pads
+        empty = tf.nn.log_softmax(logits_fn(tf.zeros_like(ids[:1]))[0, 0])  # [V]
+        first = tf.gather(empty, ids[:, :1])  # [N, 1]
+    taken = tf.concat([first, taken], axis=1)  # [N, L]: entry p is token p's log-prob
     return tf.where(completion_mask(prompt, completion, length), taken, 0.0)
