@@ -1,8 +1,8 @@
 """Transforms: what happens to per-step gradients between the tape and the optimizer.
 
 ``GradientTransform(init, update)`` and its per-step-scale subtype, ``chain``, the built-ins,
-importance weights, natural gradient and trust region, and a registry that rebuilds chains from
-JSON specs.
+importance weights, natural gradient and trust region, the GRPO family's per-token terms and
+normalisers, and a registry that rebuilds chains from JSON specs.
 """
 
 from pgrad.transforms.base import (
@@ -49,6 +49,26 @@ from pgrad.transforms.registry import (
     registered_transforms,
     transform_from_spec,
 )
+from pgrad.transforms.sequence import (
+    LOSS_TYPES,
+    SequenceNormalizer,
+    describe,
+    grpo_chain,
+    mean_over_global_tokens,
+    mean_over_sequences,
+    mean_over_tokens,
+    sequence_loss,
+    sequence_normalizer,
+    sum_over_max_length,
+)
+from pgrad.transforms.sequence_terms import (
+    TokenTerm,
+    add_terms,
+    cispo_weight,
+    clipped_ratio,
+    kl_k3,
+    token_term,
+)
 from pgrad.transforms.state import TransformState
 
 __all__ = [
@@ -60,4 +80,9 @@ __all__ = [
     "register_transform", "registered_transforms", "run_updates", "scale", "scale_rows",
     "scale_steps", "standardized", "state_metrics", "stateless", "sum_steps", "transform_from_spec",
     "TransformState", "trust_region", "weight_by", "weight_by_running",
+    # sequences: the GRPO family
+    "LOSS_TYPES", "SequenceNormalizer", "TokenTerm", "add_terms", "cispo_weight", "clipped_ratio",
+    "describe", "grpo_chain", "kl_k3", "mean_over_global_tokens", "mean_over_sequences",
+    "mean_over_tokens", "sequence_loss", "sequence_normalizer", "sum_over_max_length",
+    "token_term",
 ]

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pgrad.transforms import builtins, importance, natural
+from pgrad.transforms import builtins, importance, natural, sequence, sequence_terms
 from pgrad.transforms.base import GradientTransform
 from pgrad.transforms.chain import chain
 
@@ -120,5 +120,13 @@ for _f in (
     importance.importance_weight,
     natural.natural_gradient,
     natural.trust_region,
+    sequence_terms.clipped_ratio,
+    sequence_terms.cispo_weight,
+    sequence_terms.kl_k3,
+    sequence.mean_over_sequences,
+    sequence.mean_over_tokens,
+    sequence.sum_over_max_length,
+    sequence.mean_over_global_tokens,
+    sequence.grpo_chain,
 ):
     register_transform(_f.__name__, _f)
