@@ -43,8 +43,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.env_recipe import env_name
-
 __all__ = ["TokenGuard", "TokenProtocolError", "check_token_env", "prompt_length",
            "token_shape"]
 
@@ -320,6 +318,17 @@ class TokenGuard(gym.Wrapper):
 
     def _where(self, when: str) -> str:
         return f"token env {self.name} ({self._prompt}), {when}"
+
+
+def env_name(env: Any) -> str:
+    """An env's name for messages: its id, its factory's name, or its class name."""
+    if isinstance(env, str):
+        return env
+    if isinstance(env, (gym.Env, gym.vector.VectorEnv)):
+        spec = getattr(env, "spec", None)
+        inner = env.unwrapped if isinstance(env, gym.Env) else env
+        return getattr(spec, "id", None) or type(inner).__name__
+    return getattr(env, "__name__", None) or repr(env)
 
 
 def _one_line(err: BaseException) -> str:

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pgrad.rl.env_recipe import apply_wrapper
+from pgrad.rl.envs.recipe import apply_wrapper
 from pgrad.rl.tokens import (
     Reversal,
     TokenGuard,
