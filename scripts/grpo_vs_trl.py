@@ -309,7 +309,8 @@ def pgrad_loss_and_grad(fixture, path: str = "auto") -> tuple[float, np.ndarray,
     ids = tf.reshape(tf.constant(fixture["completion_ids"]), [-1])  # [N*L]
 
     def log_prob_fn(rows, ids):  # [T], [T] -> [T] log pi of each token (row t from row t)
-        return tf.gather(tf.nn.log_softmax(tf.gather(logits, rows)), ids, batch_dims=1)
+        rows_logits = tf.gather(tf.convert_to_tensor(logits), rows)  # [T, V]
+        return tf.reduce_sum(tf.nn.log_softmax(rows_logits) * tf.one_hot(ids, shape[-1]), -1)
 
     adv = group_advantages(fixture["rewards"], meta["group_size"], cfg["scale_rewards"])
     current = log_prob_fn(rows, ids)
