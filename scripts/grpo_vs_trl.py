@@ -69,16 +69,21 @@ CASES: dict[str, dict] = {
                            epsilon=3e-4, epsilon_high=4e-4, beta=0.0),
     "gspo_bnpo": dict(loss_type="bnpo", importance_sampling_level="sequence", epsilon=0.05,
                       epsilon_high=0.08, beta=0.04),
+    # RLOOTrainer's loss (its KL penalty goes into the rewards, outside the loss).
+    "rloo": dict(loss_type="rloo", epsilon=0.2, epsilon_high=0.28, normalize_advantages=True),
 }
 CONFIG_KEYS = ("loss_type", "epsilon", "epsilon_high", "beta", "delta", "scale_rewards",
-               "importance_sampling_level", "use_bias_correction_kl", "max_completion_length")
+               "importance_sampling_level", "use_bias_correction_kl", "max_completion_length",
+               "normalize_advantages")
 
 
 def config_of(case: dict) -> dict:
     """The case's GRPOConfig values, TRL's defaults filled in (``loss_type`` as given)."""
     out = dict(epsilon=0.2, epsilon_high=None, beta=0.0, delta=None, scale_rewards="group",
                importance_sampling_level="token", use_bias_correction_kl=True,
-               max_completion_length=L)
+               max_completion_length=L, normalize_advantages=False)
+    if case["loss_type"] == "rloo":
+        out.update(beta=0.0, importance_sampling_level="sequence_sum")
     out.update({k: v for k, v in case.items() if k in CONFIG_KEYS})
     return out
 
@@ -100,6 +105,8 @@ def _ratios_safe(cfg: dict, lp, old, mask) -> bool:
     lr = (lp - old) * mask
     if cfg["importance_sampling_level"] == "sequence":
         x = lr.sum(1) / np.maximum(mask.sum(1), 1.0)
+    elif cfg["importance_sampling_level"] == "sequence_sum":
+        x = lr.sum(1)
     else:
         x = lr[mask > 0]
     ratio = np.exp(x)
@@ -177,22 +184,16 @@ def trl_rloo_advantages(rewards, group_size: int, normalize: bool):
     return torch.nan_to_num(adv, nan=0.0).numpy()
 
 
-def trl_loss(case: dict, inputs: dict) -> tuple[float, np.ndarray, np.ndarray, float]:
-    """TRL's loss, its gradient w.r.t. the logits, the advantages it used, the clipped fraction."""
+def identity_head_model(logits):
+    """What ``add_fused_lm_head`` makes of a causal LM (its CPU branch), with the backbone's last
+    hidden states being the given logits ``[N, L, V]`` and an identity LM head."""
     import torch
-    from accelerate import Accelerator
-    from trl import GRPOConfig, GRPOTrainer
     from trl.kernels import ChunkedLogProbFunction
     from trl.trainer.utils import FusedCausalLMOutput
 
-    cfg = config_of(case)
-    logits = torch.tensor(inputs["logits"], requires_grad=True)  # [N, L, V]
     n = logits.shape[0]
 
     class IdentityHeadModel(torch.nn.Module):
-        """What ``add_fused_lm_head`` makes of a causal LM (its CPU branch), with the backbone's
-        last hidden states being the given logits and an identity LM head."""
-
         def forward(self, input_ids, attention_mask, labels, fused_lm_head, **kwargs):
             assert fused_lm_head
             hidden = torch.zeros(n, input_ids.shape[1], V)
@@ -205,14 +206,70 @@ def trl_loss(case: dict, inputs: dict) -> tuple[float, np.ndarray, np.ndarray, f
             log_probs, entropy = (x.view(mask.shape).masked_fill(~mask, 0) for x in per_token[:2])
             return FusedCausalLMOutput(log_probs=log_probs, entropy=entropy)
 
+    return IdentityHeadModel()
+
+
+def _prompt_and_completions(inputs, n):
+    import torch
+
+    return {
+        "prompt_ids": torch.zeros(n, PROMPT, dtype=torch.long),
+        "prompt_mask": torch.ones(n, PROMPT, dtype=torch.long),
+        "completion_ids": torch.tensor(inputs["completion_ids"]).long(),
+        "completion_mask": torch.tensor(inputs["completion_mask"]).long(),
+    }
+
+
+def trl_rloo_loss(cfg: dict, inputs: dict, logits, model):
+    """``RLOOTrainer._compute_loss`` on the inputs (the sequence-level clipped ratio)."""
+    import torch
+    from accelerate import Accelerator
+    from trl import RLOOConfig, RLOOTrainer
+
+    n = logits.shape[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = RLOOConfig(output_dir=tmp, report_to="none", use_cpu=True, num_generations=G,
+                          per_device_train_batch_size=n, epsilon=cfg["epsilon"],
+                          epsilon_high=cfg["epsilon_high"],
+                          normalize_advantages=cfg["normalize_advantages"])
+    trainer = RLOOTrainer.__new__(RLOOTrainer)
+    trainer.args, trainer.model, trainer.accelerator = args, model, Accelerator(cpu=True)
+    trainer.epsilon_low = args.epsilon
+    trainer.epsilon_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    trainer.aux_loss_enabled = False
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    adv = trl_rloo_advantages(inputs["rewards"], G, args.normalize_advantages)
+    mask = inputs["completion_mask"]
+    batch = {**_prompt_and_completions(inputs, n), "advantages": torch.tensor(adv),
+             "old_logps": torch.tensor((inputs["old_log_probs"] * mask).sum(1))}
+    loss = RLOOTrainer._compute_loss(trainer, model, batch)
+    loss.backward()
+    clipped = trainer._metrics["train"]["clip_ratio/region_mean"][0]
+    return (float(loss.detach()), logits.grad.numpy().astype(np.float32), adv.astype(np.float32),
+            float(clipped))
+
+
+def trl_loss(case: dict, inputs: dict) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """TRL's loss, its gradient w.r.t. the logits, the advantages it used, the clipped fraction."""
+    import torch
+    from accelerate import Accelerator
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg = config_of(case)
+    logits = torch.tensor(inputs["logits"], requires_grad=True)  # [N, L, V]
+    n = logits.shape[0]
+    model = identity_head_model(logits).train()
+    if cfg["loss_type"] == "rloo":
+        return trl_rloo_loss(cfg, inputs, logits, model)
+
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=tmp, report_to="none", use_cpu=True, num_generations=G,
             per_device_train_batch_size=n, gradient_accumulation_steps=1, steps_per_generation=1,
-            **{k: cfg[k] for k in CONFIG_KEYS if k != "max_completion_length"},
+            **{k: cfg[k] for k in CONFIG_KEYS
+               if k not in ("max_completion_length", "normalize_advantages")},
             max_completion_length=cfg["max_completion_length"])
     trainer = GRPOTrainer.__new__(GRPOTrainer)
-    model = IdentityHeadModel().train()
     # The attributes GRPOTrainer.__init__ sets from the config and _compute_loss reads.
     trainer.args, trainer.model, trainer.accelerator = args, model, Accelerator(cpu=True)
     trainer.loss_type, trainer.beta = args.loss_type, args.beta
@@ -229,12 +286,8 @@ def trl_loss(case: dict, inputs: dict) -> tuple[float, np.ndarray, np.ndarray, f
     trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
 
     adv = trl_advantages(inputs["rewards"], G, args.scale_rewards)
-    mask = torch.tensor(inputs["completion_mask"]).long()
     batch = {
-        "prompt_ids": torch.zeros(n, PROMPT, dtype=torch.long),
-        "prompt_mask": torch.ones(n, PROMPT, dtype=torch.long),
-        "completion_ids": torch.tensor(inputs["completion_ids"]).long(),
-        "completion_mask": mask,
+        **_prompt_and_completions(inputs, n),
         "advantages": torch.tensor(adv),
         "ref_per_token_logps": torch.tensor(inputs["ref_log_probs"]),
         "num_items_in_batch": torch.tensor(float(inputs["num_items_in_batch"])),
@@ -291,7 +344,7 @@ def pgrad_loss_and_grad(fixture, path: str = "auto") -> tuple[float, np.ndarray,
     import tensorflow as tf
 
     import pgrad
-    from pgrad.rl.group_advantages import group_advantages, token_context
+    from pgrad.rl.group_advantages import group_advantages, rloo_advantages, token_context
     from pgrad.transforms.sequence import grpo_chain, sequence_loss
 
     meta = json.loads(str(fixture["meta"]))
@@ -312,7 +365,10 @@ def pgrad_loss_and_grad(fixture, path: str = "auto") -> tuple[float, np.ndarray,
         rows_logits = tf.gather(tf.convert_to_tensor(logits), rows)  # [T, V]
         return tf.reduce_sum(tf.nn.log_softmax(rows_logits) * tf.one_hot(ids, shape[-1]), -1)
 
-    adv = group_advantages(fixture["rewards"], meta["group_size"], cfg["scale_rewards"])
+    if cfg["loss_type"] == "rloo":
+        adv = rloo_advantages(fixture["rewards"], meta["group_size"], cfg["normalize_advantages"])
+    else:
+        adv = group_advantages(fixture["rewards"], meta["group_size"], cfg["scale_rewards"])
     current = log_prob_fn(rows, ids)
     old = tf.reshape(current, shape[:2]) if meta["on_policy"] \
         else fixture["old_log_probs"]

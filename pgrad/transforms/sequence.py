@@ -45,8 +45,8 @@ from pgrad.transforms.sequence_terms import (
 )
 
 #: TRL's ``loss_type`` values :func:`grpo_chain` builds (``gspo`` is TRL's ``grpo`` with
-#: ``importance_sampling_level="sequence"``).
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo")
+#: ``importance_sampling_level="sequence"``; ``rloo`` is ``RLOOTrainer``'s loss).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo", "rloo")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +147,10 @@ def grpo_chain(loss_type: str, *, epsilon: float | str = 0.2,
     ``term = clipped_ratio(epsilon, epsilon_high, delta, level)`` (``cispo``:
     ``cispo_weight(epsilon_high)``, TRL's ``epsilon_high`` defaulting to ``epsilon``), plus
     ``kl_k3(beta)`` when ``beta > 0``; then the normaliser of ``loss_type`` (see the module
-    docstring). ``gspo`` is ``grpo`` at ``importance_sampling_level="sequence"``.
+    docstring). ``gspo`` is ``grpo`` at ``importance_sampling_level="sequence"``. ``rloo`` is
+    TRL's ``RLOOTrainer`` loss: the clipped ratio of whole completions,
+    ``pi(o_i) / pi_old(o_i)`` (``level="sequence_sum"``), averaged over completions; its KL
+    penalty lives in the rewards, so ``beta`` must be 0 here.
 
     Args:
       loss_type: one of :data:`LOSS_TYPES`.
@@ -161,11 +164,19 @@ def grpo_chain(loss_type: str, *, epsilon: float | str = 0.2,
       num_items_key: context key of the whole batch's token count (``dapo``, ``cispo``).
 
     Raises:
-      ValueError: an unknown ``loss_type`` or level, or ``dr_grpo`` without
-        ``max_completion_length``.
+      ValueError: an unknown ``loss_type`` or level, ``dr_grpo`` without
+        ``max_completion_length``, or ``rloo`` with ``beta``.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"grpo_chain: loss_type must be one of {LOSS_TYPES}; got {loss_type!r}.")
+    if loss_type == "rloo":
+        if isinstance(beta, str) or beta != 0.0:
+            raise ValueError("grpo_chain: 'rloo' takes its KL penalty in the rewards; beta must "
+                             "be 0 (or add kl_k3 to the chain yourself).")
+        high = epsilon if epsilon_high is None else epsilon_high
+        return chain(clipped_ratio(epsilon, high, delta=delta, level="sequence_sum"),
+                     mean_over_sequences(),
+                     name=f"grpo_chain('rloo', epsilon={epsilon}, epsilon_high={high})")
     level = importance_sampling_level or ("sequence" if loss_type == "gspo" else "token")
     if level not in ("token", "sequence"):
         raise ValueError(f"grpo_chain: importance_sampling_level must be 'token' or 'sequence'; "

@@ -1,4 +1,4 @@
-"""pgrad's GRPO-family chains against TRL 1.16's ``GRPOTrainer`` loss, from stored fixtures.
+"""pgrad's GRPO-family chains against TRL 1.16's ``GRPOTrainer`` (and ``RLOOTrainer``) loss.
 
 ``scripts/grpo_vs_trl.py write`` ran TRL's own ``_compute_loss`` (and its advantage lines) on
 the inputs stored beside its outputs in ``tests/fixtures/grpo_trl/``; these tests need no torch.
@@ -45,7 +45,10 @@ def pgrad_loss_and_grad(fx, meta, path):
         rows_logits = tf.gather(tf.convert_to_tensor(logits), r)  # [T, V]
         return tf.reduce_sum(tf.nn.log_softmax(rows_logits) * tf.one_hot(a, vocab), -1)
 
-    adv = group_advantages(fx["rewards"], meta["group_size"], cfg["scale_rewards"])
+    if cfg["loss_type"] == "rloo":  # RLOOTrainer's leave-one-out advantages
+        adv = rloo_advantages(fx["rewards"], meta["group_size"], cfg["normalize_advantages"])
+    else:
+        adv = group_advantages(fx["rewards"], meta["group_size"], cfg["scale_rewards"])
     old = fx["old_log_probs"]
     if meta["on_policy"]:  # TRL's first iteration: the old log-probs are the current ones
         old = tf.reshape(log_prob_fn(rows, ids), (n, length))
@@ -64,7 +67,7 @@ def test_every_loss_type_has_fixtures():
         cfg = load(name)[1]["config"]
         seq = cfg["importance_sampling_level"] == "sequence"
         kinds.add("gspo" if seq and cfg["loss_type"] == "grpo" else cfg["loss_type"])
-    assert kinds == {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"}
+    assert kinds == {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo", "rloo"}
 
 
 @pytest.mark.parametrize("name", CASES)

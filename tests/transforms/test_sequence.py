@@ -69,9 +69,11 @@ def numpy_loss(lp, ctx, loss_type, eps=0.2, eps_high=None, beta=0.0, level="toke
     per_token = np.zeros((N, L))
     for i in range(N):
         n_i = int(LENGTHS[i])
-        seq_log_ratio = sum(lp[i, t] - old[i, t] for t in range(n_i)) / max(n_i, 1)
+        seq_log_ratio = sum(lp[i, t] - old[i, t] for t in range(n_i))
+        if level == "sequence":
+            seq_log_ratio /= max(n_i, 1)
         for t in range(n_i):
-            rho = np.exp(seq_log_ratio if level == "sequence" else lp[i, t] - old[i, t])
+            rho = np.exp(seq_log_ratio if level != "token" else lp[i, t] - old[i, t])
             a = adv[i, t]
             if loss_type == "cispo":
                 loss = -min(rho, eps_high) * a * lp[i, t]
@@ -82,7 +84,7 @@ def numpy_loss(lp, ctx, loss_type, eps=0.2, eps_high=None, beta=0.0, level="toke
                 d = ref[i, t] - lp[i, t]
                 loss += beta * (np.exp(d) - d - 1) * (rho if corrected else 1.0)
             per_token[i, t] = loss
-    if loss_type in ("grpo", "gspo"):
+    if loss_type in ("grpo", "gspo", "rloo"):  # rloo: l_t = l_i, so this is mean_i l_i
         return np.mean([per_token[i].sum() / max(LENGTHS[i], 1) for i in range(N)])
     if loss_type == "bnpo":
         return per_token.sum() / MASK.sum()
@@ -121,6 +123,7 @@ CASES = [
     dict(loss_type="gspo", eps=0.05, eps_high=0.08, beta=0.04),
     dict(loss_type="gspo", eps=0.05, beta=0.04, corrected=False),
     dict(loss_type="bnpo", eps=0.05, beta=0.04, level="sequence"),
+    dict(loss_type="rloo", eps_high=0.28),
 ]
 
 
@@ -133,8 +136,8 @@ def make_chain(loss_type, eps=0.2, eps_high=None, beta=0.0, level=None, delta=No
 
 def _np_case(case):
     out = dict(case)
-    if case["loss_type"] == "gspo":
-        out["level"] = "sequence"
+    out.setdefault("level", {"gspo": "sequence", "rloo": "sequence_sum"}.get(case["loss_type"],
+                                                                              "token"))
     return out
 
 
@@ -291,7 +294,7 @@ def test_describe_prints_the_formula():
         "+ 0.04 (pi_ref/pi - log(pi_ref/pi) - 1) rho_t",
         "  L   = sum_i,t l_t / (N * 256)",
     ]
-    assert set(LOSS_TYPES) == {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"}
+    assert set(LOSS_TYPES) == {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo", "rloo"}
 
 
 def test_bad_arguments_get_one_clear_error():
