@@ -35,12 +35,12 @@ class Prompt(NamedTuple):
     text: str  # the prompt as the reward functions see it
     ids: tuple[int, ...]  # [P] its tokens, no pad (0) among them
     columns: Mapping[str, Any]  # extra columns: keyword arguments of the reward functions
-    index: int | None = None  # its row in a dataset (None: a generated prompt)
+    row: int | None = None  # its row in a dataset (None: a generated prompt)
 
     def label(self) -> str:
         """``prompt #i 'text'`` (or ``prompt 'text'``) for error messages."""
         text = self.text if len(self.text) <= 40 else self.text[:37] + "..."
-        return f"prompt #{self.index} {text!r}" if self.index is not None else f"prompt {text!r}"
+        return f"prompt #{self.row} {text!r}" if self.row is not None else f"prompt {text!r}"
 
 
 #: ``sample(rng) -> Prompt``: draws one prompt with the env's ``np_random``.
@@ -117,12 +117,13 @@ class TokenTaskEnv(gym.Env):
         self._context[:] = PAD_ID
         self._context[: len(ids)] = ids
         info: dict[str, Any] = {"prompt": prompt.text}
-        if prompt.index is not None:
-            info["prompt_index"] = prompt.index
+        if prompt.row is not None:
+            info["prompt_index"] = prompt.row
         return self._context.copy(), info
 
     def step(self, action: Any):
-        if self._done:
+        prompt = self._prompt
+        if self._done or prompt is None:
             raise RuntimeError(f"{type(self).__name__}: step after the episode ended; call "
                                f"reset first.")
         a = np.asarray(action)
@@ -133,7 +134,7 @@ class TokenTaskEnv(gym.Env):
         token = int(a)
         # the context grows by the token (the pad shows as padding); [L] has room for it: an
         # episode ends once max_new_tokens tokens are written
-        self._context[len(self._prompt.ids) + len(self._generated)] = token
+        self._context[len(prompt.ids) + len(self._generated)] = token
         stop = None
         if token in (PAD_ID, self.eos_id):
             stop = "eos"
@@ -145,13 +146,12 @@ class TokenTaskEnv(gym.Env):
             return self._context.copy(), 0.0, False, False, {}
         self._done = True
         completion = self.tokenizer.decode(self._generated)
-        reward, terms = score(self.reward_funcs, self.reward_weights, self._prompt, completion,
+        reward, terms = score(self.reward_funcs, self.reward_weights, prompt, completion,
                               self._generated)
-        info = {"is_success": bool(self.is_success(self._prompt, completion, reward)),
-                "prompt": self._prompt.text, "completion": completion, "rewards": terms,
-                "stop": stop}
-        if self._prompt.index is not None:
-            info["prompt_index"] = self._prompt.index
+        info = {"is_success": bool(self.is_success(prompt, completion, reward)),
+                "prompt": prompt.text, "completion": completion, "rewards": terms, "stop": stop}
+        if prompt.row is not None:
+            info["prompt_index"] = prompt.row
         return self._context.copy(), reward, True, stop == "length", info
 
 

@@ -60,10 +60,10 @@ def token_shape(env: gym.Env | gym.vector.VectorEnv | None = None, *,
       TokenProtocolError: the spaces are not ``Discrete(V)`` and ``Box(0, V-1, (L,), int64)``.
     """
     name = env_name(env) if env is not None else "spaces"
-    if env is not None:
-        single = isinstance(env, gym.vector.VectorEnv)
-        observation_space = env.single_observation_space if single else env.observation_space
-        action_space = env.single_action_space if single else env.action_space
+    if isinstance(env, gym.vector.VectorEnv):
+        observation_space, action_space = env.single_observation_space, env.single_action_space
+    elif env is not None:
+        observation_space, action_space = env.observation_space, env.action_space
     act, obs = action_space, observation_space
     if not isinstance(act, gym.spaces.Discrete) or int(act.start) != 0:
         raise TokenProtocolError(f"token env {name}: the action space must be Discrete(V) "
@@ -126,6 +126,10 @@ def _group(env: Any, size: int) -> tuple[list[gym.Env], list[gym.Env]]:
             others = [copy.deepcopy(env) for _ in range(size - 1)]
         return [env, *others], others
     if isinstance(env, str):
+        from pgrad.rl.tokens import tasks  # pgrad's own ids work without register() first
+
+        if env in tasks.IDS:
+            tasks.register()
         made = [gym.make(env) for _ in range(size)]
     elif callable(env):
         made = [env() for _ in range(size)]
@@ -136,13 +140,13 @@ def _group(env: Any, size: int) -> tuple[list[gym.Env], list[gym.Env]]:
 
 
 def _check_seed(envs: list[gym.Env], name: str, length: int, vocab: int, seed: int) -> None:
-    first = None
+    prompts = []
     for g, env in enumerate(envs):
         where = f"token env {name}: seed {seed}, env {g} of the group"
         obs = _check_obs(_reset(env, seed, where), length, vocab, f"{where}, reset")
-        if first is None:
-            first = obs
-        elif not np.array_equal(obs, first):
+        prompts.append(obs)
+        first = prompts[0]
+        if not np.array_equal(obs, first):
             raise TokenProtocolError(f"{where}: reset(seed={seed}) gave the prompt "
                                      f"{_ids(obs)}, env 0 of the group {_ids(first)}; one seed "
                                      f"must give one prompt.")
