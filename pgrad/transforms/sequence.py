@@ -4,17 +4,14 @@ A GRPO-family loss is ``L = sum_t w_t m_t l_t``: a per-token loss ``l_t``
 (:mod:`pgrad.transforms.sequence_terms`: the clipped ratio, CISPO's detached weight, a KL
 penalty, or their sum) aggregated with weights ``w_t`` that are constant over each completion
 (``m_t`` the completion mask). The normalisers here are those weights, as aggregating per-step
-scales (TRL's ``loss_type`` names):
+scales (TRL's ``loss_type`` names; ``w_t`` for a token of completion ``i``):
 
-=======================  ========  =================================================
-normaliser               TRL       ``w_t`` for a token of completion ``i``
-=======================  ========  =================================================
-mean_over_sequences      grpo      ``1 / (N |o_i|)``: mean over tokens, then completions
-mean_over_tokens         bnpo      ``1 / sum_i |o_i|``: the batch's tokens
-sum_over_max_length      dr_grpo   ``1 / (N L_max)``: a constant (Dr. GRPO)
-mean_over_global_tokens  dapo      ``1 / num_items_in_batch``: every token of the
-                                   generation batch (this batch's, when the key is absent)
-=======================  ========  =================================================
+* :func:`mean_over_sequences` (``grpo``): ``1 / (N |o_i|)``, the mean over each completion's
+  tokens, then over the ``N`` completions;
+* :func:`mean_over_tokens` (``bnpo``): ``1 / sum_i |o_i|``, the mean over the batch's tokens;
+* :func:`sum_over_max_length` (``dr_grpo``): ``1 / (N L_max)``, a constant (Dr. GRPO);
+* :func:`mean_over_global_tokens` (``dapo``, ``cispo``): ``1 / num_items_in_batch``, every
+  token of the generation batch (this batch's when the context has no count).
 
 So ``chain(term, normaliser)`` has gradient ``-grad L`` (ascent), a scalar per token times
 ``grad log pi_t``: the engine's fused path, one backward pass. :func:`grpo_chain` builds the
