@@ -115,12 +115,15 @@ def test_cached_steps_equal_the_full_forward_at_every_position():
     assert step.experimental_get_tracing_count() == 1
 
 
-def test_cached_actor_acts_as_the_full_forward_through_resets_and_batch_changes():
+@pytest.mark.parametrize("positions", [None, 11], ids=["L", "longer"])
+def test_cached_actor_acts_as_the_full_forward_through_resets_and_batch_changes(positions):
     """The actor's parameters and values equal the network's on every observation of a run of
-    contexts that grow, restart and change batch size; weights changed -> the cache is dropped."""
+    contexts that grow, restart and change batch size; weights changed -> the cache is dropped.
+    A model of more positions than the observations (``context_length``) acts the same way."""
     layout = spaces.obs_layout(SPACE)
     net = actor_critic(layout, lambda latent: pgrad.make_head(gym.spaces.Discrete(V)),
-                       functools.partial(transformer_encoder, d_model=16, num_heads=2), seed=1)
+                       functools.partial(transformer_encoder, d_model=16, num_heads=2,
+                                         context_length=positions), seed=1)
     actor = CachedTransformerActor(net, layout)
     rng = np.random.default_rng(0)
     final = contexts([L] * 4, seed=2)
@@ -173,6 +176,8 @@ def test_last_position_features_read_each_context_at_its_end():
     assert token_space_sizes(SPACE) == (V, L)
     with pytest.raises(ValueError, match=r"1-D integer Box\(0, V-1, \(L,\)\)"):
         token_space_sizes(gym.spaces.Box(0.0, 1.0, (L,), np.float32))
+    with pytest.raises(ValueError, match="context_length 6 is shorter than the observations' 8"):
+        transformer_encoder(SPACE, context_length=6)
 
 
 def test_gpt2_backbone_from_a_config_is_a_token_encoder():

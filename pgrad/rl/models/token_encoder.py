@@ -168,13 +168,25 @@ class TokenEncoder(keras.Model):
 
 
 def transformer_encoder(observation_space: gym.Space, d_model: int = 64, num_heads: int = 4,
-                        num_layers: int = 2, mlp_ratio: int = 4, dropout: float = 0.0,
-                        seed: int = 0) -> TokenEncoder:
+                        num_layers: int = 2, context_length: int | None = None,
+                        mlp_ratio: int = 4, dropout: float = 0.0, seed: int = 0) -> TokenEncoder:
     """A :class:`CausalTransformer` encoder sized from the token space (``V``, ``L``) and the
     config -- the form of ``encoder=fn(observation_space) -> keras.Model``
-    (``functools.partial`` it for other sizes)."""
+    (``functools.partial`` it for other sizes).
+
+    Args:
+      context_length: the model's positions (position table and KV cache); None: the
+        observation's ``L``; else at least ``L``.
+
+    Raises:
+      ValueError: not a token space, ``context_length`` below ``L``, or a bad size.
+    """
     vocab, length = token_space_sizes(observation_space)
-    model = CausalTransformer(vocab, length, d_model, num_heads, num_layers, mlp_ratio,
+    positions = length if context_length is None else int(context_length)
+    if positions < length:
+        raise ValueError(f"transformer_encoder: context_length {context_length} is shorter than "
+                         f"the observations' {length} positions")
+    model = CausalTransformer(vocab, positions, d_model, num_heads, num_layers, mlp_ratio,
                               dropout=dropout, seed=seed)
     return TokenEncoder(model, vocab, length)
 

@@ -58,14 +58,15 @@ class CachedTransformerActor(CompiledActor):
         if model is None or net.recurrent or net.head.uses_latent:
             raise ValueError("CachedTransformerActor acts for a feed-forward policy whose encoder "
                              "is a TokenEncoder around a CausalTransformer")
-        if not layout.single or layout.parts[0].shape != (model.context_length,):
-            raise ValueError(f"CachedTransformerActor: observations must be [N, "
-                             f"{model.context_length}] contexts; the layout has "
+        shape = layout.parts[0].shape
+        if not layout.single or len(shape) != 1 or shape[0] > model.context_length:
+            raise ValueError(f"CachedTransformerActor: observations must be [N, L] contexts "
+                             f"with L <= {model.context_length}; the layout has "
                              f"{[p.shape for p in layout.parts]}")
-        self.model = model
+        self.model, self.length = model, int(shape[0])
         super().__init__(net, layout, jit_compile)
         cache = tf.TensorSpec(model.cache_shape, tf.float32)
-        length = model.context_length
+        length = self.length
         fn = tf.function(self._cached, autograph=False)
         self._cached_call = flat_caller(fn.get_concrete_function(
             tf.TensorSpec([None, length], tf.float32), cache,
@@ -83,7 +84,7 @@ class CachedTransformerActor(CompiledActor):
         ids = token_ids(obs)
         n = context_lengths(ids)
         last = tf.maximum(n - 1, 0)
-        earlier = tf.range(model.context_length)[None, :] < prev_len[:, None]
+        earlier = tf.range(self.length)[None, :] < prev_len[:, None]
         same = tf.reduce_all(~earlier | tf.equal(ids, prev_ids), axis=1)
         step = same & tf.equal(n, prev_len + 1) & (prev_len > 0)  # [B]: one token on
         token = tf.gather(ids, last, axis=1, batch_dims=1)
