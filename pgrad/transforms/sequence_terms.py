@@ -227,8 +227,9 @@ def clipped_ratio(epsilon: float | str = 0.2, epsilon_high: float | str | None =
     name = f"clipped_ratio({epsilon}, {high}" + (f", delta={delta}" if delta else "") + (
         f", level={level!r})" if level != "token" else ")")
     rho = "rho_t" if level == "token" else "rho_i"
+    first = rho if delta is None else f"min({rho}, {delta})"
     return token_term(scale, loss, init, name=name,
-                      formula=f"-min({rho} A, clip({rho}, 1 - {epsilon}, 1 + {high}) A)")
+                      formula=f"-min({first} A, clip({rho}, 1 - {epsilon}, 1 + {high}) A)")
 
 
 @reports("clip_fraction")
