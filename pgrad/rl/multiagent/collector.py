@@ -47,7 +47,8 @@ class RowsCollector(Collector):
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
-        self.live = np.asarray(self.envs.unwrapped.live, bool).copy()
+        rows: Any = self.envs.unwrapped  # the AgentRowsVectorEnv
+        self.live = np.array(rows.live, dtype=np.bool_)
 
     def record_step(self, obs, acted: tuple, action_mask, stepped: tuple, where: int,
                     check: bool):
@@ -55,7 +56,7 @@ class RowsCollector(Collector):
         and counting it as ``B`` env steps."""
         before = self.env_steps
         self._live_steps.append(self.live)
-        self.live = np.asarray(stepped[4]["live"], bool).copy()
+        self.live = np.array(stepped[4]["live"], dtype=np.bool_)
         pieces, episodes = super().record_step(obs, acted, action_mask, stepped, where, check)
         self.env_steps = before + self.num_games
         return pieces, [(self.env_steps, r, length) for _, r, length in episodes]

@@ -171,7 +171,7 @@ class AgentRowsVectorEnv(gym.vector.VectorEnv):
         present = set(game.agents)
         checks.known_agents(self.name, b, present | acting, self.agent_index, where)
         if self.masked is None and acting:  # decided once, from the first acting agent's info
-            a = sorted(acting, key=self.agent_index.get)[0]
+            a = min(acting, key=lambda x: self.agent_index[x])
             self.masked = isinstance(infos.get(a), dict) and MASK_KEY in infos[a]
         for i, agent in enumerate(self.possible_agents):
             r = b * n + i

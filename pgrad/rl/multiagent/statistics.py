@@ -8,7 +8,7 @@ keeps it rather than wrapping the rows again), with the counts an agent's episod
   whose agent's episode ended in the step: the agent's return (every reward it received,
   including those that came while it waited for its turn) and its length in the steps it acted.
   The rollout reports one episode per agent (``episodes.csv``: one row per agent), so the mean
-  return over them is the team return of the brief below.
+  return over them is the team return (below).
 * ``info["team_episode"]`` with ``info["_team_episode"]`` at the rows of the copies whose game
   ended: ``"r"`` the team return (the mean over the game's agents of each agent's return),
   ``"agent_r"`` the row's agent's own return in that game and ``"l"`` the game's length in
