@@ -2,21 +2,42 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Installs the tested versions (constraints.txt), so the README's figures reproduce; -qq keeps
+# pip's errors and drops the rest (setuptools' notes on the editable install among them).
+PIP    := $(PY) -m pip install --quiet --quiet -c constraints.txt
 RUN    ?= runs/a2c-cartpole
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# One stamp per layer, so the layer one target installed never stands in for another's:
+# CORE: pgrad and its runtime dependencies (make train, make install);
+# DOCS: the core and the docs extra (make docs);
+# STAMP: the core, the test and the docs extras, every runtime extra among them (make test,
+# make lint: what CI runs). It holds the other two layers, so it marks them installed too.
+CORE   := $(VENV)/.installed-core
+DOCS   := $(VENV)/.installed-docs
+STAMP  := $(VENV)/.installed
 
 .PHONY: install train test test-quick test-sb3 lint docs bench clean
 
-# Installs the tested versions (constraints.txt), so the README's figures reproduce.
-$(STAMP): pyproject.toml constraints.txt
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,docs]"
-	touch $(STAMP)
 
-install: $(STAMP)
+$(CORE): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e .
+	touch $@
 
-train: $(STAMP)
+$(DOCS): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e ".[docs]"
+	touch $@
+
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e ".[test,docs]"
+	touch $@ $(CORE) $(DOCS)
+
+install: $(CORE)  # the extras: pip install -e '.[tune]' (or all, ray, atari, ...: pyproject.toml)
+
+train: $(CORE)
 	$(VENV)/bin/pgrad-train --agent a2c --env CartPole-v1 --total-steps 150000 --seed 0 \
 		--stop-at-return 475 --out $(RUN) --overwrite
 	$(VENV)/bin/pgrad-evaluate $(RUN) --episodes 20
@@ -33,20 +54,22 @@ test-quick: $(STAMP)  # unit and property tests on both cores (pytest-xdist)
 # where one is on disk: pip install torch==2.13.0; else PyPI's default, several GB).
 test-sb3: $(STAMP)
 	$(PY) -m pip install --quiet torch==2.13.0 || true
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,bench]"
+	$(PIP) -e ".[test,bench]"
 	$(PY) -m pytest -q -m sb3
 
+# The documentation site is built with its warnings shown: --strict fails the build on any of
+# them (a broken link or anchor, a page outside the navigation); tests/contracts/test_docs_gate.py
+# shows a planted broken link failing it.
 lint: $(STAMP)
 	$(PY) -m ruff check pgrad agents pgrad_app scripts tests examples docs/hooks.py
-	$(PY) -m pytest -q tests/contracts  # the import contract (layers) and an inert import pgrad
+	$(PY) -m pytest -q tests/contracts  # the import contract (layers), quiet imports, the docs gate
 	$(PY) -m mypy  # the floors listed in pyproject.toml's [tool.mypy] files
-	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d $$d \
-		&& rm -rf $$d  # the documentation site: a broken link, anchor or page fails
+	d=$$(mktemp -d) && $(MKDOCS) -d $$d; status=$$?; rm -rf $$d; exit $$status
 
 # The documentation site into site/ (mkdocs.yml; strict: a broken link, anchor or page fails).
 # Preview it with: $(VENV)/bin/mkdocs serve
-docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
+docs: $(DOCS)
+	$(MKDOCS) -d site
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py
