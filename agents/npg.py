@@ -13,7 +13,7 @@ Stable-Baselines3). Plain SGD applies it (``learning_rate`` 1: the step is the t
 ``max_kl = 0`` the learning rate is the step size, as Tianshou's ``actor_step_size``), so
 ``max_grad_norm`` is off by default. The critic trains
 separately after each policy step (``critic_updates`` passes with its own Adam), as in the NPG
-and TRPO references. Per-env settings: ``configs/npg.yaml``.
+and TRPO references. Per-env settings: ``pgrad_app/config/hyperparams/npg.yaml``.
 """
 
 from __future__ import annotations

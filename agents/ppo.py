@@ -5,7 +5,7 @@ shuffled minibatches, advantages standardised per minibatch, optional value clip
 ``target_kl`` early stop -- and the chain ``chain(clip_ratio("clip_range"), mean_steps())``,
 whose per-step scale ``A_t r_t 1[not clipped]`` is exactly the gradient of the clipped surrogate
 and runs on the engine's fused path from the current log-probabilities of its forward pass.
-Defaults are Stable-Baselines3's (per-env settings: ``configs/ppo.yaml``).
+Defaults are Stable-Baselines3's (per-env settings: ``pgrad_app/config/hyperparams/ppo.yaml``).
 """
 
 from __future__ import annotations

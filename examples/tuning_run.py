@@ -3,12 +3,12 @@
 What ``pgrad-tune --agent a2c --env CartPole-v1 ...`` does, step by step:
 
 1. ``plan`` resolves what every trial shares: the agent's defaults < its tuned entry < ``sets``,
-   the budget, the search space (``pgrad_app/experiments/search_spaces/a2c.yaml``).
+   the budget, the search space (``pgrad_app/experiments/tuning/search_spaces/a2c.yaml``).
 2. ``work`` runs trials in this process until the study holds ``n_trials``: TPE samples a
    point, ``agent.learn`` trains it with an evaluation every ``steps // n_evaluations`` env
    steps, and the median pruner stops trials that fall behind. The study is a SQLite file
    (``RESULTS/study.db``): running this again continues it, and several processes (or
-   ``tune.work_on_ray(spec, opts, workers=N)``) can share it.
+   ``tuning.work_on_ray(spec, opts, workers=N)``) can share it.
 3. ``write_outputs`` writes ``best.yaml`` (a ready ``pgrad-train --config`` file), ``README.md``
    (the report) and Optuna's figures.
 4. The best settings are read back and trained with ``agents.make``; with the trial's seed and
@@ -31,9 +31,7 @@ silence()  # first: TensorFlow's start-up noise off (what pgrad's commands do)
 import yaml  # noqa: E402
 import agents  # noqa: E402
 import pgrad  # noqa: E402
-from pgrad_app.experiments import tune  # noqa: E402
-from pgrad_app.experiments.tune_report import write_outputs  # noqa: E402
-from pgrad_app.experiments.tune_study import plan, storage_url  # noqa: E402
+from pgrad_app.experiments import tuning  # noqa: E402
 
 # isort: on
 
@@ -53,16 +51,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     results = args.results or Path(tempfile.mkdtemp(prefix="pgrad-tune-"))
     results.mkdir(parents=True, exist_ok=True)  # the SQLite file goes in it
     # 1. What every trial shares (sets= fixes a hyperparameter the space does not sample).
-    spec = plan("a2c", "CartPole-v1", steps=args.steps, seed=0, sets=["num_envs=8"],
-                n_evaluations=args.evaluations, eval_episodes=3)
-    opts = tune.Options(url=storage_url(results), name="a2c-CartPole-v1",
-                        n_trials=args.trials, results=str(results))
+    spec = tuning.plan("a2c", "CartPole-v1", steps=args.steps, seed=0, sets=["num_envs=8"],
+                       n_evaluations=args.evaluations, eval_episodes=3)
+    opts = tuning.Options(url=tuning.storage_url(results), name="a2c-CartPole-v1",
+                          n_trials=args.trials, results=str(results))
     # 2. The trials (one line each); the same call again finds the study full and returns.
-    ran = tune.work(spec, opts)
-    again = tune.work(spec, opts)
+    ran = tuning.work(spec, opts)
+    again = tuning.work(spec, opts)
     print(f"ran trials {ran}; a second call ran {len(again)} more (the study is full)")
     # 3. The outputs.
-    best_path = write_outputs(spec, opts)
+    best_path = tuning.write_outputs(spec, opts)
     print(f"wrote {sorted(p.name for p in results.iterdir())} in {results}")
     if best_path is None:
         print("no trial completed (all pruned or failed): nothing to train")

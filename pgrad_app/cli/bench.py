@@ -1,4 +1,7 @@
-"""``scripts/bench.py``: pgrad's performance figures, each in a fresh process, then a table.
+"""``scripts/bench.py``: pgrad's speed figures, each in a fresh process, then a table.
+
+The figures are speed (pgrad_app/perf/); the learning benchmark (returns over seeds) is
+``pgrad-benchmark``.
 
     python scripts/bench.py                 # every default figure, then a table
     python scripts/bench.py --only clip_ratio --repeats 50

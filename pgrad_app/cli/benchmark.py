@@ -1,17 +1,17 @@
-"""Multi-seed benchmark: agents x envs x seeds, resumable, two runs at a time; then a report.
+"""Learning benchmark: agents x envs x seeds, resumable, two runs at a time; then a report.
 
     python scripts/benchmark.py --agents ppo a2c --envs HalfCheetah-v5 Hopper-v5 \\
         --seeds 0 1 2 --results results/mujoco
     python scripts/benchmark.py --results results/mujoco --report-only
 
 Each run trains in its own process with the agent's tuned hyperparameters for the env
-(pgrad_app/configs/AGENT.yaml; --no-tuned: the defaults) and --set overrides, for --steps env
-steps or the entry's n_timesteps, then evaluates its final policy deterministically over 20
-episodes and writes RESULTS/AGENT__ENV__seedS.json. Runs whose JSON exists are skipped; a run
-that fails is reported with the end of its log (RESULTS/logs/) and the others go on; the exit
-code is 1 if any failed. RESULTS/README.md gets a table per env (mean ± std and IQM with a
-bootstrap 95% CI over seeds, wall time, steps/s) and RESULTS/curves_ENV.png the learning
-curves. Bad input is one line with exit code 2 before any run starts.
+(pgrad_app/config/hyperparams/AGENT.yaml; --no-tuned: the defaults) and --set overrides, for --steps
+env steps or the entry's n_timesteps, then evaluates its final policy deterministically over 20
+episodes and writes RESULTS/AGENT__ENV__seedS.json. Runs whose JSON exists are skipped; a run that
+fails is reported with the end of its log (RESULTS/logs/) and the others go on; the exit code is 1
+if any failed. RESULTS/README.md gets a table per env (mean ± std and IQM with a bootstrap 95% CI
+over seeds, wall time, steps/s) and RESULTS/curves_ENV.png the learning curves. Bad input is one
+line with exit code 2 before any run starts.
 """
 
 from __future__ import annotations
@@ -68,20 +68,20 @@ def progress(total: int):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    from pgrad_app.experiments import launch as benchmark
-    from pgrad_app.experiments import plan as planning
+    from pgrad_app.experiments.benchmark import launch as launching
+    from pgrad_app.experiments.benchmark import plan as planning
 
     def plan():
         if args.jobs < 1:
             raise UserError(f"--jobs must be >= 1; got {args.jobs}.")
         return planning.plan(args.agents, args.envs, args.seeds, steps=args.steps,
-                              sets=args.set, no_tuned=args.no_tuned,
-                              eval_episodes=args.eval_episodes)
+                             sets=args.set, no_tuned=args.no_tuned,
+                             eval_episodes=args.eval_episodes)
 
     def launch(todo):
         with progress(len(todo)) as echo:
-            return benchmark.launch(todo, args.results, jobs=args.jobs,
-                                    command=benchmark.command_line(argv), echo=echo)
+            return launching.launch(todo, args.results, jobs=args.jobs,
+                                    command=launching.command_line(argv), echo=echo)
 
-    return benchmark.run_and_report(args, plan, launch, "run", f"{args.jobs} at a time")
+    return launching.run_and_report(args, plan, launch, "run", f"{args.jobs} at a time")
 

@@ -7,11 +7,11 @@
 Every combination of the --grid values (each --grid KEY=V1,V2,... is one axis) is run for every
 agent, env and seed, on top of the agent's tuned hyperparameters for the env and --set. A trial
 is a Ray task reserving --cpus-per-trial CPUs (so a local instance runs cores / that many at a
-time): scripts/train.py into RESULTS/runs/NAME, then scripts/evaluate.py (20 deterministic
+time): pgrad-train into RESULTS/runs/NAME, then pgrad-evaluate (20 deterministic
 episodes), then RESULTS/NAME.json. Trials whose JSON exists are skipped, a trial that stopped
 half-way resumes from its checkpoint; one that fails is reported with the end of its log
 (RESULTS/logs/) and the others go on (exit 1 at the end). RESULTS/README.md and
-RESULTS/curves_ENV.png are the benchmark's report (scripts/benchmark.py), one row per agent and
+RESULTS/curves_ENV.png are the benchmark's report (pgrad-benchmark), one row per agent and
 grid point. Needs pgrad[ray]; --ray-address uses a running cluster (RESULTS on a shared file
 system), otherwise a local instance is started and stopped. Bad input: one line, exit 2.
 """
@@ -55,30 +55,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    from pgrad_app.experiments import launch as benchmark
+    from pgrad_app.experiments.benchmark import launch as launching
 
     def plan():
         from pgrad_app.distributed import session
-        from pgrad_app.experiments import sweep
+        from pgrad_app.experiments.sweep import plan as planning
 
         if args.cpus_per_trial < 1:
             raise UserError(f"--cpus-per-trial must be >= 1; got {args.cpus_per_trial}.")
         session.import_ray("sweep.py")
-        return sweep.plan(args.agents, args.envs, args.seeds, steps=args.steps, sets=args.set,
-                          grid=args.grid, no_tuned=args.no_tuned,
-                          eval_episodes=args.eval_episodes)
+        return planning.plan(args.agents, args.envs, args.seeds, steps=args.steps,
+                             sets=args.set, grid=args.grid, no_tuned=args.no_tuned,
+                             eval_episodes=args.eval_episodes)
 
     def launch(todo):
         from pgrad_app.distributed import session
-        from pgrad_app.experiments import sweep
+        from pgrad_app.experiments.sweep import launch as sweep_launch
+        from pgrad_app.experiments.sweep import plan as planning
 
         if not todo:
             return None  # no Ray instance started for nothing
-        sweep.check_started(todo, args.results)  # before Ray starts: files only
+        planning.check_started(todo, args.results)  # before Ray starts: files only
         with session.ray_session(args.ray_address, what="sweep.py"):
-            return sweep.launch(todo, args.results, args.cpus_per_trial,
-                                benchmark.command_line(argv, "sweep"))
+            return sweep_launch.launch(todo, args.results, args.cpus_per_trial,
+                                       launching.command_line(argv, "sweep"))
 
-    return benchmark.run_and_report(args, plan, launch, "trial",
+    return launching.run_and_report(args, plan, launch, "trial",
                                     f"{args.cpus_per_trial} CPU(s) each")
 

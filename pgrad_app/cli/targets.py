@@ -4,8 +4,9 @@
     python scripts/learning_targets.py --rows a2c-cartpole  # one row
     python scripts/learning_targets.py --rows a2c-cartpole --seeds 0 1 2 --set n_steps=8
 
-Prints one JSON object per run and a markdown table at the end (:mod:`pgrad_app.experiments.
-targets`). For the multi-seed final-evaluation benchmark, see scripts/benchmark.py.
+Prints one JSON object per run and a markdown table at the end
+(:mod:`pgrad_app.experiments.benchmark.targets`). For the multi-seed final-evaluation benchmark,
+see scripts/benchmark.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pgrad_app.cli import OneLineParser
 
 
 def build_parser() -> OneLineParser:
-    from pgrad_app.experiments.targets import ROWS
+    from pgrad_app.experiments.benchmark.targets import ROWS
 
     parser = OneLineParser(prog="learning_targets.py", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
@@ -29,7 +30,7 @@ def build_parser() -> OneLineParser:
 
 def main(argv: list[str] | None = None) -> int:
     from pgrad_app.config.values import parse_set
-    from pgrad_app.experiments import targets
+    from pgrad_app.experiments.benchmark import targets
 
     args = build_parser().parse_args(argv)
     overrides = dict(parse_set(p) for p in args.set)

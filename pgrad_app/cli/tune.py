@@ -5,15 +5,15 @@
     pgrad-tune ... --workers 4              # four trials at a time on Ray, one study
     pgrad-tune --agent ppo --env CartPole-v1 --results results/tune-ppo --report-only
 
-Each trial samples the agent's search space (pgrad_app/experiments/search_spaces/AGENT.yaml, or
---space FILE) over its settings (defaults < tuned entry < --set), trains --steps env steps (else
+Each trial samples the agent's search space (pgrad_app/experiments/tuning/search_spaces/AGENT.yaml,
+or --space FILE) over its settings (defaults < tuned entry < --set), trains --steps env steps (else
 the tuned entry's n_timesteps) with --seed, evaluates --n-evaluations times on the way
-(deterministic, --eval-episodes each; the pruner may stop it there) and scores its last
-evaluation's mean return. The study lives in RESULTS/study.db (SQLite) or --storage URL; running
-the same command again continues it, and several processes (or --workers) share it until it
-holds --n-trials trials. RESULTS gets best.yaml (pgrad-train --config best.yaml), README.md with
-the trials, importances and Optuna's figures, and trials/trial-N.log. Bad input is one line
-with exit code 2 before any trial starts; the exit code is 1 if no trial completed.
+(deterministic, --eval-episodes each; the pruner may stop it there) and scores its last evaluation's
+mean return. The study lives in RESULTS/study.db (SQLite) or --storage URL; running the same command
+again continues it, and several processes (or --workers) share it until it holds --n-trials trials.
+RESULTS gets best.yaml (pgrad-train --config best.yaml), README.md with the trials, importances and
+Optuna's figures, and trials/trial-N.log. Bad input is one line with exit code 2 before any trial
+starts; the exit code is 1 if no trial completed.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=0, metavar="S", help="seed of every trial's agent, and of "
         "the sampler (mixed with each trial's number; default: 0)")
     add("--space", metavar="FILE", help="search space YAML (default: the agent's own, "
-        "pgrad_app/experiments/search_spaces/AGENT.yaml; docs/tuning.md)")
+        "pgrad_app/experiments/tuning/search_spaces/AGENT.yaml; docs/tuning.md)")
     add("--set", action="append", default=[], metavar="KEY=VALUE",
         help="fix a hyperparameter of every trial (repeatable; not one the space samples)")
     add("--no-tuned", action="store_true",
@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from pgrad_app.experiments import tune, tune_report, tune_study, tune_trials
+    from pgrad_app.experiments.tuning import report as tune_report
+    from pgrad_app.experiments.tuning import search as tune
+    from pgrad_app.experiments.tuning import study as tune_study
+    from pgrad_app.experiments.tuning import trials as tune_trials
 
     optuna = tune_study.import_optuna()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per trial is ours

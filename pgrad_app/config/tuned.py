@@ -16,13 +16,16 @@ The YAML files live inside the package (``pgrad_app/config/hyperparams/``, insta
 package data), so an installed wheel finds them exactly as a checkout does; that folder is the one
 source of truth, and ``configs/README.md`` at the top of the repository points to it.
 ``pgrad-train`` applies an entry between the defaults and ``--config`` (``--no-tuned``
-skips it); ``scripts/benchmark.py`` uses it and its budget. Files are read with
+skips it); ``pgrad-benchmark`` uses it and its budget. Files are read with
 ``yaml.safe_load``; every key is checked against the agent's ``Config`` and every value typed
-and validated, with errors naming the file, the env and the key.
+and validated, with errors naming the file, the env and the key. :func:`lookup` reads the table
+once and returns the whole entry (hyperparameters, budget, key, file) for a run or a plan to pass
+down; :func:`tuned`, :func:`budget` and :func:`entry_key` each give one part of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +51,14 @@ def family(env_id: str) -> str | None:
     return next((key for key, member in FAMILIES if member(env_id)), None)
 
 
-def _entry(agent_name: str, env_id: str, directory: Path | None) -> tuple[str, dict] | None:
-    """``(key, raw entry)`` for ``env_id``: its own entry, else its family's; or None."""
-    env_id = env_id.split(":")[-1]
-    table = load_table(agent_name, directory)
-    for key in (env_id, family(env_id)):
-        if key is not None and key in table:
-            return key, table[key]
-    return None
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One agent's tuned entry for one env, read once and checked: what every caller needs."""
+
+    key: str  # the table's key used: the env id, or its family (``"atari"``, ``"minatar"``)
+    path: Path  # the table it comes from
+    hyperparameters: dict[str, Any]  # typed as the Config fields; ``n_timesteps`` not among them
+    budget: int | None  # the entry's ``n_timesteps`` (env steps), or None
 
 
 def path_for(agent_name: str, directory: Path | None = None) -> Path:
@@ -106,9 +109,8 @@ def _checked(agent_name: str, env_id: str, entry: dict, path: Path) -> tuple[dic
     return {key: getattr(cfg, key) for key in hyper}, budget
 
 
-def tuned(agent_name: str, env_id: str,
-          directory: Path | None = None) -> tuple[dict[str, Any], Path] | None:
-    """The tuned hyperparameters of ``agent_name`` on ``env_id`` and the file they come from.
+def lookup(agent_name: str, env_id: str, directory: Path | None = None) -> Entry | None:
+    """The tuned entry of ``agent_name`` on ``env_id``: the table read once, the entry checked.
 
     Args:
       agent_name: a registered agent (``agents.names()``).
@@ -117,32 +119,39 @@ def tuned(agent_name: str, env_id: str,
       directory: folder of the tables (default: :data:`CONFIG_DIR`).
 
     Returns:
-      ``(hyperparameters, path)`` -- values typed as the ``Config`` fields (``n_timesteps`` is
-      not among them, see :func:`budget`) -- or None when the agent has no entry for the env.
+      The :class:`Entry`, or None when the agent has no entry for the env (or no table).
 
     Raises:
-      UserError: an unknown key or a bad value in the entry, naming the file, env and key.
+      UserError: malformed YAML, an unknown key or a bad value in the entry, naming the file,
+        env and key.
     """
-    found = _entry(agent_name, env_id, directory)
-    if found is None:
+    env_id = env_id.split(":")[-1]
+    table = load_table(agent_name, directory)
+    key = next((k for k in (env_id, family(env_id)) if k is not None and k in table), None)
+    if key is None:
         return None
     path = path_for(agent_name, directory)
-    hyper, _ = _checked(agent_name, found[0], found[1], path)
-    return hyper, path
+    hyper, budget = _checked(agent_name, key, table[key], path)
+    return Entry(key, path, hyper, budget)
+
+
+def tuned(agent_name: str, env_id: str,
+          directory: Path | None = None) -> tuple[dict[str, Any], Path] | None:
+    """``(hyperparameters, path)`` of :func:`lookup`'s entry, or None (no entry for the env)."""
+    found = lookup(agent_name, env_id, directory)
+    return None if found is None else (found.hyperparameters, found.path)
 
 
 def entry_key(agent_name: str, env_id: str, directory: Path | None = None) -> str | None:
-    """The key of the entry :func:`tuned` uses for ``env_id`` (its id or its family), or None."""
-    found = _entry(agent_name, env_id, directory)
-    return None if found is None else found[0]
+    """The key of the entry :func:`lookup` uses for ``env_id`` (its id or its family), or None."""
+    found = lookup(agent_name, env_id, directory)
+    return None if found is None else found.key
 
 
 def budget(agent_name: str, env_id: str, directory: Path | None = None) -> int | None:
     """The entry's ``n_timesteps`` (env steps), or None if there is no entry or no budget."""
-    found = _entry(agent_name, env_id, directory)
-    if found is None:
-        return None
-    return _checked(agent_name, found[0], found[1], path_for(agent_name, directory))[1]
+    found = lookup(agent_name, env_id, directory)
+    return None if found is None else found.budget
 
 
 def shipped() -> dict[str, list[str]]:

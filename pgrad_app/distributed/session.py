@@ -1,7 +1,7 @@
 """Ray sessions for pgrad's commands: import Ray or name the extra, connect to a cluster or
 start (and stop) a local instance, and the runtime env that puts this checkout on the path of
 pgrad's actors and tasks (:mod:`pgrad_app.distributed.workers`,
-:mod:`pgrad_app.experiments.sweep`)."""
+:mod:`pgrad_app.experiments.sweep.launch`)."""
 
 from __future__ import annotations
 

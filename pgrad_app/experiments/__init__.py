@@ -1,2 +1,2 @@
-"""Learning experiments over many runs: the benchmark (plan, launch, one run per process, report,
-statistics), the Ray sweep and the learning targets. Imports run, distributed, config below it."""
+"""Learning experiments over many runs: the benchmark (``benchmark/``), sweeps on Ray (``sweep/``)
+and hyperparameter search (``tuning/``). Imports run, distributed and config below it."""

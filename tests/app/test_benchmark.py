@@ -14,10 +14,10 @@ import pytest
 
 from pgrad_app.config import tuned as hyperparams
 from pgrad_app.errors import UserError
-from pgrad_app.experiments import launch, stats
-from pgrad_app.experiments import plan as benchmark
-from pgrad_app.experiments import report as bench_report
-from pgrad_app.experiments.single_run import downsample
+from pgrad_app.experiments.benchmark import launch, stats
+from pgrad_app.experiments.benchmark import plan as benchmark
+from pgrad_app.experiments.benchmark import report as benchmark_report
+from pgrad_app.experiments.benchmark.single_run import downsample
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2000
@@ -48,7 +48,7 @@ gym.register("BenchCrash-v0", entry_point=Crash)
 '''
 
 
-def bench(*args, cwd: Path, timeout: int = 400) -> subprocess.CompletedProcess:
+def run_benchmark(*args, cwd: Path, timeout: int = 400) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"),
                            *map(str, args)], cwd=cwd, capture_output=True, text=True,
@@ -65,9 +65,9 @@ def table_row(readme: str, env: str, agent: str) -> list[str]:
 def test_benchmark_runs_resumes_reports_and_survives_a_crash(tmp_path):
     (tmp_path / "benchcrash.py").write_text(CRASH_ENV)
     results = tmp_path / "results"
-    proc = bench("--agents", "a2c", "--envs", "CartPole-v1", "benchcrash:BenchCrash-v0",
-                 "--seeds", 0, 1, "--steps", STEPS, "--jobs", 2, "--results", results,
-                 cwd=tmp_path)
+    proc = run_benchmark("--agents", "a2c", "--envs", "CartPole-v1", "benchcrash:BenchCrash-v0",
+                         "--seeds", 0, 1, "--steps", STEPS, "--jobs", 2, "--results", results,
+                         cwd=tmp_path)
     # The crashing runs are reported with the end of their log; the others finish.
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "4 runs, 0 already in" in proc.stdout
@@ -114,13 +114,13 @@ def test_benchmark_runs_resumes_reports_and_survives_a_crash(tmp_path):
 
     # Again: the finished runs are skipped, nothing is rerun or rewritten.
     before = {n: (results / n).read_bytes() for n in names}
-    proc = bench("--agents", "a2c", "--envs", "CartPole-v1", "--seeds", 0, 1, "--steps", STEPS,
-                 "--results", results, cwd=tmp_path)
+    proc = run_benchmark("--agents", "a2c", "--envs", "CartPole-v1", "--seeds", 0, 1,
+                         "--steps", STEPS, "--results", results, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "2 runs, 2 already in" in proc.stdout and "0 to run" in proc.stdout
     assert {n: (results / n).read_bytes() for n in names} == before
     (results / "README.md").unlink()
-    proc = bench("--results", results, "--report-only", cwd=tmp_path)
+    proc = run_benchmark("--results", results, "--report-only", cwd=tmp_path)
     assert proc.returncode == 0 and (results / "README.md").read_text() == readme
 
 
@@ -204,11 +204,11 @@ def test_downsample_averages_blocks_of_episodes():
 
 def test_smoothed_is_the_rolling_mean_of_the_last_20_episodes():
     run = {"curve": [[i + 1, float(i)] for i in range(30)], "curve_block": 1}
-    steps, values = bench_report.smoothed(run)
+    steps, values = benchmark_report.smoothed(run)
     assert steps[0] == 1 and values[0] == 0.0 and values[3] == pytest.approx(1.5)
     assert values[19] == pytest.approx(9.5) and values[29] == pytest.approx(np.mean(range(10, 30)))
     run = {"curve": [[i + 1, float(i)] for i in range(30)], "curve_block": 10}  # 2 points
-    assert bench_report.smoothed(run)[1][5] == pytest.approx(4.5)
+    assert benchmark_report.smoothed(run)[1][5] == pytest.approx(4.5)
 
 
 def fake_run(agent, seed, score, env="Toy-v0", steps=1000):
@@ -223,10 +223,10 @@ def fake_run(agent, seed, score, env="Toy-v0", steps=1000):
 
 def test_curve_band_uses_the_common_step_range():
     runs = [fake_run("a2c", s, 0.0) for s in (0, 1, 2)]
-    grid, mean, lower, upper = bench_report.curve_band(runs, points=5)
+    grid, mean, lower, upper = benchmark_report.curve_band(runs, points=5)
     assert grid[0] == 120 and grid[-1] == 1000  # the latest first step, the earliest last one
     assert np.all(lower <= mean) and np.all(mean <= upper)
-    assert bench_report.curve_band([{"curve": []}]) is None
+    assert benchmark_report.curve_band([{"curve": []}]) is None
 
 
 def test_report_table_and_files(tmp_path):
@@ -237,7 +237,7 @@ def test_report_table_and_files(tmp_path):
             (tmp_path / f"{agent}__Toy-v0__seed{seed}.json").write_text(json.dumps(run))
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "ppo__Toy-v0__seed3.spec.json").write_text("{}")
-    readme = bench_report.write_report(tmp_path).read_text()
+    readme = benchmark_report.write_report(tmp_path).read_text()
     a2c = table_row(readme, "Toy-v0", "a2c")
     # IQM of 4 scores: drop 1 at each end -> (20 + 30) / 2; std over seeds with ddof 0.
     assert a2c[1] == "4 (0, 1, 2, 3)" and a2c[3] == f"40.0 ± {np.std([10, 30, 20, 100]):.1f}"
@@ -251,12 +251,12 @@ def test_report_table_and_files(tmp_path):
 def test_report_names_a_broken_result(tmp_path):
     (tmp_path / "a2c__X__seed0.json").write_text("{not json")
     with pytest.raises(ValueError, match="a2c__X__seed0.json: not a valid result"):
-        bench_report.load_results(tmp_path)
+        benchmark_report.load_results(tmp_path)
 
 
 @pytest.mark.subprocess
 def test_bench_run_module_needs_a_spec():
-    proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.single_run"],
+    proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.benchmark.single_run"],
                           capture_output=True, text=True, env=launch.child_env(1), timeout=120)
     assert proc.returncode == 2 and "usage" in proc.stderr
 
@@ -268,7 +268,7 @@ def test_bench_run_module_needs_a_spec():
 
 def _single_run(spec_file: Path) -> subprocess.Popen:
     env = launch.child_env(1)
-    return subprocess.Popen([sys.executable, "-m", "pgrad_app.experiments.single_run",
+    return subprocess.Popen([sys.executable, "-m", "pgrad_app.experiments.benchmark.single_run",
                              str(spec_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
 
@@ -325,7 +325,7 @@ def test_a_checkpoint_of_other_settings_is_refused_and_kept(tmp_path):
     import agents
     from agents.learning import progress_meta
     from agents.persistence import save_checkpoint
-    from pgrad_app.experiments import single_run
+    from pgrad_app.experiments.benchmark import single_run
 
     (spec,) = benchmark.plan(["a2c"], ["CartPole-v1"], [3], steps=4000, eval_episodes=3)
     spec = {**launch.dataclasses.asdict(spec),
@@ -337,7 +337,7 @@ def test_a_checkpoint_of_other_settings_is_refused_and_kept(tmp_path):
         agent.learn(20, progress=False)
         theirs = {**{k: spec[k] for k in single_run.SAME_RUN}, "budget": 8000}
         save_checkpoint(agent, ckpt, {**progress_meta(agent),
-                                      "bench": {"run": theirs, "episodes": []}})
+                                      single_run.META_KEY: {"run": theirs, "episodes": []}})
         with pytest.raises(SystemExit, match="checkpoint of this run with other budget; "
                                              "delete .* to start the run again"):
             single_run.resume(agent, spec, ckpt)
@@ -345,12 +345,14 @@ def test_a_checkpoint_of_other_settings_is_refused_and_kept(tmp_path):
         theirs["budget"] = spec["budget"]
         theirs["hyperparameters"] = {**spec["hyperparameters"], "gamma": 0.5}
         save_checkpoint(agent, ckpt, {**progress_meta(agent),
-                                      "bench": {"run": theirs, "episodes": []}})
+                                      single_run.META_KEY: {"run": theirs, "episodes": []}})
         with pytest.raises(SystemExit, match="other hyperparameter gamma; delete"):
             single_run.resume(agent, spec, ckpt)
-        # A field a newer pgrad added (or dropped) does not make it another run.
+        # A field a newer pgrad added (or dropped) does not make it another run; a checkpoint
+        # written under the record's earlier key ("bench") is continued as well.
         theirs["hyperparameters"] = {**spec["hyperparameters"], "field_of_the_future": 1}
         del theirs["hyperparameters"]["gamma"]
+        assert single_run.OLD_META_KEY == "bench"
         save_checkpoint(agent, ckpt, {**progress_meta(agent),
                                       "bench": {"run": theirs, "episodes": [[10, 9.0]]}})
         assert single_run.resume(agent, spec, ckpt) == ([(10, 9.0)], [int(agent.env_steps)])

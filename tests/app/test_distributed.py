@@ -19,7 +19,7 @@ from pgrad_app.cli import sweep as sweep_cli
 from pgrad_app.distributed import merge, session
 from pgrad_app.distributed import workers as distributed
 from pgrad_app.errors import UserError, run_cli
-from pgrad_app.experiments import sweep
+from pgrad_app.experiments.sweep import plan as sweep
 
 SMALL = ("--no-tuned", "--num-envs", "4", "--set", "n_steps=16", "--quiet")
 

@@ -254,3 +254,57 @@ def test_train_names_the_family_entry_as_the_source():
     _, cfg, _, source, path = resolve("--agent", "ppo", "--env", "MinAtar/Freeway-v1")
     assert cfg.num_envs == 64 and path.name == "ppo.yaml"
     assert source["num_envs"].endswith("ppo.yaml: minatar: num_envs")
+
+
+# ---------------------------------------------------------------------------------------------
+# One lookup: a plan reads each table once, and passes the entry down.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_lookup_is_the_whole_entry_the_parts_agree_with():
+    entry = hyperparams.lookup("ppo", "ALE/Pong-v5")
+    assert (entry.key, entry.path) == ("atari", hyperparams.path_for("ppo"))
+    assert entry.hyperparameters == hyperparams.tuned("ppo", "ALE/Pong-v5")[0]
+    assert entry.budget == hyperparams.budget("ppo", "ALE/Pong-v5") == 10_000_000
+    assert hyperparams.lookup("a2c", "MountainCar-v0") is None
+
+
+@pytest.fixture
+def table_reads(monkeypatch):
+    """The tuned tables read (paths, in order) while the test runs."""
+    from pgrad_app.config import yamlfile
+
+    reads, real = [], yamlfile.load_yaml
+
+    def load_yaml(path, *args, **kwargs):
+        if Path(path).parent == hyperparams.CONFIG_DIR:
+            reads.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(yamlfile, "load_yaml", load_yaml)
+    return reads
+
+
+def test_a_sweep_plan_reads_each_tuned_table_once(table_reads):
+    from pgrad_app.experiments.sweep import plan as sweep
+
+    trials = sweep.plan(["a2c", "ppo"], ["CartPole-v1"], [0, 1],
+                        grid=["learning_rate=1e-3,3e-3,1e-2"])
+    assert len(trials) == 12  # 3 points x 2 agents x 2 seeds
+    assert sorted(table_reads) == ["a2c.yaml", "ppo.yaml"]
+    budgets = {t.agent: t.budget for t in trials}
+    assert budgets == {a: hyperparams.budget(a, "CartPole-v1") for a in ("a2c", "ppo")}
+
+
+def test_a_benchmark_and_a_tuning_plan_read_the_table_once(table_reads):
+    from pgrad_app.experiments.benchmark import plan as benchmark
+    from pgrad_app.experiments.tuning import study
+
+    specs = benchmark.plan(["a2c"], ["CartPole-v1", "Acrobot-v1"], [0, 1, 2])
+    assert len(specs) == 6 and table_reads == ["a2c.yaml", "a2c.yaml"]  # one per (agent, env)
+    table_reads.clear()
+    study.plan("a2c", "CartPole-v1", steps=1000)
+    assert table_reads == ["a2c.yaml"]
+    table_reads.clear()
+    assert benchmark.plan(["a2c"], ["CartPole-v1"], [0], steps=10, no_tuned=True)
+    assert table_reads == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pgrad_app.experiments import stats
+from pgrad_app.experiments.benchmark import stats
 
 
 @pytest.mark.parametrize("scores, expected", [

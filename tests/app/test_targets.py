@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgrad_app.experiments import targets
+from pgrad_app.experiments.benchmark import targets
 
 
 @pytest.fixture

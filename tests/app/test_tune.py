@@ -22,15 +22,13 @@ optuna = pytest.importorskip("optuna")
 
 import agents  # noqa: E402
 import pgrad  # noqa: E402
-from pgrad.rl.evaluation import eval_seed  # noqa: E402
+from pgrad.rl.evaluation.evaluate_policy import eval_seed  # noqa: E402
 from pgrad_app.cli import tune as tune_cli  # noqa: E402
 from pgrad_app.errors import Interrupted, UserError, run_cli  # noqa: E402
-from pgrad_app.experiments import (  # noqa: E402
-    search_spaces,
-    tune,
-    tune_study,
-    tune_trials,
-)
+from pgrad_app.experiments.tuning import search as tune  # noqa: E402
+from pgrad_app.experiments.tuning import search_spaces  # noqa: E402
+from pgrad_app.experiments.tuning import study as tune_study  # noqa: E402
+from pgrad_app.experiments.tuning import trials as tune_trials  # noqa: E402
 
 #: The pruning study's space: 1e-9 leaves the initial policy as it is (seed 2: a deterministic
 #: return of 114 on its evaluation episodes), 5.0 collapses it onto one action within a few

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.experiments.plots import plot_env
-from pgrad_app.experiments.report import curve_band, read_result, smoothed
+from pgrad_app.experiments.benchmark.plots import plot_env
+from pgrad_app.experiments.benchmark.report import curve_band, read_result, smoothed
 
 
 def main(argv: list[str]) -> None:

@@ -10,7 +10,7 @@ separated by spaces. The training return of a run is the mean of its stored trai
 returns (the sampling policy's, as RLlib's ``episode_return_mean``) that ended after
 ``budget - N`` env steps, to the run's end (a PPO run of 16 x 1024 steps ends at 1,015,808).
 The interval is a percentile bootstrap that resamples each side's seeds independently, with
-replacement (``pgrad_app.experiments.stats.bootstrap_ci`` with one column per side): the
+replacement (``pgrad_app.experiments.benchmark.stats.bootstrap_ci`` with one column per side): the
 seeds of the two sides are not paired (the same seed gives different training episodes).
 Beside it, the exact two-sided permutation p-value of the difference (every split of the pooled
 seeds; with few seeds a percentile bootstrap interval is somewhat too narrow, the permutation
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.experiments import stats
-from pgrad_app.experiments.report import read_result
+from pgrad_app.experiments.benchmark import stats
+from pgrad_app.experiments.benchmark.report import read_result
 
 
 def training_return(run: dict, last: int) -> float:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.experiments import report, stats
-from pgrad_app.experiments.plots import plot_env
+from pgrad_app.experiments.benchmark import report, stats
+from pgrad_app.experiments.benchmark.plots import plot_env
 
 HERE = Path(__file__).resolve().parent
 #: folder -> label

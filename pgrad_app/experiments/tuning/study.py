@@ -1,6 +1,6 @@
 """The study of ``pgrad-tune``: what every trial shares (:class:`TuneSpec`, :func:`plan`), the
 storage and the study in it, the sampler and pruner, and which trials count (see
-:mod:`pgrad_app.experiments.tune`)."""
+:mod:`pgrad_app.experiments.tuning.search`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import numpy as np
 
 from pgrad_app.config.values import to_plain
 from pgrad_app.errors import UserError, one_line
-from pgrad_app.experiments import plan as planning
-from pgrad_app.experiments import search_spaces
+from pgrad_app.experiments.benchmark import plan as planning
+from pgrad_app.experiments.tuning import search_spaces
 
 STUDY_FILE = "study.db"
 BEST, REPORT = "best.yaml", "README.md"
@@ -75,8 +75,8 @@ def plan(agent: str, env: str, *, steps: int | None = None, sets=(), no_tuned: b
     """Resolves and checks everything a study needs before any trial runs.
 
     Raises:
-      UserError: as :func:`pgrad_app.experiments.plan.plan`; a bad space file; ``--set`` fixing
-        a key the space searches; evaluation counts out of range.
+      UserError: as :func:`pgrad_app.experiments.benchmark.plan.plan`; a bad space file;
+        ``--set`` fixing a key the space searches; evaluation counts out of range.
     """
     import agents
 

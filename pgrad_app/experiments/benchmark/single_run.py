@@ -1,14 +1,15 @@
 """One benchmark run in its own process: train, evaluate, write the result JSON atomically.
 
-    python -m pgrad_app.experiments.single_run RESULTS/logs/NAME.spec.json
+    python -m pgrad_app.experiments.benchmark.single_run RESULTS/logs/NAME.spec.json
 
-The spec is written by :func:`pgrad_app.experiments.launch.run_one` (a :class:`RunSpec`
+The spec is written by :func:`pgrad_app.experiments.benchmark.launch.run_one` (a ``RunSpec``
 plus ``out``, ``threads``, ``command``, ``pgrad_commit``, ``jobs``); running this command again by
 hand repeats
 the run exactly. The run trains with the Python API (``agent.learn(budget)`` with callbacks that
 record every finished training episode and log progress), then evaluates the final policy
 deterministically (``pgrad.evaluate``, the evaluation protocol of
-:func:`pgrad.rl.evaluation.eval_seed`: episodes reset from seed ``seed + 10_000``). The result
+:func:`pgrad.rl.evaluation.evaluate_policy.eval_seed`: episodes reset from seed ``seed + 10_000``).
+The result
 (``SCHEMA`` 1)::
 
     {"schema": 1, "agent", "env", "seed", "budget", "steps" (env steps trained, >= budget),
@@ -26,7 +27,7 @@ Long runs survive being stopped: every ``checkpoint_every_s`` seconds of trainin
 default :data:`CHECKPOINT_EVERY_S`), when SIGTERM or SIGINT stops the run, and once the budget is
 trained (a stop during the evaluation then costs only the evaluation), the agent and the
 episodes recorded so far are written to ``RESULTS/checkpoints/NAME/`` (verified checkpoints,
-:mod:`pgrad.rl.checkpoint`, the newest two kept). Launching the run again continues from the
+:mod:`pgrad.rl.storage.checkpoint`, the newest two kept). Launching the run again continues from the
 newest good one (a damaged one is skipped with a warning, the previous one is used) up to the
 same budget; the checkpoints are deleted once the result is written. A resumed run is not
 bit-identical to an uninterrupted one (the envs restart their episodes at the checkpoint; the
@@ -56,6 +57,9 @@ MAX_CURVE_POINTS = 2000
 CHECKPOINT_EVERY_S = 300.0
 #: What must match for a checkpoint to be continued (the rest, e.g. threads, may change).
 SAME_RUN = ("agent", "env", "seed", "budget", "hyperparameters")
+#: The checkpoint metadata key of the run's own record (checkpoints written before this name
+#: hold it under OLD_META_KEY, still read).
+META_KEY, OLD_META_KEY = "benchmark", "bench"
 
 
 def limit_threads(threads: int) -> None:
@@ -138,14 +142,14 @@ def resume(agent, spec: dict[str, Any], ckpt: Path) -> tuple[list[tuple[int, flo
       SystemExit: the checkpoint is of other settings (one line; nothing is deleted).
     """
     from agents.persistence import restore
-    from pgrad.rl.checkpoint import CheckpointStore
+    from pgrad.rl.storage.checkpoint import CheckpointStore
 
     if not CheckpointStore(ckpt).checkpoints():
         return [], []
     meta, path = restore(agent, ckpt, warn=lambda text: print(f"warning: {text}",
                                                                 file=sys.stderr, flush=True))
-    bench = meta.get("bench") or {}
-    theirs = bench.get("run") or {}
+    record = meta.get(META_KEY) or meta.get(OLD_META_KEY) or {}
+    theirs = record.get("run") or {}
     changed = [k for k in SAME_RUN if k != "hyperparameters" and theirs.get(k) != spec.get(k)]
     ours_hp, their_hp = spec.get("hyperparameters") or {}, theirs.get("hyperparameters") or {}
     # A field only one side knows is one a newer pgrad added (at its default) or dropped:
@@ -156,8 +160,8 @@ def resume(agent, spec: dict[str, Any], ckpt: Path) -> tuple[list[tuple[int, flo
         raise SystemExit(f"error: {path} is a checkpoint of this run with other "
                          f"{', '.join(changed)}; delete {ckpt} to start the run again.")
     agent.learn_stats.load_meta(meta)
-    episodes = [(int(s), float(r)) for s, r in bench.get("episodes", [])]
-    resumed = [*map(int, bench.get("resumed_from", [])), int(agent.env_steps)]
+    episodes = [(int(s), float(r)) for s, r in record.get("episodes", [])]
+    resumed = [*map(int, record.get("resumed_from", [])), int(agent.env_steps)]
     print(f"resumed from {path} at env step {int(agent.env_steps):,} "
           f"({len(episodes)} episodes before it)", file=sys.stderr, flush=True)
     return episodes, resumed
@@ -174,7 +178,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     import pgrad
     from agents.learning import progress_meta
     from agents.persistence import save_checkpoint
-    from pgrad.rl.evaluation import eval_seed
+    from pgrad.rl.evaluation.evaluate_policy import eval_seed
     from pgrad_app.config import plugins
     from pgrad_app.config import settings as config_lib
 
@@ -191,8 +195,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     def save(episodes, resumed) -> None:
         run_record = {k: spec.get(k) for k in SAME_RUN}
-        bench = {"run": run_record, "episodes": episodes, "resumed_from": resumed}
-        save_checkpoint(agent, ckpt, {**progress_meta(agent), "bench": bench}, keep=2)
+        record = {"run": run_record, "episodes": episodes, "resumed_from": resumed}
+        save_checkpoint(agent, ckpt, {**progress_meta(agent), META_KEY: record}, keep=2)
         last_save[0] = time.monotonic()
 
     try:
@@ -257,7 +261,8 @@ def write_atomic(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m pgrad_app.experiments.single_run SPEC.json", file=sys.stderr)
+        print("usage: python -m pgrad_app.experiments.benchmark.single_run SPEC.json",
+              file=sys.stderr)
         return 2
     spec = json.loads(Path(args[0]).read_text())
     result = run(spec)

@@ -1,11 +1,10 @@
 """Benchmark results -> per-env tables and learning curves (reusable by any runner of runs).
 
 Reads the result JSONs a benchmark folder holds (schema:
-``pgrad_app/experiments/single_run.py``), and writes ``README.md``: per env, one row per agent with
-the seeds, the final deterministic
-evaluation (mean +- std over seeds of each seed's 20-episode mean), the IQM over seeds with a
-stratified-bootstrap 95% CI (``pgrad_app.experiments.stats``), mean training wall time and
-steps/s; and
+``pgrad_app/experiments/benchmark/single_run.py``), and writes ``README.md``: per env, one row per
+agent with the seeds, the final deterministic evaluation (mean +- std over seeds of each seed's
+20-episode mean), the IQM over seeds with a stratified-bootstrap 95% CI
+(:mod:`pgrad_app.experiments.benchmark.stats`), mean training wall time and steps/s; and
 ``curves_ENV.png``: per agent, the mean over seeds (with a bootstrap 95% band) of the rolling
 mean of the last 20 training-episode returns, interpolated onto a common env-step grid.
 """
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.experiments import stats
+from pgrad_app.experiments.benchmark import stats
 
 ROLLING_EPISODES = 20
 GRID_POINTS = 200
@@ -210,7 +209,7 @@ def markdown(runs: list[dict], missing: list[str] = ()) -> str:
 
 def write_report(results: Path) -> Path:
     """Writes ``README.md`` and one curve PNG per env into ``results``; returns the README."""
-    from pgrad_app.experiments.plots import plot_env
+    from pgrad_app.experiments.benchmark.plots import plot_env
 
     results = Path(results)
     runs = load_results(results)

@@ -1,6 +1,6 @@
 """One trial of ``pgrad-tune``: sample, build, train with ``agent.learn`` and the callbacks that
 report evaluations to the pruner, guard against divergence and handle signals (see
-:mod:`pgrad_app.experiments.tune`)."""
+:mod:`pgrad_app.experiments.tuning.search`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import numpy as np
 
 from agents.callbacks import EvalCallback
 from agents.learning import Callback, Loop
-from pgrad.rl.evaluation import eval_seed
+from pgrad.rl.evaluation.evaluate_policy import eval_seed
 from pgrad_app.config import plugins
 from pgrad_app.config import settings as config_lib
 from pgrad_app.config.values import to_plain
 from pgrad_app.errors import Interrupted, RunError, UserError, one_line
-from pgrad_app.experiments.tune_study import (
+from pgrad_app.experiments.tuning.study import (
     TRIAL_LOGS,
     TuneSpec,
     counted_trials,

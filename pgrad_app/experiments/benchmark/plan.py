@@ -1,28 +1,30 @@
 """Planning a multi-seed benchmark: every run resolved and checked before anything starts.
 
 :func:`plan` resolves every run's hyperparameters in this process (defaults < the tuned entry of
-``pgrad_app/config/hyperparams/AGENT.yaml`` < ``--set``) into a :class:`RunSpec`;
-:func:`check_existing`
-compares the plan with the results already on disk (a finished run is skipped, one made with
-other settings refused). :mod:`pgrad_app.experiments.launch` runs what is left.
+``pgrad_app/config/hyperparams/AGENT.yaml`` < ``--set``) into a :class:`RunSpec`, looking each
+agent's entry for each env up once (:func:`tuned_entries`; a sweep passes them to every grid
+point's plan); :func:`check_existing` compares the plan with the results already on disk (a
+finished run is skipped, one made with other settings refused).
+:mod:`pgrad_app.experiments.benchmark.launch` runs what is left.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pgrad_app.config import plugins
+from pgrad_app.config import plugins, tuned
 from pgrad_app.config import settings as config_lib
-from pgrad_app.config import tuned as hyperparams
 from pgrad_app.config.values import parse_set, to_plain
 from pgrad_app.errors import UserError, one_line
-from pgrad_app.experiments.report import read_result
+from pgrad_app.experiments.benchmark.report import read_result
 
 #: The folder holding pgrad/, agents/ and pgrad_app/ (tuned tables are recorded relative to it).
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+#: Each (agent, env)'s tuned entry, or None (no entry, or ``--no-tuned``).
+TunedEntries = Mapping[tuple[str, str], tuned.Entry | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +50,30 @@ def result_path(results: Path, spec: RunSpec) -> Path:
     return Path(results) / f"{spec.name}.json"
 
 
+def tuned_entries(agent_names: Sequence[str], env_ids: Sequence[str],
+                  no_tuned: bool = False) -> dict[tuple[str, str], tuned.Entry | None]:
+    """Each agent's tuned entry for each env, each looked up once (all None with ``no_tuned``).
+
+    Raises:
+      UserError: a malformed table or a bad entry (naming the file, env and key).
+    """
+    return {(agent, env): None if no_tuned else tuned.lookup(agent, env)
+            for agent in agent_names for env in env_ids}
+
+
 def plan(agent_names: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int],
          steps: int | None = None, sets: Sequence[str] = (), no_tuned: bool = False,
-         eval_episodes: int = 20) -> list[RunSpec]:
+         eval_episodes: int = 20, entries: TunedEntries | None = None) -> list[RunSpec]:
     """Every run, hyperparameters resolved and validated (defaults < tuned < ``--set``).
+
+    Args:
+      agent_names, env_ids, seeds: the grid of runs.
+      steps: env steps per run (default: the tuned entry's ``n_timesteps``).
+      sets: ``KEY=VALUE`` overrides of every run.
+      no_tuned: the plain defaults (ignored when ``entries`` is given).
+      eval_episodes: deterministic evaluation episodes per run.
+      entries: the tuned entries already looked up (:func:`tuned_entries`); default: looked up
+        here, once per (agent, env).
 
     Raises:
       UserError: an unknown agent, env or key, a bad value, or no budget (no ``steps`` and no
@@ -66,6 +88,8 @@ def plan(agent_names: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int
     if any(s < 0 for s in seeds):
         raise UserError(f"--seeds must be >= 0; got {list(seeds)}.")
     pairs = [parse_set(p) for p in sets]
+    if entries is None:
+        entries = tuned_entries(agent_names, env_ids, no_tuned)
     specs = []
     for agent_name in agent_names:
         try:
@@ -82,15 +106,16 @@ def plan(agent_names: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int
             overrides.update(hyper)
         for env in env_ids:
             plugins.resolve_env(env)  # imports module:EnvId plug-ins, checks the id
-            found = None if no_tuned else hyperparams.tuned(agent_name, env)
-            tuned_values, tuned_from = found or ({}, None)
+            entry = entries[(agent_name, env)]
+            tuned_values = entry.hyperparameters if entry is not None else {}
+            tuned_from = entry.path if entry is not None else None
             source = {k: f"{tuned_from}: {env}: {k}" for k in tuned_values}
             source.update({k: f"--set {k} (agent {agent_name})" for k in overrides})
             cfg = config_lib.build(config_cls, {**tuned_values, **overrides}, source)
-            budget = steps or hyperparams.budget(agent_name, env)
+            budget = steps or (entry.budget if entry is not None else None)
             if budget is None:
                 raise UserError(f"no budget for {agent_name} on {env}: "
-                                f"{hyperparams.path_for(agent_name)} has no n_timesteps for "
+                                f"{tuned.path_for(agent_name)} has no n_timesteps for "
                                 "it; pass --steps N.")
             hyper = {f.name: to_plain(getattr(cfg, f.name))
                      for f in dataclasses.fields(cfg)}

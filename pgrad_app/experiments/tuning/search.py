@@ -1,23 +1,24 @@
 """Hyperparameter search with Optuna: one study in a database, trials trained by ``agent.learn``.
 
 This module runs the trials (in this process or in Ray tasks); the study and its settings are in
-:mod:`~pgrad_app.experiments.tune_study`, one trial in :mod:`~pgrad_app.experiments.tune_trials`,
-the outputs in :mod:`~pgrad_app.experiments.tune_report`.
+:mod:`pgrad_app.experiments.tuning.study`, one trial in :mod:`pgrad_app.experiments.tuning.trials`,
+the outputs in :mod:`pgrad_app.experiments.tuning.report`.
 
-:func:`plan` resolves what every trial shares (defaults < the tuned entry < ``--set``, the
-budget, the search space of :mod:`pgrad_app.experiments.search_spaces`) into a :class:`TuneSpec`;
-:func:`open_study` opens the study in its storage (SQLite by default, one file; any SQLAlchemy
-URL) and refuses one made with other settings; :func:`work` runs trials in this process until the
-study holds ``n_trials`` counted trials; :func:`work_on_ray` runs that same loop in Ray tasks;
-:func:`write_outputs` writes what the study found (``best.yaml``, the report and its figures).
+``study.plan`` resolves what every trial shares (defaults < the tuned entry < ``--set``, the
+budget, the search space of :mod:`pgrad_app.experiments.tuning.search_spaces`) into a
+``TuneSpec``; ``study.open_study`` opens the study in its storage (SQLite by default, one file;
+any SQLAlchemy URL) and refuses one made with other settings; :func:`work` runs trials in this
+process until the study holds ``n_trials`` counted trials; :func:`work_on_ray` runs that same
+loop in Ray tasks; ``report.write_outputs`` writes what the study found (``best.yaml``, the
+report and its figures).
 
-A trial samples the space, builds the agent's ``Config`` (a combination that fails validation:
-the trial is *pruned* with the reason recorded, which also steers TPE away from it), trains with
+A trial samples the space, builds the agent's ``Config`` (a combination that fails validation: the
+trial is *pruned* with the reason recorded, which also steers TPE away from it), trains with
 ``agent.learn`` and evaluates every ``budget // n_evaluations`` env steps (deterministic, episodes
-from :func:`pgrad.rl.evaluation.eval_seed`); each evaluation is reported to the trial, and the
-pruner may stop it there. Its value is its last evaluation's mean return (as rl-zoo). A trial
-whose training fails as ``pgrad-train`` would stop (NaN/Inf, a transform error, an env error) is
-*failed* with its reason, and the study goes on.
+from :func:`pgrad.rl.evaluation.evaluate_policy.eval_seed`); each evaluation is reported to the
+trial, and the pruner may stop it there. Its value is its last evaluation's mean return (as rl-zoo).
+A trial whose training fails as ``pgrad-train`` would stop (NaN/Inf, a transform error, an env
+error) is *failed* with its reason, and the study goes on.
 
 Counting. A trial counts towards ``n_trials`` unless it is a failure pgrad-tune did not decide:
 its process died (``kill -9``, a lost machine) or was interrupted. Trials are numbered by the
@@ -25,7 +26,7 @@ database atomically, so any number of processes share one study without a lock: 
 finds ``n_trials`` counted trials numbered below its own is a surplus claim (several processes
 asked at once) and ends at once, failed, marked ``surplus``, not counted. A trial left running by
 a dead process of this machine is failed (``abandoned``) when the next process starts; one of
-another machine once Optuna's heartbeat is older than :data:`GRACE_S`.
+another machine once Optuna's heartbeat is older than ``study.GRACE_S``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import os
 from collections.abc import Callable
 
 from pgrad_app.errors import RunError, UserError, one_line
-from pgrad_app.experiments.tune_study import (
+from pgrad_app.experiments.tuning.study import (
     Options,
     TuneSpec,
     counted,
@@ -45,7 +46,7 @@ from pgrad_app.experiments.tune_study import (
     open_study,
     recover,
 )
-from pgrad_app.experiments.tune_trials import Signals, TrialFailed, objective, trial_line
+from pgrad_app.experiments.tuning.trials import Signals, TrialFailed, objective, trial_line
 
 
 def work(spec: TuneSpec, opts: Options, echo: Callable[[str], None] = print,

@@ -1,5 +1,5 @@
 """What a ``pgrad-tune`` study found: ``best.yaml``, the report and its figures (see
-:mod:`pgrad_app.experiments.tune`)."""
+:mod:`pgrad_app.experiments.tuning.search`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from pgrad.rl.evaluation import eval_seed
+from pgrad.rl.evaluation.evaluate_policy import eval_seed
 from pgrad_app.config import settings as config_lib
-from pgrad_app.experiments.tune_study import (
+from pgrad_app.experiments.tuning.study import (
     BEST,
     REPORT,
     Options,
@@ -68,7 +68,7 @@ def _figures(study, results: Path, with_importance: bool) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pgrad.rl.files import write_atomic
+    from pgrad.rl.storage.files import write_atomic
 
     optuna = import_optuna()
     vis = optuna.visualization.matplotlib
@@ -158,7 +158,7 @@ def write_outputs(spec: TuneSpec, opts: Options) -> Path | None:
     """Writes ``best.yaml`` (if a trial completed), the PNGs and ``README.md`` into the results
     folder (atomically: processes sharing a study may write them at once); returns best.yaml's
     path or None."""
-    from pgrad.rl.files import write_atomic
+    from pgrad.rl.storage.files import write_atomic
 
     results = Path(opts.results)
     results.mkdir(parents=True, exist_ok=True)

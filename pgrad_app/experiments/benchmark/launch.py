@@ -3,18 +3,19 @@
 :func:`plan` resolves every run's hyperparameters in this process (defaults < the tuned entry of
 ``pgrad_app/config/hyperparams/AGENT.yaml`` < ``--set``) and checks them before anything starts;
 :func:`launch` runs the runs that have no result yet, ``jobs`` at a time, each in its own
-process (``python -m pgrad_app.experiments.single_run SPEC``) with its BLAS/TensorFlow
+process (``python -m pgrad_app.experiments.benchmark.single_run SPEC``) with its BLAS/TensorFlow
 thread pools sized to ``cores // jobs``, so concurrent runs don't oversubscribe the cores. A run
 writes its result
 atomically, so the results folder is resumable: a run whose JSON exists is skipped, one that
 crashed leaves only its log (``logs/NAME.log``), and one that was stopped (a session's end, Ctrl-C,
 ``kill -9``) continues from its last checkpoint (``checkpoints/NAME/``, every few minutes of
-training: :mod:`pgrad_app.experiments.single_run`) when launched again.
-``pgrad_app.experiments.report`` turns the folder into tables and plots. :func:`run_and_report`
-is the whole command (scripts/benchmark.py, and scripts/sweep.py with its own plan and launch).
+training: :mod:`pgrad_app.experiments.benchmark.single_run`) when launched again.
+:mod:`pgrad_app.experiments.benchmark.report` turns the folder into tables and plots.
+:func:`run_and_report` is the whole command (``pgrad-benchmark``, and ``pgrad-sweep`` with its
+own plan and launch).
 Layout of a results folder::
 
-    RESULTS/AGENT__ENV__seedS.json     one finished run (schema: experiments/single_run.py)
+    RESULTS/AGENT__ENV__seedS.json     one finished run (schema: benchmark/single_run.py)
     RESULTS/logs/AGENT__ENV__seedS.spec.json, .log   what was launched, and its output
     RESULTS/checkpoints/AGENT__ENV__seedS/  a run not finished yet (gone once its JSON is)
     RESULTS/README.md, curves_ENV.png  the report
@@ -35,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from pgrad_app.errors import UserError, command
-from pgrad_app.experiments import report as bench_report
-from pgrad_app.experiments.plan import ROOT, RunSpec, check_existing, result_path
+from pgrad_app.experiments.benchmark import report
+from pgrad_app.experiments.benchmark.plan import ROOT, RunSpec, check_existing, result_path
 
 LOG_TAIL_LINES = 15
 
@@ -103,7 +104,7 @@ def run_one(spec: RunSpec, results: Path, threads: int, context: dict) -> Finish
     spec_file.write_text(json.dumps(payload, indent=1))
     log = logs / f"{spec.name}.log"
     with open(log, "a") as f:  # a run continued from its checkpoint keeps its earlier log
-        proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.single_run",
+        proc = subprocess.run([sys.executable, "-m", "pgrad_app.experiments.benchmark.single_run",
                                str(spec_file)],
                               stdout=f, stderr=subprocess.STDOUT, env=child_env(threads),
                               stdin=subprocess.DEVNULL)
@@ -162,7 +163,7 @@ def elapsed(start: float) -> str:
 def run_and_report(args: Any, plan: Callable[[], Sequence[RunSpec]],
                    launch: Callable[[list[RunSpec]], list[Finished] | None], noun: str,
                    how: str) -> int:
-    """The flow of scripts/benchmark.py and scripts/sweep.py: plan every run, skip the finished
+    """The flow of ``pgrad-benchmark`` and ``pgrad-sweep``: plan every run, skip the finished
     ones, launch the rest, print a summary, write the report (``--report-only``: the report only).
 
     Args:
@@ -194,4 +195,4 @@ def run_and_report(args: Any, plan: Callable[[], Sequence[RunSpec]],
             failed = [f for f in finished if f.result is None]
             print(f"done in {elapsed(start)}: {len(finished) - len(failed)} finished, "
                   f"{len(failed)} failed", flush=True)
-    return bench_report.finish(results, failed, noun)
+    return report.finish(results, failed, noun)

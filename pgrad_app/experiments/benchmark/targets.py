@@ -5,7 +5,8 @@ and the same callbacks as every other run (``StopAtReturn`` at the row's target:
 of the last 20 training episodes), and reports the env steps and wall seconds to reach the
 target or what it reached within the budget. Rows with evaluation episodes also evaluate the
 policy deterministically before training and at the end (``pgrad.evaluate``, the evaluation
-protocol of :data:`pgrad.rl.evaluation.EVAL_SEED_OFFSET`). The hyperparameters of each row are
+protocol of :data:`pgrad.rl.evaluation.evaluate_policy.EVAL_SEED_OFFSET`). The hyperparameters of
+each row are
 the agent's tuned entry for the env (``pgrad_app/config/hyperparams/AGENT.yaml``); a row adds the
 budget and the target. The command line is ``python scripts/learning_targets.py``
 (:mod:`pgrad_app.cli.targets`).
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from agents.learning import says_stop
-from pgrad_app.config import tuned as hyperparams
+from pgrad_app.config import tuned
 
 #: name -> (agent, env, max env steps, target last-20 training mean, eval episodes)
 ROWS: dict[str, tuple[str, str, int, float, int]] = {
@@ -38,8 +39,8 @@ FULL_BUDGET = ("a2c-lunarlander",)
 def row_hyperparameters(row: str) -> dict:
     """The tuned hyperparameters of a row's agent on its env ({} if the table has none)."""
     agent_name, env_id = ROWS[row][:2]
-    found = hyperparams.tuned(agent_name, env_id)
-    return dict(found[0]) if found else {}
+    entry = tuned.lookup(agent_name, env_id)
+    return dict(entry.hyperparameters) if entry is not None else {}
 
 
 class _Solved:
@@ -66,7 +67,7 @@ def run(row: str, seed: int, overrides: dict) -> dict[str, Any]:
     """One seed of one row; a JSON-ready dict (see the module docstring)."""
     import agents
     import pgrad
-    from pgrad.rl.evaluation import eval_seed
+    from pgrad.rl.evaluation.evaluate_policy import eval_seed
     from pgrad_app.config.settings import build
 
     agent_name, env_id, budget, target, eval_eps = ROWS[row]

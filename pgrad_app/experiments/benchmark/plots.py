@@ -13,7 +13,8 @@ def plot_env(env: str, bands: dict[str, tuple | None], path: Path) -> None:
     Args:
       env: the env id (the title).
       bands: ``{agent: (grid [G], mean [G], lower [G], upper [G])}`` from
-        :func:`pgrad_app.experiments.report.curve_band`; None: the agent finished no episode.
+        :func:`pgrad_app.experiments.benchmark.report.curve_band`; None: the agent finished no
+        episode.
       path: where the PNG goes.
     """
     import matplotlib
