@@ -81,3 +81,62 @@ def test_bootstrap_mean_band():
     np.testing.assert_array_equal(upper, [1.0, 2.0, 7.0])
     with pytest.raises(ValueError, match="runs, points"):
         stats.bootstrap_mean_band([1.0, 2.0])
+
+
+# -- rliable where it is installed ------------------------------------------------------------
+
+
+def test_iqm_interval_is_rliables_and_leaves_numpys_global_state_alone():
+    if not stats.has_rliable():
+        pytest.skip("rliable does not import here")
+    from rliable import library, metrics
+
+    scores = [-120.0, -60.0, -30.0, 10.0, 80.0]
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    iqm, (low, high) = stats.iqm_interval(scores)
+    assert np.array_equal(np.random.get_state()[1], before)  # restored
+    np.random.seed(stats.SEED)  # rliable itself, as iqm_interval calls it
+    point, ci = library.get_interval_estimates(
+        {"x": np.array(scores)[:, None]}, lambda s: np.array([metrics.aggregate_iqm(s)]),
+        reps=stats.REPS)
+    assert iqm == point["x"][0] == pytest.approx(-26.666666666666668)
+    assert (low, high) == (ci["x"][0, 0], ci["x"][1, 0])
+    assert stats.iqm_interval(scores) == (iqm, (low, high))  # reproducible
+    assert "rliable" in stats.interval_method()
+
+
+def test_iqm_interval_without_rliable_is_the_numpy_bootstrap(monkeypatch):
+    monkeypatch.setattr(stats, "has_rliable", lambda: False)
+    scores = [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert stats.iqm_interval(scores) == (stats.iqm(scores), stats.bootstrap_ci(scores))
+    assert "rliable not installed" in stats.interval_method()
+
+
+@pytest.mark.parametrize("broken, says", [
+    (None, "rliable is not installed: pip install 'pgrad[compare]'"),
+    ("raise TypeError('deprecate_kwarg() missing 1 required positional argument')",
+     "rliable is installed but does not import (deprecate_kwarg() missing"),
+])
+def test_a_missing_or_broken_rliable_is_one_line_naming_the_extra(broken, says, monkeypatch,
+                                                                   tmp_path):
+    import sys
+
+    from pgrad_app.errors import UserError
+
+    if broken is None:
+        monkeypatch.setitem(sys.modules, "rliable", None)  # import rliable -> ImportError
+    else:
+        (tmp_path / "rliable").mkdir()
+        (tmp_path / "rliable" / "__init__.py").write_text(broken + "\n")
+        for name in [m for m in sys.modules if m == "rliable" or m.startswith("rliable.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    stats._rliable.cache_clear()
+    try:
+        assert not stats.has_rliable()
+        with pytest.raises(UserError) as err:
+            stats.import_rliable()
+        assert says in str(err.value) and "\n" not in str(err.value)
+    finally:
+        stats._rliable.cache_clear()

@@ -3,8 +3,9 @@
 Reads the result JSONs a benchmark folder holds (schema:
 ``pgrad_app/experiments/benchmark/single_run.py``), and writes ``README.md``: per env, one row per
 agent with the seeds, the final deterministic evaluation (mean +- std over seeds of each seed's
-20-episode mean), the IQM over seeds with a stratified-bootstrap 95% CI
-(:mod:`pgrad_app.experiments.benchmark.stats`), mean training wall time and steps/s; and
+20-episode mean), the IQM over seeds with a stratified-bootstrap 95% CI (rliable's where it is
+installed: :func:`pgrad_app.experiments.benchmark.stats.iqm_interval`), mean training wall time
+and steps/s; and
 ``curves_ENV.png``: per agent, the mean over seeds (with a bootstrap 95% band) of the rolling
 mean of the last 20 training-episode returns, interpolated onto a common env-step grid.
 """
@@ -111,10 +112,11 @@ def summarize(runs: Iterable[dict]) -> dict[str, list[Row]]:
             seeds = sorted(by_agent[agent], key=lambda r: r["seed"])
             scores = [float(r["eval"]["return_mean"]) for r in seeds]
             mean, std = stats.mean_std(scores)
+            iqm, ci = stats.iqm_interval(scores)
             rows.append(Row(
                 agent=agent, env=env, seeds=[int(r["seed"]) for r in seeds], scores=scores,
                 steps=max(int(r["steps"]) for r in seeds), mean=mean, std=std,
-                iqm=stats.iqm(scores), ci=stats.bootstrap_ci(scores),
+                iqm=iqm, ci=ci,
                 wall_s=float(np.mean([r["wall_s"] for r in seeds])),
                 steps_per_s=float(np.mean([r["steps_per_s"] or 0.0 for r in seeds]))))
         table[env] = rows
@@ -192,7 +194,7 @@ def markdown(runs: list[dict], missing: list[str] = ()) -> str:
         "evaluation episodes (seeds 10000 + run seed and on) after its env-step budget. Per "
         "agent: mean ± std (population, ddof 0) of the scores over seeds; IQM = mean of the "
         "scores left after dropping floor(n/4) at each end (with 3 seeds, all of them); 95% CI: "
-        f"percentile bootstrap over seeds, {stats.REPS} resamples. Wall time: training only "
+        f"{stats.interval_method()}. Wall time: training only "
         "(after construction, without the evaluation). Curves: rolling mean of the last "
         f"{ROLLING_EPISODES} training episodes, mean over seeds with a bootstrap 95% band.", "",
         "Machine: " + "; ".join(machines), "",

@@ -1,7 +1,12 @@
-"""Benchmark statistics over seeds, in numpy: mean +- std, IQM, stratified bootstrap CIs.
+"""Benchmark statistics over seeds: mean +- std, IQM, stratified bootstrap CIs; rliable's when it
+is installed (``pgrad[compare]``), else the same statistics in numpy.
 
-The interquartile mean and its confidence interval follow rliable (Agarwal et al. 2021,
-``rliable.metrics.aggregate_iqm`` and ``rliable.library.get_interval_estimates``):
+The interquartile mean and its confidence interval are rliable's (Agarwal et al. 2021,
+``rliable.metrics.aggregate_iqm`` and ``rliable.library.get_interval_estimates``).
+:func:`iqm_interval` -- what the benchmark tables print -- calls rliable itself when it imports,
+with numpy's global random state seeded for the call and restored after it (rliable draws its
+resamples from that state), so a table is reproducible and the caller's state untouched. Without
+rliable, the numpy functions here compute the same statistics:
 
 * IQM is ``scipy.stats.trim_mean(scores, 0.25)`` of every score pooled: sort, drop
   ``floor(0.25 n)`` scores at each end, average the rest. With fewer than 4 scores nothing is
@@ -9,22 +14,92 @@ The interquartile mean and its confidence interval follow rliable (Agarwal et al
 * The CI is a percentile bootstrap, stratified by task: each resample draws, for every task
   (column), as many runs as it has, with replacement, from that task's runs only; the bounds
   are ``np.percentile`` (linear interpolation) of the statistic over the resamples at
-  ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2``.
+  ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2``. The draws come from a seeded numpy
+  ``Generator`` (not rliable's draws: the bounds agree in distribution, not to the digit).
 
-rliable itself is not a dependency: it pulls arch, statsmodels, pandas, scipy and seaborn, and
-its current release fails to import with pandas 3. The resampling here uses a seeded numpy
-``Generator``, so a CI is reproducible (rliable's draws come from numpy's global state).
+rliable 1.2.0 pins ``arch < 8``, whose releases fail to import with pandas 3 (and arch 8 dropped
+the ``random_state`` rliable passes): the ``compare`` extra keeps pandas below 3.
 """
-
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 
 import numpy as np
+
+from pgrad_app.errors import UserError, one_line
 
 #: Bootstrap resamples and seed used by the benchmark report.
 REPS = 2000
 SEED = 0
+#: How to install rliable, named by every error about it.
+RLIABLE_HINT = "pip install 'pgrad[compare]'"
+
+
+@functools.cache
+def _rliable() -> tuple[object, object] | str:
+    """``(rliable.library, rliable.metrics)``, or why they do not import."""
+    try:
+        from rliable import library, metrics
+    except ImportError:
+        return f"rliable is not installed: {RLIABLE_HINT}"
+    except Exception as err:  # arch < 8 under pandas 3 raises a TypeError at import
+        return (f"rliable is installed but does not import ({one_line(err)}): {RLIABLE_HINT} "
+                "(it keeps pandas < 3, which rliable's arch needs)")
+    return library, metrics
+
+
+def has_rliable() -> bool:
+    """Whether rliable imports here (the benchmark tables then use it)."""
+    return not isinstance(_rliable(), str)
+
+
+def import_rliable() -> tuple:
+    """``(rliable.library, rliable.metrics)``.
+
+    Raises:
+      UserError: rliable is missing or does not import, in one line naming the extra.
+    """
+    found = _rliable()
+    if isinstance(found, str):
+        raise UserError(found)
+    return found
+
+
+@contextlib.contextmanager
+def numpy_seed(seed: int) -> Iterator[None]:
+    """numpy's global random state seeded with ``seed`` inside, and as it was after."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def iqm_interval(scores, reps: int = REPS, confidence: float = 0.95,
+                 seed: int = SEED) -> tuple[float, tuple[float, float]]:
+    """The IQM of ``scores`` (``[runs]`` or ``[runs, tasks]``) and its stratified percentile
+    bootstrap CI: rliable's when it imports (:func:`has_rliable`), else :func:`iqm` and
+    :func:`bootstrap_ci`. Returns ``(iqm, (lower, upper))``."""
+    x = _as_runs_by_tasks(scores)  # [N, M]
+    if not has_rliable():
+        return iqm(x), bootstrap_ci(x, iqm, reps, confidence, seed)
+    library, metrics = import_rliable()
+    with numpy_seed(seed):
+        point, interval = library.get_interval_estimates(
+            {"x": x}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps,
+            confidence_interval_size=confidence)
+    return float(point["x"][0]), (float(interval["x"][0, 0]), float(interval["x"][1, 0]))
+
+
+def interval_method(reps: int = REPS) -> str:
+    """How :func:`iqm_interval` computes here, for a report's protocol line."""
+    if has_rliable():
+        return (f"rliable's stratified percentile bootstrap "
+                f"(rliable.library.get_interval_estimates), {reps} resamples")
+    return f"percentile bootstrap over seeds (numpy; rliable not installed), {reps} resamples"
 
 
 def _as_runs_by_tasks(scores) -> np.ndarray:
