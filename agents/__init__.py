@@ -32,7 +32,7 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   ``nonfinite_skipped`` (the fraction of minibatch steps skipped for NaN/Inf gradients),
   ``batch_steps``, ``advantage_mean``, ``minibatch_updates``, ``path_fused`` and what the chain
   reports (``clip_fraction`` of ``clip_per_step`` or ``clip_ratio``). An env that fails or emits
-  a NaN/Inf observation or reward raises ``pgrad.rollout.EnvError`` (a ValueError) naming the
+  a NaN/Inf observation or reward raises ``pgrad.rl.envs.vector.EnvError`` (a ValueError) naming the
   env and step; an update that makes the policy's weights non-finite raises FloatingPointError.
 
 ``agent.learn(total_steps, callbacks=None, progress=True)`` -- ``step`` until ``total_steps``
@@ -92,6 +92,8 @@ _CLASSES = {"a2c": "A2C", "appo": "APPO", "impala": "IMPALA", "npg": "NPG", "ppo
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY or name in _SUBMODULES:
+        import pgrad  # noqa: F401  (first: TensorFlow loads there, without its start-up lines)
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
     elif name in _SUBMODULES:
@@ -134,7 +136,8 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
     (``num_envs`` then defaults to the instance's: 1, or the VectorEnv's). ``env_kwargs``: the
     id's ``gymnasium.make`` keywords; ``env_wrapper``: wrappers by class, callable, dotted name or
     ``{name: kwargs}``, one or a list (rl-zoo's ``env_wrapper``). Both are kept with the agent
-    (an :class:`pgrad.rl.envs.EnvRecipe`), so evaluation, ``EvalCallback`` and ``agents.load``
+    (an :class:`pgrad.rl.envs.vector.EnvRecipe`), so evaluation, ``EvalCallback`` and
+    ``agents.load``
     rebuild the same env. Stable-Baselines3's names work too: ``n_envs``, ``batch_size``,
     ``n_epochs``, ``policy_kwargs=dict(net_arch=[64, 64], activation_fn=...)`` map onto pgrad's
     fields (``tensorboard_log`` too, above); ``verbose`` and the like are refused with pgrad's way
@@ -145,7 +148,7 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
     import gymnasium as gym
 
     from agents import sb3_names
-    from pgrad.rl.env_recipe import env_source
+    from pgrad.rl.envs.recipe import env_source
 
     if "tuned" in hyperparameters:  # pgrad-train's tables belong to the application layer
         raise TypeError(f"agents.make applies the hyperparameters it is given; the tuned ones: "

@@ -6,17 +6,19 @@ to apply the result. See README.md and docs/architecture.md.
 Layers, bottom to top (each imports only the ones below it; ``pgrad`` never imports ``agents``):
 ``pgrad.core`` -> ``pgrad.transforms`` -> ``pgrad.engine`` -> ``pgrad.tools`` -> ``pgrad.rl``.
 Importing pgrad changes nothing global: no environment variables, warning filters or patched
-classes (the commands silence TensorFlow's start-up noise themselves: ``pgrad_app.quiet``).
+classes. It imports TensorFlow first, without TensorFlow's start-up lines on stderr
+(``pgrad._quiet_tf``; ``PGRAD_TF_LOGS=1`` shows them; the commands: ``pgrad_app.quiet``).
 """
 
 import importlib
 
+import pgrad._quiet_tf  # noqa: F401  (first: TensorFlow loads there, its start-up lines filtered)
 from pgrad.core.apply import all_finite, apply_updates
 from pgrad.core.per_step import per_step_grads, per_step_norms
 from pgrad.engine import EngineOutput, plan, policy_gradients
 from pgrad.engine import run as run_engine
 from pgrad.rl.distributions import ActionHead, make_head
-from pgrad.rl.networks import mlp
+from pgrad.rl.models.networks import mlp
 from pgrad.rl.returns import VTraceReturns, discounted_returns, gae, lambda_returns, vtrace
 from pgrad.tools.adversarial import fgsm, pgd
 from pgrad.tools.diagnostics import per_step_diagnostics, policy_diagnostics
@@ -70,7 +72,7 @@ __version__ = "0.2.0"
 # env machinery; neither should load (or fail) when a user only wants per-step gradients.
 _LAZY = {
     "PerSampleModel": "pgrad.tools.keras_model",
-    "evaluate": "pgrad.rl.evaluation",
+    "evaluate": "pgrad.rl.evaluation.evaluate_policy",
 }
 
 

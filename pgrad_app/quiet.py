@@ -7,7 +7,9 @@ application change nothing global. TensorFlow's C++ runtime writes "Could not fi
 drivers" and absl's "All log messages before absl::InitializeLog()" straight to file descriptor
 2 while it loads, before ``TF_CPP_MIN_LOG_LEVEL`` is read, so fd 2 points at /dev/null for the
 duration of the import only. Python-level errors still surface: they are raised after fd 2 is
-restored. Set ``PGRAD_TF_LOGS=1`` to see everything TensorFlow says.
+restored. Set ``PGRAD_TF_LOGS=1`` to see everything TensorFlow says. (A library import,
+``import pgrad`` in a user's script, filters the same start-up lines instead of discarding fd 2:
+``pgrad._quiet_tf``; it changes nothing global. Here the commands own their process.)
 
 Python warnings (e.g. Gymnasium's env checker) are printed as one ``warning: ...`` line each,
 without the source line and colour codes, like pgrad's own warnings.
