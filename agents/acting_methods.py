@@ -21,7 +21,7 @@ from agents import acting
 from agents.config import ActorCriticConfig
 from pgrad.rl import rollout
 from pgrad.rl.distributions import ActionHead
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import NetworkPolicy
 from pgrad.rl.spaces import ObsLayout

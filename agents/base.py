@@ -1,7 +1,8 @@
 """The one actor-critic agent. REINFORCE, A2C, PPO and NPG are presets of it: a config and a chain.
 
 An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
-(:class:`pgrad.rl.networks.ActorCritic`, built by :mod:`agents.build`) with a numpy mirror for
+(:class:`pgrad.rl.models.networks.ActorCritic`, built by :mod:`agents.build`) with a numpy mirror
+for
 acting (:mod:`agents.acting`: the rollout's policy function, ``act``, ``predict``; the agent's
 acting methods: :mod:`agents.acting_methods`), a transform chain whose state lives in
 ``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
@@ -40,9 +41,10 @@ from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
 from agents.update import CompiledUpdate
-from pgrad.rl import encoders, rollout, spaces
-from pgrad.rl import envs as envs_lib
-from pgrad.rl.export import export_policy
+from pgrad.rl import rollout, spaces
+from pgrad.rl.envs import vector as envs_lib
+from pgrad.rl.export.saved_model import export_policy
+from pgrad.rl.models import encoders
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import make_actor
 from pgrad.transforms import TransformState
@@ -61,7 +63,8 @@ class ActorCriticAgent(ActingMethods):
     Args:
       cfg: its hyperparameters (validated here).
       env_id: a registered Gymnasium id, a callable returning a ``gymnasium.Env`` (e.g. a
-        :class:`pgrad.rl.envs.EnvRecipe`: an id with options and wrappers), a ``gymnasium.Env``
+        :class:`pgrad.rl.envs.vector.EnvRecipe`: an id with options and wrappers), a
+        ``gymnasium.Env``
         instance (``num_envs`` 1) or a ``gymnasium.vector.VectorEnv`` (SAME_STEP autoreset).
       seed: seeds networks, sampling and envs.
       transform: the policy-gradient chain; ``None`` uses :meth:`default_transform`.
@@ -254,7 +257,8 @@ class ActorCriticAgent(ActingMethods):
         return out
 
     def export_policy(self, path: str) -> None:
-        """Saves a deterministic ``action(observation)`` SavedModel (see pgrad.rl.export)."""
+        """Saves a deterministic ``action(observation)`` SavedModel (see
+        pgrad.rl.export.saved_model)."""
         self._sync()
         recipe = self.env_id.record() if isinstance(self.env_id, envs_lib.EnvRecipe) else None
         meta = {"env_id": self.env_id if isinstance(self.env_id, str) else None,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pgrad.rl.files import temp_path, write_json_atomic
+from pgrad.rl.storage.files import temp_path, write_json_atomic
 
 #: The evaluation row that chose the policy in ``best/`` (``eval.csv``'s columns).
 ROW_FILE = "best.json"

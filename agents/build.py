@@ -2,8 +2,9 @@
 
 :class:`agents.base.ActorCriticAgent` calls these once, in its constructor, after it has the
 env's spaces, their layout (:func:`pgrad.rl.spaces.obs_layout`) and the resolved encoder
-(:func:`pgrad.rl.encoders.resolve`): :func:`check_encoder_options` refuses settings that do not
-fit the env's observations, :func:`network` builds the :class:`pgrad.rl.networks.ActorCritic`
+(:func:`pgrad.rl.models.encoders.resolve`): :func:`check_encoder_options` refuses settings that do
+not
+fit the env's observations, :func:`network` builds the :class:`pgrad.rl.models.networks.ActorCritic`
 with the action head the action space needs, and :func:`make_optimizer` the Keras optimizer the
 config names.
 """
@@ -17,7 +18,7 @@ import keras
 
 import pgrad
 from agents.config import ActorCriticConfig
-from pgrad.rl.networks import ActorCritic, actor_critic
+from pgrad.rl.models.networks import ActorCritic, actor_critic
 from pgrad.rl.spaces import ObsLayout
 
 

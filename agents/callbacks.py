@@ -26,8 +26,8 @@ from typing import Any
 
 from agents import best_policy, persistence
 from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
-from pgrad.rl.evaluation import eval_seed
-from pgrad.rl.files import write_atomic
+from pgrad.rl.evaluation.evaluate_policy import eval_seed
+from pgrad.rl.storage.files import write_atomic
 
 #: What EvalCallback writes into its ``log_dir``: one row per evaluation, the best policy so far.
 EVAL_LOG = "eval.csv"
@@ -68,7 +68,7 @@ class Checkpoint(Callback):
     ``seconds`` of training) and at the end.
 
     Args:
-      directory: where the checkpoints go (``step-N/`` each; :mod:`pgrad.rl.checkpoint`).
+      directory: where the checkpoints go (``step-N/`` each; :mod:`pgrad.rl.storage.checkpoint`).
       every: env steps between checkpoints; 0: one every ``seconds`` of training instead.
       keep: newest checkpoints kept.
       seconds: training seconds between checkpoints when ``every`` is 0 (checked after each
@@ -123,14 +123,15 @@ class EvalCallback(Callback):
     """Evaluates the policy on separate envs every ``every`` env steps.
 
     Args:
-      env_id: the evaluation env (an id, a factory or an :class:`pgrad.rl.envs.EnvRecipe`, built
+      env_id: the evaluation env (an id, a factory or an :class:`pgrad.rl.envs.vector.EnvRecipe`,
+      built
         afresh each evaluation; or one ``gym.Env`` instance); default: the agent's.
       every: env steps between evaluations.
       episodes: episodes per evaluation (episode ``i`` reset with ``seed + i``, the same
         episodes every time, so evaluations compare).
       deterministic: the policy's mode (default) instead of sampled actions.
       seed: seed of the first evaluation episode; default: pgrad's evaluation protocol, the
-        agent's seed + 10000 (:func:`pgrad.rl.evaluation.eval_seed`: the episodes
+        agent's seed + 10000 (:func:`pgrad.rl.evaluation.evaluate_policy.eval_seed`: the episodes
         ``pgrad-evaluate`` and the benchmark's final score use too).
       log_dir: write ``log_dir/eval.csv`` (one row per evaluation) and keep the best policy in
         ``log_dir/best`` (``agents.load`` / ``pgrad.evaluate`` read it).

@@ -3,14 +3,15 @@
 A saved agent is a directory::
 
     agent.json       what the agent is: preset name, env id, seed, every hyperparameter, chain
-    checkpoints/     atomic, checksummed tf.train.Checkpoint(s) (pgrad.rl.checkpoint): networks,
+    checkpoints/     atomic, checksummed tf.train.Checkpoint(s) (pgrad.rl.storage.checkpoint):
+    networks,
                      optimizer slots, transform state, normaliser statistics, counters, seed
-    policy/          the exported deterministic policy (SavedModel; pgrad.rl.export)
+    policy/          the exported deterministic policy (SavedModel; pgrad.rl.export.saved_model)
 
 A training run directory has the same three entries (plus its logs), so ``agents.load`` takes
 either. Loading reads data only (JSON, TensorFlow checkpoints): code named by the directory --
 a custom transform, an env module -- is never imported from inside the directory, and only when
-the caller names it (``env_id=``, ``transform=``; :mod:`pgrad.rl.named_code`).
+the caller names it (``env_id=``, ``transform=``; :mod:`pgrad.rl.storage.named_code`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents import schedules
-from pgrad.rl import named_code
-from pgrad.rl.checkpoint import CheckpointStore
-from pgrad.rl.dirlock import RUN_MARKER, DirectoryInUse, DirectoryLock
-from pgrad.rl.files import temp_path, write_json_atomic
+from pgrad.rl.storage import named_code
+from pgrad.rl.storage.checkpoint import CheckpointStore
+from pgrad.rl.storage.dirlock import RUN_MARKER, DirectoryInUse, DirectoryLock
+from pgrad.rl.storage.files import temp_path, write_json_atomic
 
 if TYPE_CHECKING:
     from agents.protocol import Agent
@@ -72,7 +73,7 @@ def describe(agent: Agent) -> dict[str, Any]:
 
 def _env_record(env_id) -> dict[str, Any]:
     """``{"env": id}`` (an id's options and wrappers beside it), or ``{"env": None}``."""
-    from pgrad.rl.env_recipe import EnvRecipe
+    from pgrad.rl.envs.recipe import EnvRecipe
 
     if isinstance(env_id, str):
         return {"env": env_id}
@@ -91,19 +92,19 @@ def recorded_env(record: dict[str, Any], path: str | os.PathLike) -> Any:
     """The env an ``agent.json`` record names: its id, or an :class:`EnvRecipe` of its options
     and wrappers. A wrapper that is not a class Gymnasium defines is code: refused (pass
     ``env_id`` again)."""
-    from pgrad.rl.env_recipe import EnvRecipe
+    from pgrad.rl.envs.recipe import EnvRecipe
 
     env, kwargs, wrappers = record.get("env"), record.get("env_kwargs"), record.get("env_wrapper")
     if env is None or not (kwargs or wrappers):
         return env
-    from pgrad.rl.named_code import gymnasium_wrapper
+    from pgrad.rl.storage.named_code import gymnasium_wrapper
 
     labels = [next(iter(w)) if isinstance(w, dict) else str(w) for w in wrappers or ()]
     foreign = [w for w in labels if gymnasium_wrapper(w) is None]
     if foreign:
         raise ValueError(f"{path}: the agent's env {env!r} is wrapped by {', '.join(foreign)}; "
-                         "pass env_id= again (e.g. pgrad.rl.envs.EnvRecipe(id, kwargs, wrappers); "
-                         "pgrad never imports code named by a saved agent).")
+                         "pass env_id= again (e.g. pgrad.rl.envs.EnvRecipe(id, kwargs, "
+                         "wrappers); pgrad never imports code named by a saved agent).")
     return EnvRecipe(env, kwargs or {}, tuple(wrappers or ()))
 
 
@@ -142,7 +143,7 @@ def _keep_others(old: Path, new: Path) -> None:
 def export(agent: Agent, path: str | Path) -> Path:
     """Exports the policy to ``path`` (written aside, then swapped in). Files in an existing
     ``path`` that the export does not write are kept (a recurrent policy's export takes and
-    returns its state: :mod:`pgrad.rl.export_recurrent`)."""
+    returns its state: :mod:`pgrad.rl.export.recurrent`)."""
     final = Path(path)
     tmp = temp_path(final)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -160,12 +161,13 @@ def save(agent: Agent, path: str | Path) -> Path:
     """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
 
     Only a new or empty directory, or one an earlier ``agent.save`` wrote, is saved into, under
-    the lock a training holds on its run directory (:mod:`pgrad.rl.dirlock`).
+    the lock a training holds on its run directory (:mod:`pgrad.rl.storage.dirlock`).
 
     Raises:
       ValueError: ``path`` is a run directory, another writer's, or not a saved agent's.
-      pgrad.rl.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf (nothing saved).
-      pgrad.rl.checkpoint.CheckpointWriteError: the checkpoint could not be written.
+      pgrad.rl.storage.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf (nothing
+      saved).
+      pgrad.rl.storage.checkpoint.CheckpointWriteError: the checkpoint could not be written.
     """
     given, path = path, Path(path).absolute()
     check_save_target(path)

@@ -16,7 +16,7 @@ from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
 from pgrad.rl import rollout
 from pgrad.rl.distributions import ActionHead
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.normalize import ObsNormalizer
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl.flat_call import flat_caller
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.sampling import NumpySampling
 from pgrad.rl.spaces import ObsLayout
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pgrad.rl import spaces
-from pgrad.rl.envs import GAME_INFO
+from pgrad.rl.envs.vector import GAME_INFO
 from pgrad.rl.trajectory import Trajectory, build_trajectory
 
 __all__ = ["ended_episodes", "ended_successes", "whole_episodes"]
@@ -18,7 +18,8 @@ __all__ = ["ended_episodes", "ended_successes", "whole_episodes"]
 
 def ended_episodes(info: dict, key: str, env_step: int) -> list[tuple[int, float, int]]:
     """``(env_step, return, length)`` of each episode a vector step's ``info`` reports under
-    ``key`` (``"episode"`` from ``RecordEpisodeStatistics``, or :data:`pgrad.rl.envs.GAME_INFO`
+    ``key`` (``"episode"`` from ``RecordEpisodeStatistics``, or
+    :data:`pgrad.rl.envs.vector.GAME_INFO`
     for an env that reports whole games), in env order."""
     episodes = []
     # whole games end in a step (final_info) or in the reset after it (see GAME_INFO)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pgrad.rl import spaces
-from pgrad.rl.envs import EnvError
+from pgrad.rl.envs.vector import EnvError
 from pgrad.rl.trajectory import Trajectory, next_vector
 
 __all__ = ["check_rollout", "check_step"]

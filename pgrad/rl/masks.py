@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.envs import EnvError, describe_failure
+from pgrad.rl.envs.vector import EnvError, describe_failure
 from pgrad.rl.spaces import MASK_KEY, ObsLayout
 
 SOURCES = ("observation", "info", "method")

@@ -3,7 +3,7 @@
 A TensorFlow call costs ~300-450 us whatever the batch; a 64-64 MLP on 8 observations costs
 ~15 us in numpy. Acting therefore runs on :class:`NumpyPolicy`, a mirror of the Keras forward
 pass refreshed from the Keras weights after every update. Training never reads the mirror:
-gradients come from the Keras models (:mod:`pgrad.rl.networks`). Policies with an encoder (a
+gradients come from the Keras models (:mod:`pgrad.rl.models.networks`). Policies with an encoder (a
 CNN, the user's own) act through one compiled TensorFlow call instead
 (:class:`pgrad.rl.compiled_actor.CompiledActor`), sampling with the same numpy samplers below;
 :func:`make_actor` picks.
@@ -21,7 +21,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.sampling import (  # noqa: F401 (the samplers, re-exported)
     NumpySampling,
     _categorical,
@@ -141,8 +141,7 @@ class NumpyPolicy(NumpySampling):
              ) -> tuple[np.ndarray, np.ndarray]:
         """Recurrent: ``([N, obs_dim], [N, S] state, [N] episode starts or None)`` ->
         ``([N, param_size], [N, S] next state)``; rows that start an episode start from zeros."""
-        from pgrad.rl import recurrent
-
+        from pgrad.rl.models import recurrent
         if self._core_kind is None:
             raise ValueError("a feed-forward policy acts without a state: NumpyPolicy.forward")
         state = recurrent.reset_rows(state, episode_start)

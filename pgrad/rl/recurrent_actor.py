@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl.compiled_actor import JIT_COMPILE, CompiledActor
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.spaces import ObsLayout
 
 

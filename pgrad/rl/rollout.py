@@ -10,13 +10,15 @@ bootstrap from ``V(next_observations)`` at truncations and not at terminations
 (:mod:`pgrad.rl.returns`).
 
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
-any reward normalisation), or for an env that reports whole games (:data:`pgrad.rl.envs.GAME_INFO`:
+any reward normalisation), or for an env that reports whole games
+(:data:`pgrad.rl.envs.vector.GAME_INFO`:
 Atari, whose learning episodes end at each lost life, with clipped rewards) from those games: their
 real scores, as SB3's ``Monitor`` placed before its ``AtariWrapper`` reports them.
 ``vector_mode="envpool"`` presents envpool's pools through the same contract
-(:class:`pgrad.rl.envpool_env.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
+(:class:`pgrad.rl.envs.envpool.EnvpoolVectorEnv` converts its NEXT_STEP autoreset).
 The vector envs and the env failures (:class:`EnvError`, one sentence naming the env, the env
-step and what went wrong) are in :mod:`pgrad.rl.envs`; their names are importable from here too.
+step and what went wrong) are in :mod:`pgrad.rl.envs.vector`; their names are importable from here
+too.
 
 Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
 step would cost several times the env step itself.
@@ -24,7 +26,7 @@ step would cost several times the env step itself.
 This module is the Collector's step loop. What it returns, :class:`Trajectory`, is in
 :mod:`pgrad.rl.trajectory`; its image frames go through :mod:`pgrad.rl.frames`; the NaN/Inf
 checks are :mod:`pgrad.rl.finite`; ended episodes and whole-episode batches are
-:mod:`pgrad.rl.episodes`; double-buffered stepping is :mod:`pgrad.rl.overlap` (through the
+:mod:`pgrad.rl.episodes`; double-buffered stepping is :mod:`pgrad.rl.envs.overlap` (through the
 Collector's stepping interface). Their public names are importable from here too.
 """
 
@@ -38,7 +40,8 @@ import gymnasium as gym
 import numpy as np
 
 from pgrad.rl import masks, spaces
-from pgrad.rl.envs import (
+from pgrad.rl.envs.overlap import OverlapVectorEnv, not_overlappable, overlapped_steps
+from pgrad.rl.envs.vector import (
     GAME_INFO,
     VECTOR_MODES,
     EnvError,
@@ -50,7 +53,6 @@ from pgrad.rl.episodes import ended_episodes, ended_successes, whole_episodes
 from pgrad.rl.finite import check_rollout, check_step
 from pgrad.rl.frames import FrameBuffer
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.overlap import OverlapVectorEnv, not_overlappable, overlapped_steps
 from pgrad.rl.trajectory import Trajectory, build_trajectory, next_vector
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
@@ -108,13 +110,13 @@ class Collector:
         #: 0.0); the training loop takes them (:meth:`take_successes`) for the success rate.
         self.successes: list[float] = []
         #: Whether :meth:`collect` acts on one half of the envs while the other steps
-        #: (``vector_mode="overlap"``, :mod:`pgrad.rl.overlap`).
+        #: (``vector_mode="overlap"``, :mod:`pgrad.rl.envs.overlap`).
         self.overlap = isinstance(envs, OverlapVectorEnv)
         if self.overlap and obs_norm is not None:
             raise not_overlappable(name, "observation normalisation")
 
     # The stepping interface: what collect() runs, and what a stepper of its own (the
-    # double-buffered one of pgrad.rl.overlap) needs to do the same steps in another order.
+    # double-buffered one of pgrad.rl.envs.overlap) needs to do the same steps in another order.
 
     @property
     def current_obs(self) -> Any:

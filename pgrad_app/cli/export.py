@@ -39,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.onnx is not None and args.signature is not None and len(args.signature) > 1:
         raise UserError(f"an ONNX file holds one signature; got {len(args.signature)} "
                         "(convert them one --onnx FILE --signature NAME at a time).")
-    from pgrad.rl import deploy
-
+    from pgrad.rl.export import deploy
     try:
         if args.tflite is not None:
             path = deploy.to_tflite(args.run, args.tflite, args.signature)

@@ -274,7 +274,7 @@ _startup_pid = os.getpid()
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from pgrad.rl.files import write_atomic
+    from pgrad.rl.storage.files import write_atomic
     from pgrad_app.run import directory as rundir
     from pgrad_app.run.layout import RunLayout
     from pgrad_app.run.trainer import Trainer, summary

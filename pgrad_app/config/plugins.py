@@ -15,10 +15,9 @@ from pgrad_app.errors import UserError, suggest
 
 
 def _named_code():
-    """:mod:`pgrad.rl.named_code`, imported when first needed: importing ``pgrad`` loads
+    """:mod:`pgrad.rl.storage.named_code`, imported when first needed: importing ``pgrad`` loads
     TensorFlow, and the commands parse their arguments (and answer errors) before that."""
-    from pgrad.rl import named_code
-
+    from pgrad.rl.storage import named_code
     return named_code
 
 
@@ -64,14 +63,14 @@ def _import_module(name: str, what: str):
 
 def _refuse_inside(module: str, directory: Path, what: str) -> None:
     """Refuses to import ``module`` if its code would come from ``directory`` (the one rule:
-    :mod:`pgrad.rl.named_code`)."""
+    :mod:`pgrad.rl.storage.named_code`)."""
     if _named_code().inside(module, directory):
         raise UserError(f"{what}: refusing to import {module!r} from the run directory "
                         f"{directory} (a run is data; install or move the module).")
 
 
 def same_spec(a: str | None, b: str | None, split_last: bool = False) -> bool:
-    """:func:`pgrad.rl.named_code.same_spec`: whether two specs name the same code."""
+    """:func:`pgrad.rl.storage.named_code.same_spec`: whether two specs name the same code."""
     return _named_code().same_spec(a, b, split_last)
 
 
@@ -122,7 +121,7 @@ def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
         if forbid_dir is not None:
             _refuse_inside(module, Path(forbid_dir), f"env {spec}")
         _import_module(module, f"--env {spec}")
-    from pgrad.rl.envs import ensure_registered
+    from pgrad.rl.envs.vector import ensure_registered
 
     try:  # ALE/..., MinAtar/...: their packages register them on import
         ensure_registered(env_id)
@@ -258,7 +257,7 @@ def import_gym_packages(names: list[str] | None, what: str = "--gym-packages",
 
 def wrapper_names(env_wrapper) -> list[str]:
     """The dotted names of rl-zoo style ``env_wrapper`` entries (names or ``{name: kwargs}``)."""
-    from pgrad.rl.env_recipe import wrapper_list
+    from pgrad.rl.envs.recipe import wrapper_list
 
     return [str(next(iter(w))) if isinstance(w, dict) else str(w)
             for w in wrapper_list(env_wrapper)]
@@ -267,7 +266,7 @@ def wrapper_names(env_wrapper) -> list[str]:
 def run_code_of(values: dict) -> list[str]:
     """What a run's settings name to import besides ``env`` and ``transform``: its
     ``gym_packages`` and every wrapper that is not a class Gymnasium defines
-    (:func:`pgrad.rl.named_code.gymnasium_wrapper`: checked by the object, not the name)."""
+    (:func:`pgrad.rl.storage.named_code.gymnasium_wrapper`: checked by the object, not the name)."""
     gymnasium_wrapper = _named_code().gymnasium_wrapper
     packages = [str(p) for p in values.get("gym_packages") or ()]
     return packages + [w for w in wrapper_names(values.get("env_wrapper"))
@@ -276,12 +275,13 @@ def run_code_of(values: dict) -> list[str]:
 
 def env_source(env_id: str, env_kwargs: dict | None, env_wrapper,
                forbid_dir: str | Path | None = None) -> Any:
-    """``env_id`` with its options and wrappers (a :class:`pgrad.rl.envs.EnvRecipe`), or the
-    bare id; each wrapper name is resolved now (:func:`pgrad.rl.named_code.resolve`), so a typo
+    """``env_id`` with its options and wrappers (a :class:`pgrad.rl.envs.vector.EnvRecipe`), or the
+    bare id; each wrapper name is resolved now (:func:`pgrad.rl.storage.named_code.resolve`), so a
+    typo
     is one line before anything runs. With ``forbid_dir`` (the run directory that named them),
     a wrapper module inside that directory is refused instead of imported."""
-    from pgrad.rl.env_recipe import env_source as make_source
-    from pgrad.rl.env_recipe import wrapper_list
+    from pgrad.rl.envs.recipe import env_source as make_source
+    from pgrad.rl.envs.recipe import wrapper_list
 
     for name in wrapper_names(env_wrapper):
         try:

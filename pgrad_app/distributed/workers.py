@@ -78,7 +78,7 @@ def split_envs(num_envs: int, workers: int) -> list[tuple[int, int]]:
 
 def env_id_of(spec: Any) -> Any:
     """A ``module:EnvId`` spec -> the bare id, after importing the module (in a worker)."""
-    from pgrad.rl.env_recipe import EnvRecipe
+    from pgrad.rl.envs.recipe import EnvRecipe
 
     if isinstance(spec, EnvRecipe) and isinstance(spec.env, str) and ":" in spec.env:
         return dataclasses.replace(spec, env=env_id_of(spec.env))

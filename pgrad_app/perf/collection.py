@@ -47,8 +47,8 @@ def collection_backends(repeats: int, env_id: str = "CartPole-v1", num_envs: int
     env steps/s over Gymnasium sync's.
     """
     import agents
-    from pgrad.rl import envpool_env, rollout
-
+    from pgrad.rl import rollout
+    from pgrad.rl.envs import envpool as envpool_env
     name = "collection_envpool_" + env_id.split("-")[0].lower() + f"_{num_envs}envs"
     if not envpool_env.is_available():
         return figure(name, float("nan"), "(informative)", False,

@@ -3,7 +3,7 @@ SB3 features extractors (imported only in the SB3 process, which has no TensorFl
 
 SB3 has ``NatureCNN`` built in (pgrad's ``nature_cnn`` is the same network) but nothing for
 MinAtar's small boolean planes; :class:`MinAtarCNN` is pgrad's ``minatar_cnn``
-(:func:`pgrad.rl.encoders.minatar_cnn`): Conv 16 3x3 stride 1 ReLU, Flatten, Linear 128 ReLU.
+(:func:`pgrad.rl.models.encoders.minatar_cnn`): Conv 16 3x3 stride 1 ReLU, Flatten, Linear 128 ReLU.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def pgrad_run(spec: dict) -> dict:
     silence()  # this process's own TensorFlow, before agents imports it
     import agents
     from agents.callbacks import StopAtReturn
-    from pgrad.rl.env_ids import ensure_registered
+    from pgrad.rl.envs.ids import ensure_registered
 
     # Imports and the env's registration before the clock, as on SB3's side (which imports
     # SB3 and torch, and registers MinAtar, before its clock): the agent's module pulls in

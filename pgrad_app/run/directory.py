@@ -27,8 +27,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from pgrad.rl.dirlock import DirectoryInUse, DirectoryLock
-from pgrad.rl.files import write_atomic
+from pgrad.rl.storage.dirlock import DirectoryInUse, DirectoryLock
+from pgrad.rl.storage.files import write_atomic
 from pgrad_app.errors import UserError
 from pgrad_app.run.layout import RunLayout
 
@@ -85,7 +85,7 @@ def is_run(path: Path) -> bool:
 def is_stub(path: Path) -> bool:
     """Whether ``path`` is a run that stopped before its first checkpoint (SIGTERM or kill -9
     during start-up): nothing in it can be resumed, so starting the run again replaces it."""
-    from pgrad.rl.checkpoint import CheckpointStore
+    from pgrad.rl.storage.checkpoint import CheckpointStore
 
     layout = RunLayout(path)
     try:
@@ -140,7 +140,8 @@ def check_new(out: Path, overwrite: bool) -> None:
 
 class RunLock:
     """An exclusive lock on a run directory for one writer (see the module docstring): the one
-    lock of every pgrad writer (:class:`pgrad.rl.dirlock.DirectoryLock`; ``agent.save`` too).
+    lock of every pgrad writer (:class:`pgrad.rl.storage.dirlock.DirectoryLock`; ``agent.save``
+    too).
 
     Args:
       out: the run directory (must exist).
@@ -274,7 +275,7 @@ def settle(out: Path, say=None) -> str | None:
     Returns ``"deleted"`` (the old run), ``"restored"`` or None (nothing was set aside); ``say``
     gets one line when the old run came back.
     """
-    from pgrad.rl.checkpoint import CheckpointStore
+    from pgrad.rl.storage.checkpoint import CheckpointStore
 
     layout = RunLayout(out)
     aside = layout.replaced

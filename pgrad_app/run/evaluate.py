@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pgrad.rl.files import write_json_atomic
+from pgrad.rl.storage.files import write_json_atomic
 from pgrad_app.errors import RunError, UserError, one_line
 from pgrad_app.run.layout import RunLayout
 
@@ -82,7 +82,7 @@ def check_same_spaces(env_id: str, trained_id: str) -> None:
     """Refuses an evaluation env whose spaces differ from the training env's."""
     import gymnasium as gym
 
-    from pgrad.rl.env_recipe import env_name
+    from pgrad.rl.envs.recipe import env_name
 
     def short(space) -> str:
         if isinstance(space, gym.spaces.Box):
@@ -130,7 +130,7 @@ def evaluate_run(
       episodes: number of episodes (>= 1).
       deterministic: greedy actions (the default) instead of sampled ones.
       seed: seed of the first episode (episode i gets ``seed + i``); default: pgrad's evaluation
-        protocol, the run's seed + 10000 (:func:`pgrad.rl.evaluation.eval_seed`).
+        protocol, the run's seed + 10000 (:func:`pgrad.rl.evaluation.evaluate_policy.eval_seed`).
       video_dir: record every episode as mp4 here (needs moviepy).
       env_id: evaluate on another env with the same spaces (default: the run's env).
       write: write ``run_dir/eval.json`` (and ``robustness.png`` with an attack).
@@ -148,8 +148,8 @@ def evaluate_run(
       RunError: the env failed during the episodes.
     """
     import pgrad
-    from pgrad.rl.evaluation import ATTACKS, MAX_EPISODES, eval_seed
-    from pgrad.rl.export import find_export
+    from pgrad.rl.evaluation.evaluate_policy import ATTACKS, MAX_EPISODES, eval_seed
+    from pgrad.rl.export.saved_model import find_export
     from pgrad.rl.rollout import EnvError
     from pgrad_app.config.plugins import (
         check_run_code,
@@ -321,7 +321,7 @@ def _check_writable_dir(path: Path) -> None:
 
 def _build(env_id, **kwargs):
     """One env of an id or recipe (its options plus ``kwargs``)."""
-    from pgrad.rl.env_recipe import EnvRecipe, make_env
+    from pgrad.rl.envs.recipe import EnvRecipe, make_env
 
     return env_id(**kwargs) if isinstance(env_id, EnvRecipe) else make_env(env_id, **kwargs)
 
@@ -329,7 +329,7 @@ def _build(env_id, **kwargs):
 def _check_creates(env_id: str) -> None:
     """Refuses an env whose constructor fails, in one line, before anything is loaded."""
 
-    from pgrad.rl.env_recipe import env_name
+    from pgrad.rl.envs.recipe import env_name
 
     try:
         env = _build(env_id)
@@ -343,7 +343,7 @@ def _check_renders(env_id: str) -> None:
     """Refuses --video for an env that cannot render frames (e.g. no ``render_mode`` argument)."""
     import warnings
 
-    from pgrad.rl.env_recipe import env_name
+    from pgrad.rl.envs.recipe import env_name
 
     try:
         with warnings.catch_warnings(record=True) as caught:  # shown only if it works
@@ -360,7 +360,7 @@ def _check_renders(env_id: str) -> None:
 def _load_export(path: Path, env_id: str):
     """``(policy, None)`` for a loadable export at ``path``, else ``(None, why not)``."""
 
-    from pgrad.rl.export import ExportedPolicy
+    from pgrad.rl.export.saved_model import ExportedPolicy
 
     probe = _build(env_id)
     try:

@@ -13,8 +13,9 @@ writes and ``agents.load`` reads) plus the run's own files::
     .pgrad-replaced/     the run --overwrite replaces, until the new run's first checkpoint
 
 :meth:`RunLayout.owned` -- what ``--overwrite`` may delete -- is derived from these names and
-from what the layers below say they write (:data:`pgrad.rl.checkpoint.FILES`,
-:data:`pgrad.rl.export.FILES`), with each name's temporary spelling (:mod:`pgrad.rl.files`)
+from what the layers below say they write (:data:`pgrad.rl.storage.checkpoint.FILES`,
+:data:`pgrad.rl.export.saved_model.FILES`), with each name's temporary spelling
+(:mod:`pgrad.rl.storage.files`)
 added, so a new file needs one line here and nothing mirrored by hand.
 """
 
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import best_policy, callbacks, persistence
-from pgrad.rl import checkpoint, dirlock, export
-from pgrad.rl.files import temp_glob
+from pgrad.rl.export import saved_model as export
+from pgrad.rl.storage import checkpoint, dirlock
+from pgrad.rl.storage.files import temp_glob
 
 #: Temporary names of pgrad 0.2 (before one spelling): still deleted by --overwrite.
 LEGACY_TEMPS: dict = {"config.yaml.tmp": None, "eval.json.tmp": None,

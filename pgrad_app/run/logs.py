@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from agents.logger import TensorBoardWriter
-from pgrad.rl.files import write_atomic
+from pgrad.rl.storage.files import write_atomic
 from pgrad_app.run.layout import RunLayout
 
 EPISODE_COLUMNS = ("step", "wall_s", "return", "length")

@@ -21,8 +21,8 @@ import numpy as np
 from agents import logger, persistence
 from agents.callbacks import Checkpoint
 from agents.learning import Loop
-from pgrad.rl.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
-from pgrad.rl.files import write_json_atomic
+from pgrad.rl.storage.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
+from pgrad.rl.storage.files import write_json_atomic
 from pgrad_app.config.settings import DEFAULT_CHECKPOINT_SECONDS, RunSettings, dump_run_config
 from pgrad_app.errors import RunError, UserError, one_line
 from pgrad_app.run import directory as rundir
@@ -233,14 +233,14 @@ class RunRecorder(Checkpoint):
 
 def env_settings(env: Any) -> dict[str, Any]:
     """The run settings that name an agent's env in ``config.yaml``: ``{"env": id}``, with
-    ``env_kwargs`` and ``env_wrapper`` for an :class:`pgrad.rl.envs.EnvRecipe` (an id with
+    ``env_kwargs`` and ``env_wrapper`` for an :class:`pgrad.rl.envs.vector.EnvRecipe` (an id with
     options and wrappers by importable name; an instance ``gymnasium.make`` built counts too).
 
     Raises:
       UserError: a factory, an instance that cannot be built again or a wrapper without an
         importable name: config.yaml could not rebuild it (saying what to pass instead).
     """
-    from pgrad.rl.env_recipe import EnvRecipe, env_name, recipe_of
+    from pgrad.rl.envs.recipe import EnvRecipe, env_name, recipe_of
 
     source, why = recipe_of(env)
     record = source.record() if isinstance(source, EnvRecipe) else None

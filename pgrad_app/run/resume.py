@@ -43,7 +43,7 @@ def recorded(out: Path) -> dict[str, tuple[Any, str]]:
     agent.json), ``seed``, ``transform`` (spec, from a checkpoint), :data:`ARGUMENTS` (from a
     checkpoint), ``hyperparameters``.
     """
-    from pgrad.rl.checkpoint import CheckpointStore
+    from pgrad.rl.storage.checkpoint import CheckpointStore
 
     found: dict[str, tuple[Any, str]] = {}
     where = str(RunLayout(out).agent)

@@ -32,7 +32,7 @@ from typing import Any
 
 from agents.callbacks import EvalCallback, EvaluationInterrupted, StopAtReturn
 from agents.learning import ROLLING, Callback, Loop, as_callbacks
-from pgrad.rl.envs import EnvError
+from pgrad.rl.envs.vector import EnvError
 from pgrad.transforms import TransformError
 from pgrad_app.config.settings import RunSettings
 from pgrad_app.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, command, one_line

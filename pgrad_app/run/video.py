@@ -31,7 +31,7 @@ def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None
     """
     import gymnasium as gym
 
-    from pgrad.rl.env_recipe import EnvRecipe, env_name, make_env
+    from pgrad.rl.envs.recipe import EnvRecipe, env_name, make_env
 
     if int(every) < 1:
         raise UserError(f"--capture-video takes N >= 1 (film every N-th episode); got {every}.")

@@ -11,7 +11,7 @@ import pytest
 
 import agents
 import pgrad
-from pgrad.rl.envs import EnvRecipe, recipe_of
+from pgrad.rl.envs.vector import EnvRecipe, recipe_of
 
 SMALL = {"n_steps": 8, "num_envs": 2}
 

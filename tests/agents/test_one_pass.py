@@ -16,7 +16,7 @@ import agents
 import pgrad
 from agents import minibatch as update_lib
 from agents import update
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv  # noqa: E402

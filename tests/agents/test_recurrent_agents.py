@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import agents
 import pgrad
-import pgrad.rl.export
+import pgrad.rl.export.saved_model
 
 SHARED = dict(num_envs=2, n_steps=8, hidden=(8,), lstm_units=8, optimizer="adam",
               optimizer_eps=1e-7, learning_rate=3e-3, gamma=0.97, gae_lambda=0.9, vf_coef=0.5,
@@ -131,7 +131,7 @@ def test_save_and_load_continue_exactly(tmp_path):
     dst = agents.load(tmp_path / "a")
     np.testing.assert_array_equal(dst.state_var.numpy(), src.state_var.numpy())
     np.testing.assert_array_equal(dst.critic_state_var.numpy(), src.critic_state_var.numpy())
-    exported = pgrad.rl.export.ExportedPolicy(tmp_path / "a", src.observation_space,
+    exported = pgrad.rl.export.saved_model.ExportedPolicy(tmp_path / "a", src.observation_space,
                                               src.action_space)
     obs = np.random.default_rng(0).normal(0, 0.05, (2, 4)).astype(np.float32)
     want, state = dst.predict(obs, episode_start=[True, True])

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from pgrad.rl.export import ExportedPolicy
+from pgrad.rl.export.saved_model import ExportedPolicy
 from pgrad.rl.recurrent_actor import CompiledRecurrentActor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

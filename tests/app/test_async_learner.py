@@ -16,7 +16,7 @@ import tensorflow as tf
 from cli_helpers import PY, ROOT, read_rows, train
 
 import agents
-from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.storage.checkpoint import CheckpointStore
 from pgrad_app.distributed import async_learner, session
 from pgrad_app.errors import UserError
 

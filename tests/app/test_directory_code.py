@@ -19,9 +19,9 @@ from cli_helpers import evaluate, one_error_line, train
 
 import agents
 import pgrad
-from pgrad.rl import named_code
-from pgrad.rl.checkpoint import CheckpointStore, _meta_digest
-from pgrad.rl.env_recipe import EnvRecipe, apply_wrapper
+from pgrad.rl.envs.recipe import EnvRecipe, apply_wrapper
+from pgrad.rl.storage import named_code
+from pgrad.rl.storage.checkpoint import CheckpointStore, _meta_digest
 from pgrad_app import RunDirectory
 
 WRAPPER = "gymnasium.wrappers.TimeAwareObservation"

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from cli_helpers import evaluate, one_error_line, run, train
 
-from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.storage.checkpoint import CheckpointStore
 
 pytestmark = pytest.mark.subprocess
 

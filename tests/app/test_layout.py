@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_helpers import evaluate, train
 
-from pgrad.rl.files import is_temp, temp_glob, temp_path, write_atomic
+from pgrad.rl.storage.files import is_temp, temp_glob, temp_path, write_atomic
 from pgrad_app.run import directory
 from pgrad_app.run.layout import RunLayout
 

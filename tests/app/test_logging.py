@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import agents
 from agents import logger
-from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.storage.checkpoint import CheckpointStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401
-from pgrad.rl.checkpoint import CheckpointStore
+from pgrad.rl.storage.checkpoint import CheckpointStore
 from pgrad_app.errors import run_cli
 
 pytestmark = pytest.mark.subprocess

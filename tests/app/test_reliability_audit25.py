@@ -16,9 +16,9 @@ from cli_helpers import evaluate, one_error_line, train
 
 import agents
 import pgrad
-from pgrad.rl.envs import EnvError
+from pgrad.rl.envs.vector import EnvError
 from pgrad_app.errors import UserError, one_line
-from pgrad_app.experiments import report
+from pgrad_app.experiments.benchmark import report
 from pgrad_app.run.directory import check_path
 
 
@@ -232,7 +232,7 @@ class _Foreign(tf.Module):
 def test_a_savedmodel_not_made_by_pgrad_says_so(described, tmp_path):
     """Not "predates pgrad 0.2": nothing says pgrad made it (no ``pgrad_policy.json``), or its
     ``pgrad_policy.json`` describes a SavedModel without pgrad's functions."""
-    from pgrad.rl.export import META_FILE
+    from pgrad.rl.export.saved_model import META_FILE
 
     tf.saved_model.save(_Foreign(), str(tmp_path / "policy"))
     if described:
@@ -268,7 +268,7 @@ def test_a_damaged_benchmark_result_is_one_line_naming_it(write, why, tmp_path):
     with pytest.raises(ValueError, match=f"{path.name}: not a valid result \\(.*{why}"):
         report.load_results(tmp_path)
     spec = benchmark_spec()
-    from pgrad_app.experiments.plan import check_existing, result_path
+    from pgrad_app.experiments.benchmark.plan import check_existing, result_path
 
     target = result_path(tmp_path, spec)
     path.rename(target)
@@ -277,7 +277,7 @@ def test_a_damaged_benchmark_result_is_one_line_naming_it(write, why, tmp_path):
 
 
 def benchmark_spec():
-    from pgrad_app.experiments.plan import plan
+    from pgrad_app.experiments.benchmark.plan import plan
 
     return plan(["a2c"], ["CartPole-v1"], [0], steps=1000)[0]
 

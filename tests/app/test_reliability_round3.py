@@ -15,7 +15,7 @@ from cli_helpers import one_error_line, snapshot, train
 
 import agents
 import pgrad
-from pgrad.rl.named_code import DirectoryCode
+from pgrad.rl.storage.named_code import DirectoryCode
 
 EVIL = """
 open({marker!r}, "w").write("executed")
@@ -114,7 +114,7 @@ def test_resume_never_imports_a_transform_file_inside_the_run(plugins, tmp_path,
 # ---------------------------------------------------------------------------------------------
 
 def test_agent_save_refuses_a_run_directory_and_one_in_use(saved_agent, tmp_path):
-    from pgrad.rl import dirlock
+    from pgrad.rl.storage import dirlock
     from pgrad_app.run import directory as rundir
     from pgrad_app.run.layout import RunLayout
 
@@ -240,8 +240,7 @@ gym.register("R3/NeverEnds-v0", entry_point=NeverEnds)  # no max_episode_steps
 
 
 def test_evaluation_episodes_are_capped_with_one_warning(saved_agent, tmp_path, monkeypatch):
-    from pgrad.rl import eval_episodes
-
+    from pgrad.rl.evaluation import episodes as eval_episodes
     (tmp_path / "r3_never_ends.py").write_text(NEVER_ENDS)
     monkeypatch.syspath_prepend(str(tmp_path))
     import r3_never_ends  # noqa: F401  (registers R3/NeverEnds-v0)
@@ -651,7 +650,8 @@ def test_a_full_disk_at_tensorboard_is_an_os_error_like_the_csv_files(tmp_path, 
 def test_a_full_disk_at_config_yaml_on_resume_is_one_line_and_changes_nothing(
         run_copy, monkeypatch, capsys):
     before = _without_lock(snapshot(run_copy))
-    monkeypatch.setattr("pgrad.rl.files.write_atomic", _disk_full)  # what train.main imports
+    # what train.main imports
+    monkeypatch.setattr("pgrad.rl.storage.files.write_atomic", _disk_full)
     code, _, err = train("--resume", run_copy, "--more-steps", 80, "--quiet", capsys=capsys)
     line = one_error_line(err)
     assert code == 1 and f"cannot write {run_copy / 'config.yaml'}: No space left on " \
@@ -786,7 +786,7 @@ def test_a_sweep_rerun_with_other_set_values_refuses_the_started_trials(tmp_path
 
     from pgrad_app.config.settings import HYPER_KEY
     from pgrad_app.errors import UserError
-    from pgrad_app.experiments import sweep
+    from pgrad_app.experiments.sweep import plan as sweep
 
     sets = ["learning_rate=0.001", "num_envs=1", "n_steps=16", "hidden=[8]"]
     (trial,) = sweep.plan(["a2c"], ["CartPole-v1"], [0], steps=32, sets=sets)

@@ -21,7 +21,7 @@ from cli_helpers import (
     train,
 )
 
-from pgrad.rl.checkpoint import CheckpointStore, NonFiniteCheckpoint
+from pgrad.rl.storage.checkpoint import CheckpointStore, NonFiniteCheckpoint
 
 pytestmark = pytest.mark.subprocess
 
@@ -118,7 +118,7 @@ def test_checkpoint_store_refuses_nonfinite_state_and_skips_a_nonfinite_checkpoi
 @pytest.mark.parametrize("how", ["tensorflow", "meta"])
 def test_disk_full_while_checkpointing_is_one_line_and_keeps_earlier_checkpoints(
         how, tmp_path, monkeypatch, capsys):
-    import pgrad.rl.checkpoint as ckpt
+    import pgrad.rl.storage.checkpoint as ckpt
 
     calls = []
     if how == "tensorflow":  # TensorFlow's writer: ResourceExhaustedError

@@ -119,7 +119,7 @@ def test_checkpoint_restores_into_a_fresh_agent(trained):
     import tensorflow as tf
 
     import agents
-    from pgrad.rl.checkpoint import CheckpointStore
+    from pgrad.rl.storage.checkpoint import CheckpointStore
     from pgrad_app.config.plugins import load_transform
 
     out, _ = trained

@@ -6,7 +6,7 @@ actions. Both run the same emulator frames (sticky actions come from ALE's own s
 so every learning-side difference -- a lost life marked ``terminated``, the no-op and FIRE steps
 that follow it, clipped rewards -- is visible step by step, and the game score the stack reports
 must be the twin's summed raw rewards. The envpool backend is checked in lockstep against the
-Gymnasium pipeline where envpool's semantics allow (see pgrad/rl/envpool_atari.py).
+Gymnasium pipeline where envpool's semantics allow (see pgrad/rl/envs/envpool_atari.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import numpy as np
 import pytest
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import atari, envpool_env, envs, evaluation, rollout
+from pgrad.rl import rollout
+from pgrad.rl.envs import atari
+from pgrad.rl.envs import envpool as envpool_env
+from pgrad.rl.envs import vector as envs
+from pgrad.rl.evaluation import evaluate_policy as evaluation
 
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
@@ -96,7 +100,7 @@ def test_no_emulator_banner_on_stderr(user_import):
     import subprocess
 
     code = ("import gymnasium as gym, ale_py; gym.register_envs(ale_py)\n" if user_import else ""
-            ) + ("from pgrad.rl.envs import make_vec_env\n"
+            ) + ("from pgrad.rl.envs.vector import make_vec_env\n"
                  "v = make_vec_env('ALE/Pong-v5', 2, 'async'); v.reset(seed=0); v.close()\n"
                  "print('made')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 
 import pgrad
-from pgrad.rl import encoders, spaces
+from pgrad.rl import spaces
 from pgrad.rl.compiled_actor import CompiledActor
-from pgrad.rl.networks import actor_critic
+from pgrad.rl.models import encoders
+from pgrad.rl.models.networks import actor_critic
 from pgrad.rl.policy import make_actor, mode_numpy, sample_numpy
 
 FRAMES = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)

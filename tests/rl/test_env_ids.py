@@ -1,4 +1,4 @@
-"""Registering env ids on demand (:mod:`pgrad.rl.env_ids`): MinAtar's render-only seaborn
+"""Registering env ids on demand (:mod:`pgrad.rl.envs.ids`): MinAtar's render-only seaborn
 import deferred until something uses it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from pgrad.rl import env_ids
+from pgrad.rl.envs import ids as env_ids
 
 
 def test_a_deferred_module_imports_on_first_use_and_replaces_itself(monkeypatch):
@@ -53,7 +53,7 @@ def test_minatar_registers_without_seaborn_and_still_renders():
     pytest.importorskip("seaborn")
     code = (
         "import sys\n"
-        "from pgrad.rl.env_ids import ensure_registered\n"
+        "from pgrad.rl.envs.ids import ensure_registered\n"
         "ensure_registered('MinAtar/Breakout-v1')\n"
         "assert type(sys.modules['seaborn']).__name__ == '_DeferredModule'\n"
         "assert 'scipy.stats' not in sys.modules\n"
@@ -77,7 +77,7 @@ MUJOCO_SNIPPET = """
 import logging
 import warnings
 import mujoco
-from pgrad.rl.envs import make_vec_env
+from pgrad.rl.envs.vector import make_vec_env
 
 logged = []
 logging.getLogger("pgrad.mujoco").addHandler(logging.Handler())

@@ -20,7 +20,8 @@ import pytest
 
 import agents
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import envpool_env, rollout
+from pgrad.rl import rollout
+from pgrad.rl.envs import envpool as envpool_env
 
 needs_envpool = pytest.mark.skipif(not envpool_env.is_available(),
                                    reason="envpool is not installed (pip install 'pgrad[envpool]')")

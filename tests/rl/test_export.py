@@ -13,10 +13,12 @@ import pytest
 import tensorflow as tf
 
 import pgrad
-from pgrad.rl import deploy, encoders, spaces
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl.export import export_policy, read_metadata
-from pgrad.rl.networks import actor_critic
+from pgrad.rl import spaces
+from pgrad.rl.export import deploy
+from pgrad.rl.export.saved_model import export_policy, read_metadata
+from pgrad.rl.models import encoders
+from pgrad.rl.models.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.policy import NetworkPolicy, _categorical, gaussian_numpy, make_actor
 
@@ -152,7 +154,7 @@ def test_signatures_are_batched_with_named_inputs(built):
 def test_each_function_is_traced_once_on_batched_rows(monkeypatch, tmp_path):
     """The network and head are traced once per exported function, on ``[N, ...]`` rows: the
     attributes (any rank) call the signatures' graphs instead of tracing the body again."""
-    from pgrad.rl.export_feedforward import DenseExport
+    from pgrad.rl.export.feedforward import DenseExport
 
     seen: list = []
     params = DenseExport._params

@@ -15,9 +15,10 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from pgrad.rl import deploy, spaces
-from pgrad.rl.export import ExportedPolicy, export_policy, read_metadata
-from pgrad.rl.networks import actor_critic
+from pgrad.rl import spaces
+from pgrad.rl.export import deploy
+from pgrad.rl.export.saved_model import ExportedPolicy, export_policy, read_metadata
+from pgrad.rl.models.networks import actor_critic
 from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.policy import NetworkPolicy, make_actor
 

@@ -15,7 +15,7 @@ import pytest
 import pgrad  # noqa: F401  (first: silences TensorFlow)
 from pgrad.rl import policy as policy_lib
 from pgrad.rl import rollout
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.policy import NumpyPolicy
 
 

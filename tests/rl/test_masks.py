@@ -10,7 +10,7 @@ import tensorflow as tf
 import pgrad  # noqa: F401  (first: silences TensorFlow)
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl import masks, rollout, spaces
-from pgrad.rl.masked_envs import OffersEnv
+from pgrad.rl.envs.masked import OffersEnv
 from pgrad.rl.policy import _categorical, mode_numpy, sample_numpy
 
 

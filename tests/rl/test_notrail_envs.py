@@ -1,4 +1,4 @@
-"""MinAtar/Breakout-NoTrail-v1 (:mod:`pgrad.rl.notrail_envs`): Breakout's frame without the trail
+"""MinAtar/Breakout-NoTrail-v1 (:mod:`pgrad.rl.envs.notrail`): Breakout's frame without the trail
 plane, checked against the game's own full frame step by step."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import envs, notrail_envs
+from pgrad.rl.envs import notrail as notrail_envs
+from pgrad.rl.envs import vector as envs
 
 pytest.importorskip("minatar")
 

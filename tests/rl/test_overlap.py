@@ -1,4 +1,4 @@
-"""vector_mode 'overlap' (pgrad.rl.overlap): the policy acts on one half of the envs while a
+"""vector_mode 'overlap' (pgrad.rl.envs.overlap): the policy acts on one half of the envs while a
 thread steps the other, and the rollouts are the ones 'sync' collects from the same seeds."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 import agents
 from pgrad.rl import rollout
-from pgrad.rl.masked_envs import OffersEnv
+from pgrad.rl.envs.masked import OffersEnv
+from pgrad.rl.envs.overlap import OverlapVectorEnv, merge_info
 from pgrad.rl.normalize import ObsNormalizer
-from pgrad.rl.overlap import OverlapVectorEnv, merge_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv, assert_same_trajectory  # noqa: E402

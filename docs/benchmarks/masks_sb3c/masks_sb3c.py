@@ -23,8 +23,7 @@ from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 
-from pgrad.rl import masked_envs
-
+from pgrad.rl.envs import masked as masked_envs
 ENV_ID, STEPS, EVAL_EPISODES = "MaskedOffers-v0", 100_000, 20
 torch.set_num_threads(1)
 masked_envs.register()

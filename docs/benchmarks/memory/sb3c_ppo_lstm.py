@@ -22,8 +22,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecNormalize
 
-from pgrad.rl import novel_envs
-
+from pgrad.rl.envs import novel as novel_envs
 torch.set_num_threads(1)
 novel_envs.register()
 env_id, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]

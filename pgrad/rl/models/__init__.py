@@ -1,2 +1,3 @@
-"""The Keras models a policy is made of: encoders, recurrent cores, heads.
+"""The Keras models a policy is made of: observation encoders (MLP, CNNs, a causal
+Transformer), recurrent cores, the actor-critic networks and their Dense stacks.
 """

@@ -8,7 +8,7 @@ Layout of :class:`ActorCritic`, ``params = actor(trunk(encoder(obs)))`` and
   shared: ``trunk`` holds the hidden layers; ``actor`` / ``critic`` are single output layers.
   The critic's gradient into the trunk is scaled by ``trunk_grad_scale`` (a custom-gradient
   identity) so the value loss cannot swamp the policy gradient in the shared features.
-* Encoded policies (images, or the user's own encoder; :mod:`pgrad.rl.encoders`): the encoder
+* Encoded policies (images, or the user's own encoder; :mod:`pgrad.rl.models.encoders`): the encoder
   maps the observation parts to features, ``trunk`` is empty and ``actor`` / ``critic`` are
   single output layers on the features. The critic uses the actor's encoder (shared, SB3's
   default) or its own copy (``critic_encoder``).
@@ -23,11 +23,11 @@ import keras
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl.dense import mlp  # noqa: F401 (pgrad.mlp; re-exported)
+from pgrad.rl.models.dense import mlp  # noqa: F401 (pgrad.mlp; re-exported)
 from pgrad.tools.ops import scale_gradient
 
 if TYPE_CHECKING:
-    from pgrad.rl.recurrent import RecurrentCore
+    from pgrad.rl.models.recurrent import RecurrentCore
     from pgrad.rl.spaces import ObsLayout
 
 ACTIVATIONS = ("tanh", "relu")
@@ -49,9 +49,9 @@ class ActorCritic:
       seed: initialiser seed.
       ortho_init: orthogonal initialisation (else PyTorch's default; see :func:`mlp`).
       encoder: a Keras layer ``observation -> [N, obs_dim]`` in front of everything (e.g.
-        :class:`pgrad.rl.encoders.ObservationEncoder`), or None.
+        :class:`pgrad.rl.models.encoders.ObservationEncoder`), or None.
       critic_encoder: the critic's own encoder; None: the critic shares ``encoder``.
-      recurrent: ``"lstm"`` / ``"gru"``: a recurrent core (:mod:`pgrad.rl.recurrent`) of
+      recurrent: ``"lstm"`` / ``"gru"``: a recurrent core (:mod:`pgrad.rl.models.recurrent`) of
         ``core_units`` after the features, one for the actor and one for the critic
         (sb3-contrib's ``enable_critic_lstm``); the MLPs then read the core's output. None: none.
       critic_hidden: the critic's own hidden widths (separate networks only; SB3's
@@ -78,7 +78,7 @@ class ActorCritic:
         self.obs_dim = int(obs_dim)
         self.core = self.critic_core = None
         if recurrent:
-            from pgrad.rl.recurrent import RecurrentCore
+            from pgrad.rl.models.recurrent import RecurrentCore
 
             if shared:
                 raise ValueError("a recurrent policy has its own core for actor and critic; "
@@ -126,7 +126,7 @@ class ActorCritic:
 
     def params_sequence(self, obs: Any, episode_starts: tf.Tensor, state0: tf.Tensor,
                         length: int | tf.Tensor) -> tf.Tensor:
-        """Recurrent: ``[B L]`` env-major rows (see :mod:`pgrad.rl.recurrent`) ->
+        """Recurrent: ``[B L]`` env-major rows (see :mod:`pgrad.rl.models.recurrent`) ->
         ``[B L, param_size]``, each row through its sequence's prefix from ``state0 [B, S]``."""
         h, _ = self._recurrent(self.core).sequence(self._encoded(obs), episode_starts, state0,
                                                    length)
@@ -279,19 +279,18 @@ def actor_critic(layout: ObsLayout, head_fn: Callable[[int], dist_lib.ActionHead
 
     Vector observations with the ``"mlp"`` encoder give the plain MLP networks (no encoder;
     ``shared_trunk`` decides the sharing). Otherwise an
-    :class:`pgrad.rl.encoders.ObservationEncoder` feeds single-layer heads and
+    :class:`pgrad.rl.models.encoders.ObservationEncoder` feeds single-layer heads and
     ``share_encoder`` decides whether the critic has its own copy.
 
     Args:
       layout: :func:`pgrad.rl.spaces.obs_layout` of the observation space.
       head_fn: ``fn(latent_dim) -> ActionHead``: the head, given the width of the actor's last
         features (what gSDE reads).
-      encoder: as :func:`pgrad.rl.encoders.resolve` returns it.
+      encoder: as :func:`pgrad.rl.models.encoders.resolve` returns it.
       critic_hidden: the critic's own MLP widths (vector observations, separate networks);
         None: ``hidden``.
     """
-    from pgrad.rl import encoders
-
+    from pgrad.rl.models import encoders
     hidden = tuple(int(h) for h in hidden)
     if layout.flat and encoder == "mlp":
         head = head_fn(hidden[-1] if hidden else (core_units if recurrent

@@ -150,6 +150,7 @@ def reset_rows(state: np.ndarray, episode_start: Any) -> np.ndarray:
 
 
 def actor_step(net: Any, obs: Any, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """One acting step of a recurrent :class:`pgrad.rl.networks.ActorCritic`: its
-    :meth:`~pgrad.rl.networks.ActorCritic.actor_step` (kept here for callers of this name)."""
+    """One acting step of a recurrent :class:`pgrad.rl.models.networks.ActorCritic`: its
+    :meth:`~pgrad.rl.models.networks.ActorCritic.actor_step` (kept here for callers of this
+    name)."""
     return net.actor_step(obs, state)

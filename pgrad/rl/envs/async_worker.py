@@ -24,7 +24,8 @@ except ImportError:  # pragma: no cover - another gymnasium layout: its own work
     _async_worker = None  # type: ignore[assignment]
 
 #: The start of the messages gymnasium's ``logger.error`` warns with (after a colour code) when a
-#: worker reports an error; :func:`pgrad.rl.envs.make_vec_env` silences them while it builds the
+#: worker reports an error; :func:`pgrad.rl.envs.vector.make_vec_env` silences them while it builds
+# the
 #: envs, since it raises the error itself in one line.
 WORKER_LOG = r"(\x1b\[[0-9;]*m)?ERROR: "
 

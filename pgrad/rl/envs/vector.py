@@ -3,11 +3,11 @@
 :func:`make_vec_env` builds a Gymnasium vector env in ``AutoresetMode.SAME_STEP`` wrapped in
 ``RecordEpisodeStatistics`` (the contract :class:`pgrad.rl.rollout.Collector` needs: see
 :mod:`pgrad.rl.rollout`); ``mode="envpool"`` presents envpool's pools through the same contract
-(:mod:`pgrad.rl.envpool_env`). :func:`make_env` builds one env the same way.
+(:mod:`pgrad.rl.envs.envpool`). :func:`make_env` builds one env the same way.
 
 Env ids work without importing their packages first: :func:`ensure_registered` imports ale-py for
 Atari ids (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``) and MinAtar for ``MinAtar/...`` ids.
-Atari ids get the standard preprocessing of :func:`pgrad.rl.atari.make_atari` (84x84 grayscale,
+Atari ids get the standard preprocessing of :func:`pgrad.rl.envs.atari.make_atari` (84x84 grayscale,
 4 frames stacked channel-last, episodic life, clipped learning rewards; ``env_kwargs`` change it,
 ``{"preprocess": False}`` gives the bare emulator) and report whole games (:data:`GAME_INFO`).
 MinAtar ids are MinAtar's own envs: ``(10, 10, C)`` bool observations, sticky actions 0.1.
@@ -17,9 +17,9 @@ that do not fit its observation space (wrong shape, strings), or a non-scalar ``
 raises :class:`EnvError`, one sentence naming the env, the env step and what went wrong;
 :func:`describe_failure` turns the library's exception into that sentence's end.
 
-Any env a user has: an id, a factory or an :class:`~pgrad.rl.env_recipe.EnvRecipe` (an id or
+Any env a user has: an id, a factory or an :class:`~pgrad.rl.envs.recipe.EnvRecipe` (an id or
 factory with options and wrappers, built again in evaluation, in another process or from a saved
-record: :mod:`pgrad.rl.env_recipe`, whose names are importable from here too).
+record: :mod:`pgrad.rl.envs.recipe`, whose names are importable from here too).
 :func:`make_vec_env` also takes a ``gymnasium.Env`` instance (one env) or a
 ``gymnasium.vector.VectorEnv`` (in ``SAME_STEP`` autoreset mode).
 """
@@ -33,9 +33,9 @@ from typing import Any
 import gymnasium as gym
 
 from pgrad.rl import spaces
-from pgrad.rl.async_worker import WORKER_LOG, ChildEnvError, _async_worker, guarded_worker
-from pgrad.rl.env_ids import GAME_INFO, ensure_registered, is_atari_id  # noqa: F401 (re-exported)
-from pgrad.rl.env_recipe import (  # noqa: F401 (re-exported: their home before the split)
+from pgrad.rl.envs.async_worker import WORKER_LOG, ChildEnvError, _async_worker, guarded_worker
+from pgrad.rl.envs.ids import GAME_INFO, ensure_registered, is_atari_id  # noqa: F401 (re-exported)
+from pgrad.rl.envs.recipe import (  # noqa: F401 (re-exported: their home before the split)
     EnvRecipe,
     apply_wrapper,
     env_name,
@@ -46,7 +46,7 @@ from pgrad.rl.env_recipe import (  # noqa: F401 (re-exported: their home before 
     wrapper_list,
 )
 
-#: "envpool": the optional C++ backend (:mod:`pgrad.rl.envpool_env`; ``pgrad[envpool]`` extra).
+#: "envpool": the optional C++ backend (:mod:`pgrad.rl.envs.envpool`; ``pgrad[envpool]`` extra).
 VECTOR_MODES = ("sync", "async", "envpool", "overlap")
 
 
@@ -72,7 +72,7 @@ _HINTS = (
 
 def describe_failure(err: BaseException, space: Any = None) -> str:
     """``"Type: message (hint)"`` in one line, for an exception an env raised (in an async env's
-    subprocess too: a :class:`~pgrad.rl.async_worker.ChildEnvError` is described as the
+    subprocess too: a :class:`~pgrad.rl.envs.async_worker.ChildEnvError` is described as the
     exception it carries)."""
     if isinstance(err, ChildEnvError):
         return _describe(err.type_name, err.text, space)
@@ -106,13 +106,13 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
       mode: ``"sync"`` (one process), ``"async"`` (one subprocess per env) or ``"envpool"``
         (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only) or
         ``"overlap"`` (this process, two halves of sync envs that a worker thread steps while
-        the policy acts on the other half: :mod:`pgrad.rl.overlap`; ``num_envs >= 2``).
+        the policy acts on the other half: :mod:`pgrad.rl.envs.overlap`; ``num_envs >= 2``).
       max_obs_dim: refuse (ValueError) an env whose flat observation is wider than this, after
         building one env and before building the vector env: Gymnasium's batched spaces
         allocate ``num_envs`` x the observation size up front, which for an enormous space
         exhausts the machine's memory instead of raising.
       env_kwargs: options of each env (an id's ``gym.make`` keywords; for Atari ids also
-        :func:`pgrad.rl.atari.make_atari`'s, e.g. ``{"episodic_life": False}``).
+        :func:`pgrad.rl.envs.atari.make_atari`'s, e.g. ``{"episodic_life": False}``).
 
     Raises:
       EnvError: the env's constructor raised.
@@ -128,7 +128,7 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
                             "is built already.")
         return _vector_of_instance(env_id, num_envs, mode)
     if mode == "overlap":
-        from pgrad.rl.overlap import OverlapVectorEnv
+        from pgrad.rl.envs.overlap import OverlapVectorEnv
 
         if num_envs < 2:
             raise ValueError(f"vector_mode 'overlap' steps two halves of the envs; it needs "
@@ -141,7 +141,7 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
             raise
         return OverlapVectorEnv((first, second))
     if mode == "envpool":
-        from pgrad.rl.envpool_atari import make_envpool
+        from pgrad.rl.envs.envpool_atari import make_envpool
 
         return gym.wrappers.vector.RecordEpisodeStatistics(make_envpool(env_id, num_envs,
                                                                         **kwargs))

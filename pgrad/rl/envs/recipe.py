@@ -3,9 +3,9 @@
 :class:`EnvRecipe` is an id (or factory) with keyword arguments and wrappers (rl-zoo's
 ``env_wrapper``: dotted names, ``{name: kwargs}`` or callables) -- a factory that can be built
 again, in evaluation, in another process, or from a saved record. :func:`make_env` builds one env
-from an id (Atari ids preprocessed: :func:`pgrad.rl.atari.make_atari`) or a factory;
+from an id (Atari ids preprocessed: :func:`pgrad.rl.envs.atari.make_atari`) or a factory;
 :func:`recipe_of` says how an env instance can be built again (from the ``spec`` ``gymnasium.make``
-gave it), or why it cannot. :mod:`pgrad.rl.envs` builds vector envs from any of these.
+gave it), or why it cannot. :mod:`pgrad.rl.envs.vector` builds vector envs from any of these.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 import gymnasium as gym
 
-from pgrad.rl import named_code
-from pgrad.rl.env_ids import ensure_registered, is_atari_id
+from pgrad.rl.envs.ids import ensure_registered, is_atari_id
+from pgrad.rl.storage import named_code
 
 
 def import_name(name: str, what: str = "wrapper") -> Any:
     """The object a dotted name (``pkg.mod.Attr``) or ``pkg.mod:Attr`` names, imported: the
-    one resolver, :func:`pgrad.rl.named_code.resolve` (the walk never leaves the module).
+    one resolver, :func:`pgrad.rl.storage.named_code.resolve` (the walk never leaves the module).
 
     Raises:
       ValueError: the module or attribute does not exist, or the name walks out of its module.
@@ -183,7 +183,8 @@ def recipe_of(env: Any) -> tuple[Any, str | None]:
 def make_env(env_id: Any, **kwargs: Any) -> gym.Env:
     """One env: a registered id (see :func:`ensure_registered`) with ``kwargs``, or a factory.
 
-    Atari ids get :func:`pgrad.rl.atari.make_atari` (``kwargs`` are its options and ``gym.make``'s;
+    Atari ids get :func:`pgrad.rl.envs.atari.make_atari` (``kwargs`` are its options and
+    ``gym.make``'s;
     ``preprocess=False``: the bare ale-py env); other ids ``gym.make(env_id, **kwargs)``.
     """
     if not isinstance(env_id, str):
@@ -194,7 +195,7 @@ def make_env(env_id: Any, **kwargs: Any) -> gym.Env:
     ensure_registered(env_id)
     preprocess = kwargs.pop("preprocess", True)
     if preprocess and is_atari_id(env_id):
-        from pgrad.rl.atari import make_atari
+        from pgrad.rl.envs.atari import make_atari
 
         return make_atari(env_id, **kwargs)
     return gym.make(env_id, **kwargs)

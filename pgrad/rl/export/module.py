@@ -2,11 +2,12 @@
 
 :class:`ExportedModule` is the ``tf.Module`` an export saves: it owns copies of the head's
 ``log_std`` and the observation normaliser's statistics, and builds the functions of
-:mod:`pgrad.rl.export` (``action``, ``sample``, ``sample_with_noise``, ``distribution_params``,
+:mod:`pgrad.rl.export.saved_model` (``action``, ``sample``, ``sample_with_noise``,
+``distribution_params``,
 ``action_masked``, ``params``) and their serving signatures around one method its variants
 define: ``_params(x)``, the distribution parameters ``[N, param_size]`` at preprocessed
-observation rows. The variants are in :mod:`pgrad.rl.export_feedforward` (Dense-only, encoder)
-and :mod:`pgrad.rl.export_recurrent`.
+observation rows. The variants are in :mod:`pgrad.rl.export.feedforward` (Dense-only, encoder)
+and :mod:`pgrad.rl.export.recurrent`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import export_heads, spaces
+from pgrad.rl import spaces
+from pgrad.rl.export import heads as export_heads
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 

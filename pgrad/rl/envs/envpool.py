@@ -29,8 +29,8 @@ Episode returns and lengths come from Gymnasium's own ``RecordEpisodeStatistics`
 around this env (:func:`pgrad.rl.rollout.make_vec_env` adds it), as for the other vector modes.
 
 Atari (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4`` or envpool's own ``Breakout-v5``) runs
-under :class:`EnvpoolAtariVectorEnv` (:mod:`pgrad.rl.envpool_atari`): the contract of
-:func:`pgrad.rl.atari.make_atari`, from envpool's own preprocessing.
+under :class:`EnvpoolAtariVectorEnv` (:mod:`pgrad.rl.envs.envpool_atari`): the contract of
+:func:`pgrad.rl.envs.atari.make_atari`, from envpool's own preprocessing.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def check_env_id(env_id: Any) -> str:
         where = "" if entry is None else f" (envpool has it under {entry[0]!r})"
         raise ValueError(
             f"vector_mode='envpool' does not support env {env_id!r}{where}: it runs envpool's "
-            f"{', '.join(FAMILIES.values())} ids (pgrad.rl.envpool_env.supported_ids() lists "
+            f"{', '.join(FAMILIES.values())} ids (pgrad.rl.envs.envpool.supported_ids() lists "
             "them); use vector_mode 'sync' or 'async' for this env."
         )
     return env_id

@@ -1,7 +1,8 @@
 """Atari as users run it: the DQN / Stable-Baselines3 / CleanRL preprocessing, and the real score.
 
 :func:`make_atari` builds the standard stack from Gymnasium's and ale-py's own parts (``pip install
-'pgrad[atari]'``). :func:`pgrad.rl.envs.make_vec_env` and :func:`pgrad.evaluate` apply it to every
+'pgrad[atari]'``). :func:`pgrad.rl.envs.vector.make_vec_env` and :func:`pgrad.evaluate` apply it to
+every
 ``ALE/...`` and ``...NoFrameskip-v4`` id. From the emulator outwards:
 
 ============================  ======================================================================
@@ -21,7 +22,7 @@
 :class:`FrameStack`            the last ``frame_stack`` frames, channel-last ``(84, 84, 4)`` uint8
                                (TensorFlow's CPU convolutions want NHWC)
 :class:`ReportGames`           ``info["game"] = {"r": score, "l": steps}`` where a game ended (the
-                               convention :data:`pgrad.rl.envs.GAME_INFO` describes)
+                               convention :data:`pgrad.rl.envs.vector.GAME_INFO` describes)
 ============================  ======================================================================
 
 These are SB3's ``AtariWrapper`` defaults plus ``VecFrameStack(4)`` (rl-zoo's Atari settings);
@@ -43,7 +44,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.env_ids import GAME_INFO, ensure_registered, quiet_ale
+from pgrad.rl.envs.ids import GAME_INFO, ensure_registered, quiet_ale
 
 __all__ = ["EpisodicLife", "FireReset", "FrameStack", "GameScore", "ReportGames", "make_atari"]
 
@@ -266,7 +267,7 @@ class ReportGames(gym.Wrapper):
     ``info["game"] = {"r": the game's score (GameScore), "l": the policy's steps in it}`` in the
     info of the step that ended the game -- or, for a game that ended inside a reset (an
     :class:`EpisodicLife` no-op or a FIRE step, at the frame limit), whose step info a wrapper's
-    reset drops, in the info of that reset (:data:`pgrad.rl.envs.GAME_INFO`).
+    reset drops, in the info of that reset (:data:`pgrad.rl.envs.vector.GAME_INFO`).
     """
 
     def __init__(self, env: gym.Env, score: GameScore):

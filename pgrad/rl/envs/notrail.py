@@ -51,7 +51,7 @@ def channel_index(env: gym.Env, name: str) -> int:
 
 def make(base: str, channel: str, **kwargs: Any) -> gym.Env:
     """The base MinAtar env (kwargs such as ``sticky_action_prob`` go to it) without ``channel``."""
-    from pgrad.rl.env_ids import ensure_registered
+    from pgrad.rl.envs.ids import ensure_registered
 
     ensure_registered(base)
     env = gym.make(base, **kwargs)

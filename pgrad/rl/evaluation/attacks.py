@@ -5,7 +5,7 @@ against the policy before it acts, for each radius in ``epsilons`` (0, the clean
 included); the attacked quantity is the log-probability of the action the policy would take on
 the clean observation (:mod:`pgrad.tools.adversarial`), and epsilon is in raw observation units
 (the flattened observation the env returns, before normalisation). Every radius runs the same
-seeded episodes (:func:`pgrad.rl.eval_episodes.run_episodes`).
+seeded episodes (:func:`pgrad.rl.evaluation.episodes.run_episodes`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pgrad.rl.eval_episodes import run_episodes, summary
+from pgrad.rl.evaluation.episodes import run_episodes, summary
 from pgrad.rl.policy import Policy
 
 ATTACKS = ("fgsm", "pgd")

@@ -1,10 +1,11 @@
 """The evaluation episode loop: episodes of a policy side by side, one batched policy call a step.
 
-:func:`run_episodes` is what :func:`pgrad.evaluate` (:mod:`pgrad.rl.evaluation`, which builds the
-envs and picks the seeds) and its observation attacks (:mod:`pgrad.rl.eval_attacks`) run;
+:func:`run_episodes` is what :func:`pgrad.evaluate` (:mod:`pgrad.rl.evaluation.evaluate_policy`,
+which builds the
+envs and picks the seeds) and its observation attacks (:mod:`pgrad.rl.evaluation.attacks`) run;
 :func:`summary` gives the numbers they report of its returns and lengths.
 
-For an env that reports whole games (:data:`pgrad.rl.envs.GAME_INFO`: Atari) an episode is a
+For an env that reports whole games (:data:`pgrad.rl.envs.vector.GAME_INFO`: Atari) an episode is a
 whole game: a lost life ends the env's episode and the loop resets it and plays on, as training's
 vector envs do (the policy sees what it saw in training, FIRE pressed after a lost life included),
 until the game is over; its return and length are the game's real score and steps. SB3's
@@ -57,7 +58,7 @@ def run_episodes(
       EnvError: an env failed (constructor, reset or step, an observation that does not fit
         its space, a NaN/Inf observation or reward), naming the episode and its step.
     """
-    from pgrad.rl.envs import GAME_INFO, EnvError, describe_failure
+    from pgrad.rl.envs.vector import GAME_INFO, EnvError, describe_failure
     from pgrad.rl.masks import env_mask
     from pgrad.rl.spaces import batch_of_one, obs_layout
 

@@ -1,4 +1,4 @@
-"""Convert an exported policy (:mod:`pgrad.rl.export`) for deployment: TFLite and ONNX.
+"""Convert an exported policy (:mod:`pgrad.rl.export.saved_model`) for deployment: TFLite and ONNX.
 
 * :func:`to_tflite` writes one ``.tflite`` flatbuffer holding the export's signatures (one
   signature runner each): ``action``, ``sample_with_noise`` and ``distribution_params``, in
@@ -27,8 +27,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from pgrad.rl import export
-from pgrad.rl.files import write_atomic
+from pgrad.rl.export import saved_model as export
+from pgrad.rl.storage.files import write_atomic
 
 #: Signatures that stay in the SavedModel, with the ops TFLite has no built-in for.
 SAVED_MODEL_ONLY = {"sample": ("StatelessRandomGetKeyCounter", "StatelessRandomUniformV2")}

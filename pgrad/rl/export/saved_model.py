@@ -11,9 +11,9 @@ shape and dtype -- or a batch of them (any number of leading axes), and return a
   and feeds a stateless random op (the same seed and batch give the same actions);
 * ``sample_with_noise(observation, noise)``: sampled env actions from the caller's uniforms
   ``noise`` in ``[0, 1)``, ``[..., noise_size]`` (``noise_size`` is in ``pgrad_policy.json``);
-  plain arithmetic only, so it converts to TFLite and ONNX (:mod:`pgrad.rl.deploy`);
+  plain arithmetic only, so it converts to TFLite and ONNX (:mod:`pgrad.rl.export.deploy`);
 * ``distribution_params(observation)``: ``{"logits"}`` or the pre-squash Gaussian's
-  ``{"mean", "log_std"}`` (:func:`pgrad.rl.export_heads.distribution_params`);
+  ``{"mean", "log_std"}`` (:func:`pgrad.rl.export.heads.distribution_params`);
 * ``action_masked(observation, action_mask)`` (also a serving signature), for Discrete and
   MultiDiscrete actions: deterministic actions with ``action_mask`` ``[..., n]`` bool the legal
   actions (:mod:`pgrad.rl.masks`; for MultiDiscrete the per-dimension masks concatenated): the
@@ -54,10 +54,10 @@ import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl import spaces
-from pgrad.rl.export_feedforward import DenseExport, EncoderExport
-from pgrad.rl.export_module import SEED_SPEC, ExportedModule, compiled, traced
-from pgrad.rl.export_recurrent import ExportedRecurrentPolicy
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.export.feedforward import DenseExport, EncoderExport
+from pgrad.rl.export.module import SEED_SPEC, ExportedModule, compiled, traced
+from pgrad.rl.export.recurrent import ExportedRecurrentPolicy
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.normalize import ObsNormalizer
 from pgrad.rl.policy import Policy
 
@@ -82,7 +82,7 @@ def export_policy(net: ActorCritic, obs_norm: ObsNormalizer | None, obs_space: g
     and ``sample_with_noise`` draw from the policy (see the module docstring). ``metadata``
     (JSON values, e.g. the env id) goes into ``pgrad_policy.json`` beside it.
     """
-    if net.recurrent:  # the state as an input and an output (pgrad.rl.export_recurrent)
+    if net.recurrent:  # the state as an input and an output (pgrad.rl.export.recurrent)
         module: ExportedModule = ExportedRecurrentPolicy(net, obs_norm, obs_space)
     elif net.encoder is not None:
         module = EncoderExport(net, obs_norm, obs_space)

@@ -1,8 +1,8 @@
 """The feed-forward exports: a Dense-only actor as plain matmuls, an encoder's traced through Keras.
 
-Both are :class:`pgrad.rl.export_module.ExportedModule` variants (the exported functions are
+Both are :class:`pgrad.rl.export.module.ExportedModule` variants (the exported functions are
 built there); each defines how the distribution parameters ``[N, param_size]`` are computed from
-observation rows. :func:`pgrad.rl.export.export_policy` picks the variant.
+observation rows. :func:`pgrad.rl.export.saved_model.export_policy` picks the variant.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import keras
 import tensorflow as tf
 
 from pgrad.rl import spaces
-from pgrad.rl.export_module import ExportedModule, observation_spec
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.export.module import ExportedModule, observation_spec
+from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.policy import dense_layers
 
 

@@ -2,8 +2,9 @@
 
 :func:`as_policy` resolves the target :func:`pgrad.evaluate` is given, with the env it runs on:
 an export path is loaded as data (its env id and options from ``pgrad_policy.json``, the code a
-directory names checked by :mod:`pgrad.rl.named_code`); an agent gives its ``policy`` and the
-env it was built from. The episode loop is :mod:`pgrad.rl.eval_episodes`.
+directory names checked by :mod:`pgrad.rl.storage.named_code`); an agent gives its ``policy`` and
+the
+env it was built from. The episode loop is :mod:`pgrad.rl.evaluation.episodes`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pgrad.rl.policy import Policy
 def as_policy(target: Any, env_id: Any,
               env_kwargs: dict | None = None) -> tuple[Policy, Any]:
     """``(policy, env id)`` for an agent, a Policy or an export path (see the module docstring)."""
-    from pgrad.rl import export, named_code
-
+    from pgrad.rl.export import saved_model as export
+    from pgrad.rl.storage import named_code
     if isinstance(target, (str, os.PathLike)):
         path = Path(target)
         found = export.find_export(path)
@@ -39,7 +40,9 @@ def as_policy(target: Any, env_id: Any,
             if not isinstance(meta["env_kwargs"], dict):
                 raise ValueError(f"{target}: the export's env_kwargs are not an object "
                                  f"({type(meta['env_kwargs']).__name__}); pass env_id.")
-            from pgrad.rl.env_recipe import EnvRecipe  # the id with the options it was trained with
+            from pgrad.rl.envs.recipe import (
+                EnvRecipe,  # the id with the options it was trained with
+            )
 
             env_id = EnvRecipe(env_id, meta["env_kwargs"])
         probe = _probe(env_id, env_kwargs)
@@ -65,7 +68,7 @@ def as_policy(target: Any, env_id: Any,
 
 def _probe(env_id: Any, env_kwargs: dict | None):
     """One env to read the spaces from (an instance is used as it is)."""
-    from pgrad.rl.env_recipe import make_env
+    from pgrad.rl.envs.recipe import make_env
 
     if isinstance(env_id, gym.Env):
         return Borrowed(env_id)

@@ -18,7 +18,7 @@ agent what is legal:
 ``OffersEnv(mask="observation")`` gives the mask as a Dict observation key instead
 (PettingZoo's convention), and ``ActionMasker(OffersEnv(mask=None), OffersEnv.legal_actions)``
 as an ``action_masks()`` method (sb3-contrib's); see :mod:`pgrad.rl.masks`. The ids are
-registered on first use (:func:`pgrad.rl.envs.ensure_registered`).
+registered on first use (:func:`pgrad.rl.envs.vector.ensure_registered`).
 """
 
 from __future__ import annotations

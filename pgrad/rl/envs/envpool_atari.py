@@ -1,4 +1,5 @@
-"""``vector_mode="envpool"`` for Atari: envpool's pools behind :func:`pgrad.rl.atari.make_atari`'s
+"""``vector_mode="envpool"`` for Atari: envpool's pools behind
+:func:`pgrad.rl.envs.atari.make_atari`'s
 contract.
 
 :class:`EnvpoolAtariVectorEnv` runs envpool's C++ Atari (its own no-op reset, frame skip with
@@ -6,7 +7,7 @@ max-pool of the last two frames, grayscale ``INTER_AREA`` resize, frame stack, e
 clipping and FIRE reset) and presents it as a SAME_STEP vector env of ``make_atari`` envs:
 ``(84, 84, 4)`` uint8 channel-last observations, ``terminated`` at a lost life (episodic life),
 clipped learning rewards, and whole games reported with their real score in ``info["game"]``
-(:data:`pgrad.rl.envs.GAME_INFO`). The options are ``make_atari``'s.
+(:data:`pgrad.rl.envs.vector.GAME_INFO`). The options are ``make_atari``'s.
 
 How envpool (1.2.5) works, and what the adapter does about it:
 
@@ -54,8 +55,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.env_ids import GAME_INFO, is_atari_id
-from pgrad.rl.envpool_env import EnvpoolVectorEnv, _envpool
+from pgrad.rl.envs.envpool import EnvpoolVectorEnv, _envpool
+from pgrad.rl.envs.ids import GAME_INFO, is_atari_id
 
 #: ale-py's registrations: sticky actions of the Gymnasium Atari ids (their frame limit is 108,000)
 STICKY = {"ALE/": 0.25, "NoFrameskip-v4": 0.0, "NoFrameskip-v0": 0.25}
@@ -87,7 +88,7 @@ def pool_settings(env_id: str) -> tuple[str, dict[str, Any]]:
 
 
 class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
-    """envpool's Atari as a SAME_STEP vector env of :func:`pgrad.rl.atari.make_atari` envs.
+    """envpool's Atari as a SAME_STEP vector env of :func:`pgrad.rl.envs.atari.make_atari` envs.
 
     Args:
       env_id: ``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4`` or envpool's ``Breakout-v5``.
@@ -95,7 +96,7 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
       seed: sub-env ``i`` is seeded ``seed + i`` (envpool's generators).
       num_threads: envpool worker threads (0: envpool's choice).
       noop_max, frame_skip, screen_size, grayscale, episodic_life, fire_reset, clip_rewards,
-        frame_stack: as :func:`pgrad.rl.atari.make_atari` (``noop_max >= 1`` here: envpool
+        frame_stack: as :func:`pgrad.rl.envs.atari.make_atari` (``noop_max >= 1`` here: envpool
         always takes at least one no-op frame).
       stack_padding: ``"reset"`` only: envpool starts a stack by repeating the first frame.
       max_num_frames_per_episode: the game's frame limit (ale-py's 108,000 by default), applied
@@ -170,7 +171,7 @@ class EnvpoolAtariVectorEnv(EnvpoolVectorEnv):
         if not np.array_equal(done, np.asarray(term, bool) | truncated):
             raise RuntimeError(f"envpool ended episodes {np.flatnonzero(term | trunc)}, the "
                                f"adapter expected {np.flatnonzero(done)}: its Atari semantics "
-                               "changed (see pgrad/rl/envpool_atari.py).")
+                               "changed (see pgrad/rl/envs/envpool_atari.py).")
         self._score += raw
         self._steps += 1
         out: dict[str, Any] = {}

@@ -2,10 +2,12 @@
 
 ``pgrad.evaluate(agent_or_path, env_id=None, episodes=10, deterministic=True)`` runs
 ``episodes`` episodes, env ``i`` seeded ``seed + i``, all stepped together (one batched policy
-call per step: :func:`pgrad.rl.eval_episodes.run_episodes`). The policy is an agent (anything with
+call per step: :func:`pgrad.rl.evaluation.episodes.run_episodes`). The policy is an agent (anything
+with
 a ``policy`` attribute that is a :class:`pgrad.rl.policy.Policy`, e.g. ``agents.make(...)``), a
 ``Policy``, or a path to an exported policy (a run or save directory holding ``policy/``, or the
-export itself: see :mod:`pgrad.rl.export`). Loading a path reads data only; no code from it is
+export itself: see :mod:`pgrad.rl.export.saved_model`). Loading a path reads data only; no code
+from it is
 imported.
 
 **Which episodes.** One protocol everywhere pgrad evaluates a policy trained with seed ``s``
@@ -17,12 +19,13 @@ every time, so evaluations of one run compare like with like.
 Deterministic actions (the distribution's mode) are the default, as in Stable-Baselines3's
 ``evaluate_policy`` and rl-zoo's ``enjoy.py``.
 
-The envs are built as for training (:func:`pgrad.rl.envs.make_env`). For an env that reports whole
-games (Atari) an episode is a whole game (:mod:`pgrad.rl.eval_episodes`).
+The envs are built as for training (:func:`pgrad.rl.envs.vector.make_env`). For an env that reports
+whole
+games (Atari) an episode is a whole game (:mod:`pgrad.rl.evaluation.episodes`).
 
 With ``attack="fgsm"`` or ``"pgd"`` every observation is perturbed against the policy before it
 acts, for each radius in ``epsilons`` (0, the clean baseline, always included), every radius on
-the same seeded episodes (:mod:`pgrad.rl.eval_attacks`).
+the same seeded episodes (:mod:`pgrad.rl.evaluation.attacks`).
 
 The episode loop and the attacks live in those two modules; their names are importable from here
 too (their home before the split). The loop reads ``DEFAULT_MAX_EPISODE_STEPS`` from its own
@@ -39,14 +42,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from pgrad.rl.eval_attacks import ATTACKS, attack_function, robustness  # noqa: F401 (re-exported)
-from pgrad.rl.eval_episodes import (  # noqa: F401 (re-exported: their home before the split)
+from pgrad.rl.evaluation.attacks import ATTACKS, attack_function, robustness  # noqa: F401 (re-exported)
+from pgrad.rl.evaluation.episodes import (  # noqa: F401 (re-exported: their home before the split)
     DEFAULT_MAX_EPISODE_STEPS,
     episode_cap,
     run_episodes,
     summary,
 )
-from pgrad.rl.eval_target import Borrowed, as_policy
+from pgrad.rl.evaluation.target import Borrowed, as_policy
 
 #: Evaluation episodes of a run trained with seed ``s`` start at seed ``s + EVAL_SEED_OFFSET``.
 EVAL_SEED_OFFSET = 10_000
@@ -85,7 +88,8 @@ def evaluate(
     Args:
       target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
         (a run/save directory with ``policy/``, or the export itself).
-      env_id: the env: a registered id, a factory (an :class:`pgrad.rl.envs.EnvRecipe` too) or
+      env_id: the env: a registered id, a factory (an :class:`pgrad.rl.envs.vector.EnvRecipe` too)
+      or
         one ``gym.Env`` instance (its episodes then run one after the other, and it is left
         open); default: the agent's, or the one the export records.
       episodes: number of episodes (>= 1); episode ``i`` resets with ``seed + i``.
@@ -96,7 +100,7 @@ def evaluate(
         result holds one row per epsilon; the top-level numbers are the clean episodes).
       epsilons: with ``attack``: L-inf radii in raw observation units (0 is always added).
       pgd_steps: with ``attack="pgd"``: sign-gradient steps.
-      env_kwargs: the env's options, as for training (:func:`pgrad.rl.envs.make_env`; e.g. an
+      env_kwargs: the env's options, as for training (:func:`pgrad.rl.envs.vector.make_env`; e.g. an
         Atari run's ``{"frame_stack": 2}``).
 
     Returns:
@@ -107,9 +111,9 @@ def evaluate(
       ValueError: bad arguments, an env that emits non-finite rewards, an unusable export.
       ImportError: moviepy missing for ``video_dir``.
     """
-    from pgrad.rl.env_ids import is_atari_id
-    from pgrad.rl.env_recipe import EnvRecipe, env_name
-    from pgrad.rl.env_recipe import make_env as build_env
+    from pgrad.rl.envs.ids import is_atari_id
+    from pgrad.rl.envs.recipe import EnvRecipe, env_name
+    from pgrad.rl.envs.recipe import make_env as build_env
 
     if n_eval_episodes is not None:
         episodes = n_eval_episodes

@@ -4,7 +4,8 @@ A policy is ``encoder -> heads`` (a recurrent core will sit between them). The e
 by name, or is the user's own Keras model:
 
 * ``"mlp"`` -- Dense layers (``hidden``, ``activation``) on the flat vector. On vector
-  observations this is the MLP policy as it always was (:class:`pgrad.rl.networks.ActorCritic`
+  observations this is the MLP policy as it always was
+  (:class:`pgrad.rl.models.networks.ActorCritic`
   without an encoder); images, if any, are scaled, flattened and joined to the vector first.
 * ``"nature_cnn"`` -- Mnih et al. (2015), as Stable-Baselines3's ``NatureCNN``: Conv 32 8x8
   stride 4, Conv 64 4x4 stride 2, Conv 64 3x3 stride 1 (ReLU), Flatten, Dense 512 ReLU. Needs
@@ -30,7 +31,8 @@ as in Stable-Baselines3's ``CnnPolicy`` and CleanRL's Atari agents.
 Images arrive in their own dtype and are scaled here, inside the network: uint8 ``/ 255``, bool
 cast to 0/1, channel-first images transposed to channel-last. Initialisation is orthogonal as in
 SB3/CleanRL (gain sqrt 2 for convolutions and hidden layers; the heads' gains are set by
-:mod:`pgrad.rl.networks`), biases zero; ``ortho_init=False`` uses PyTorch's default kernel init.
+:mod:`pgrad.rl.models.networks`), biases zero; ``ortho_init=False`` uses PyTorch's default kernel
+init.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pgrad.rl.dense import mlp
+from pgrad.rl.models.dense import mlp
 from pgrad.rl.spaces import ObsLayout, Part
 
 #: Names accepted for the ``encoder`` setting.

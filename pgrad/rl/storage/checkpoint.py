@@ -7,7 +7,7 @@ Layout under ``checkpoints/``::
         meta.json             trainer counters + sha256 of every file above and of itself
                               (written last)
 
-A checkpoint is written into a hidden ``.step-*.tmp-PID`` directory (:mod:`pgrad.rl.files`'
+A checkpoint is written into a hidden ``.step-*.tmp-PID`` directory (:mod:`pgrad.rl.storage.files`'
 one temporary spelling), flushed to disk, and only then renamed to ``step-*`` (a rename is
 atomic on POSIX file systems). A process killed at any moment (SIGKILL, power loss) therefore
 leaves at worst a stale temporary directory, which is ignored and cleaned up, and the previous
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from pgrad.rl.files import fsync_dir, is_temp, temp_glob, temp_path
+from pgrad.rl.storage.files import fsync_dir, is_temp, temp_glob, temp_path
 
 PREFIX = "ckpt"
 META = "meta.json"

@@ -1,5 +1,6 @@
 """Dense stacks with SB3/CleanRL's orthogonal initialisation: the MLP of actors, critics,
-trunks and an encoder's vector part (:mod:`pgrad.rl.networks`, :mod:`pgrad.rl.encoders`)."""
+trunks and an encoder's vector part (:mod:`pgrad.rl.models.networks`,
+:mod:`pgrad.rl.models.encoders`)."""
 
 from __future__ import annotations
 

@@ -160,7 +160,7 @@ def check(what: str, spec: str | None, directory: str | os.PathLike, given: str 
 def check_env(spec: Any, directory: str | os.PathLike, given: Any = None) -> None:
     """:func:`check` for the Python API's env: ``given`` is the user's ``env_id=`` (a module the
     process imported already counts as named; a module inside ``directory`` is refused even
-    then). An env recipe (:class:`pgrad.rl.envs.EnvRecipe`) is checked by the id it holds."""
+    then). An env recipe (:class:`pgrad.rl.envs.vector.EnvRecipe`) is checked by the id it holds."""
     spec, given = getattr(spec, "env", spec), getattr(given, "env", given)
     if isinstance(given, str) and split(given)[0] and inside(split(given)[0], directory):
         raise DirectoryCode(f"env {given}: refusing to import {split(given)[0]!r} from the "

@@ -1,6 +1,7 @@
 """The action heads' maths in plain TensorFlow ops, for exported policies.
 
-An export (:mod:`pgrad.rl.export`) must run without TFP or Keras, and convert to TFLite and
+An export (:mod:`pgrad.rl.export.saved_model`) must run without TFP or Keras, and convert to TFLite
+and
 ONNX with their built-in operators only. So the heads' modes, samples and distribution
 parameters are written here again in elementwise ops, ``cumsum``, ``argmax`` and ``matmul``;
 sampling takes its randomness as an input: ``u``, uniforms in ``[0, 1)`` ``[N, noise_size]``

@@ -1,6 +1,7 @@
 """The export of a recurrent policy: its state is an explicit input and output.
 
-As :mod:`pgrad.rl.export` (plain TensorFlow ops and the module's own variables; loading needs
+As :mod:`pgrad.rl.export.saved_model` (plain TensorFlow ops and the module's own variables; loading
+needs
 neither pgrad nor Keras), but every function takes, after the observation, the policy's state
 and whether the observation starts an episode, and returns the state after the step:
 
@@ -10,12 +11,13 @@ and whether the observation starts an episode, and returns the state after the s
   ``action_masked(observation, state, episode_start, action_mask)`` -> ``{"action",
   "next_state"}``; ``distribution_params(observation, state, episode_start)`` -> the
   parameters by name and ``"next_state"``; ``params(flat_observation, state, episode_start)``
-  -> ``{"params", "next_state"}`` (for :class:`pgrad.rl.export.ExportedPolicy`). The output
+  -> ``{"params", "next_state"}`` (for :class:`pgrad.rl.export.saved_model.ExportedPolicy`). The
+  output
   is ``next_state``, not ``state``: ONNX gives inputs and outputs one namespace.
 * ``state``: float32 ``[S]`` for one observation, ``[N, S]`` for a batch (``S`` is
   ``state_size`` in ``pgrad_policy.json``, and the signatures' ``state`` shape): zeros at the
   first step. ``episode_start``: bool, ``[]`` or ``[N]``: rows where it is set start from zeros
-  (the state is reset before the step, as in training: :mod:`pgrad.rl.recurrent`).
+  (the state is reset before the step, as in training: :mod:`pgrad.rl.models.recurrent`).
 
 A host loop, as Stable-Baselines3's ``predict``::
 
@@ -23,7 +25,7 @@ A host loop, as Stable-Baselines3's ``predict``::
     out = loaded.action(obs, state, start); state, start = out["next_state"], done
 
 The actor's core, its encoder (a CNN, if any) and its head layer are traced through Keras with
-every variable read from the module's copy (as :class:`pgrad.rl.export_feedforward.EncoderExport`).
+every variable read from the module's copy (as :class:`pgrad.rl.export.feedforward.EncoderExport`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import export_heads
-from pgrad.rl.export_feedforward import EncoderExport
-from pgrad.rl.export_module import SEED_SPEC, compiled, traced, unrows
-from pgrad.rl.networks import ActorCritic
+from pgrad.rl.export import heads as export_heads
+from pgrad.rl.export.feedforward import EncoderExport
+from pgrad.rl.export.module import SEED_SPEC, compiled, traced, unrows
+from pgrad.rl.models.networks import ActorCritic
 
 STATE = "state"
 START = "episode_start"
@@ -77,7 +79,7 @@ class ExportedRecurrentPolicy(EncoderExport):
                 obs, *carry, tf.TensorSpec(None, tf.bool, name="action_mask")])
 
     def signatures(self) -> dict:
-        """As :meth:`pgrad.rl.export_module.ExportedModule.signatures`, with ``state [N, S]`` and
+        """As :meth:`pgrad.rl.export.module.ExportedModule.signatures`, with ``state [N, S]`` and
         ``episode_start [N]`` after the observation."""
         ctx = self._context
         carry = self._state_specs()

@@ -2,8 +2,8 @@
 
 Env ids work without importing their packages first: :func:`ensure_registered` imports ale-py
 for Atari ids (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``), MinAtar for ``MinAtar/...`` ids
-and pgrad's own small tasks. Gymnasium only (no TensorFlow): :mod:`pgrad.rl.envs`,
-:mod:`pgrad.rl.atari` and :mod:`pgrad.rl.envpool_atari` all read these names from here.
+and pgrad's own small tasks. Gymnasium only (no TensorFlow): :mod:`pgrad.rl.envs.vector`,
+:mod:`pgrad.rl.envs.atari` and :mod:`pgrad.rl.envs.envpool_atari` all read these names from here.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ GAME_INFO = "game"
 _NAMESPACES = {"MinAtar/": ("minatar.gym", "MinAtar", "minatar")}
 _ATARI_SUFFIXES = ("NoFrameskip-v4", "NoFrameskip-v0")
 #: pgrad's own env ids -> the module whose ``register()`` registers them.
-_PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.masked_envs", "PenaltyOffers-v0": "pgrad.rl.masked_envs",
-              "CartPoleNoVel-v1": "pgrad.rl.novel_envs", "PendulumNoVel-v1": "pgrad.rl.novel_envs",
-              "MinAtar/Breakout-NoTrail-v1": "pgrad.rl.notrail_envs"}
+_PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.envs.masked", "PenaltyOffers-v0": "pgrad.rl.envs.masked",
+              "CartPoleNoVel-v1": "pgrad.rl.envs.novel", "PendulumNoVel-v1": "pgrad.rl.envs.novel",
+              "MinAtar/Breakout-NoTrail-v1": "pgrad.rl.envs.notrail"}
 
 
 def is_atari_id(env_id: Any) -> bool:
@@ -89,9 +89,9 @@ def ensure_registered(env_id: Any) -> None:
     """Registers the Gymnasium ids of ``env_id``'s package if they are not registered yet.
 
     ale-py for Atari ids (``ALE/...``, ``...NoFrameskip-v4``), MinAtar for ``MinAtar/...``,
-    pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.masked_envs`;
-    ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.novel_envs`;
-    ``MinAtar/Breakout-NoTrail-v1``: :mod:`pgrad.rl.notrail_envs`); any
+    pgrad's own (``MaskedOffers-v0``, ``PenaltyOffers-v0``: :mod:`pgrad.rl.envs.masked`;
+    ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``: :mod:`pgrad.rl.envs.novel`;
+    ``MinAtar/Breakout-NoTrail-v1``: :mod:`pgrad.rl.envs.notrail`); any
     other id (or a factory) is left alone. Gymnasium's MuJoCo ids get :func:`quiet_mujoco`.
     Cheap once registered (a dict look-up or two).
 
