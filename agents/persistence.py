@@ -165,8 +165,8 @@ def save(agent: Agent, path: str | Path) -> Path:
 
     Raises:
       ValueError: ``path`` is a run directory, another writer's, or not a saved agent's.
-      pgrad.rl.storage.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf (nothing
-      saved).
+      pgrad.rl.storage.checkpoint.NonFiniteCheckpoint: the agent's state holds NaN/Inf
+        (nothing saved).
       pgrad.rl.storage.checkpoint.CheckpointWriteError: the checkpoint could not be written.
     """
     given, path = path, Path(path).absolute()

@@ -15,11 +15,13 @@ PROGRAMS = {
     "benchmark": "pgrad_app.cli.benchmark", "sweep": "pgrad_app.cli.sweep",
     "bench": "pgrad_app.cli.bench", "learning_targets": "pgrad_app.cli.targets",
     "tune": "pgrad_app.cli.tune", "export": "pgrad_app.cli.export",
+    "compare": "pgrad_app.cli.compare",
 }
 
 
 #: Programs whose modules import no TensorFlow before main runs: parsed before silence().
-PARSE_FIRST = ("train", "evaluate", "benchmark", "sweep", "learning_targets", "tune", "export")
+PARSE_FIRST = ("train", "evaluate", "benchmark", "sweep", "learning_targets", "tune", "export",
+               "compare")
 
 
 def run(program: str, argv: list[str] | None = None) -> int:
@@ -118,3 +120,7 @@ def tune() -> NoReturn:
 
 def export() -> NoReturn:
     finish(run("export"))
+
+
+def compare() -> NoReturn:
+    finish(run("compare"))

@@ -36,7 +36,10 @@ _ATARI_SUFFIXES = ("NoFrameskip-v4", "NoFrameskip-v0")
 #: pgrad's own env ids -> the module whose ``register()`` registers them.
 _PGRAD_IDS = {"MaskedOffers-v0": "pgrad.rl.envs.masked", "PenaltyOffers-v0": "pgrad.rl.envs.masked",
               "CartPoleNoVel-v1": "pgrad.rl.envs.novel", "PendulumNoVel-v1": "pgrad.rl.envs.novel",
-              "MinAtar/Breakout-NoTrail-v1": "pgrad.rl.envs.notrail"}
+              "MinAtar/Breakout-NoTrail-v1": "pgrad.rl.envs.notrail",
+              # token tasks (docs/sequences/token_tasks.md)
+              "pgrad/Reversal-v0": "pgrad.rl.tokens.tasks", "pgrad/Addition-v0":
+              "pgrad.rl.tokens.tasks", "pgrad/Sort-v0": "pgrad.rl.tokens.tasks"}
 
 
 def is_atari_id(env_id: Any) -> bool:

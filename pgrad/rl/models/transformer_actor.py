@@ -103,7 +103,7 @@ class CachedTransformerActor(CompiledActor):
 
         feat, cache = tf.cond(tf.size(fresh) > 0, refill, lambda: (feat, stepped))
         params = net.actor(feat)
-        values = (net.critic(feat)[:, 0] if self.fused_values
+        values = (net.critic(feat)[:, 0] if self.fused_values  # type: ignore[misc]
                   else tf.zeros(tf.shape(feat)[:1]))
         return params, values, step, cache, ids, n
 
