@@ -124,8 +124,9 @@ class EvalCallback(Callback):
     """Evaluates the policy on separate envs every ``every`` env steps.
 
     Args:
-      env_id: the evaluation env (an id, a factory or an :class:`pgrad.rl.envs.EnvRecipe`, built
-        afresh each evaluation; or one ``gym.Env`` instance); default: the agent's.
+      env_id: the evaluation env (an id, a factory or an
+        :class:`pgrad.rl.envs.recipe.EnvRecipe`, built afresh each evaluation; or one
+        ``gym.Env`` instance); default: the agent's.
       every: env steps between evaluations.
       episodes: episodes per evaluation (episode ``i`` reset with ``seed + i``, the same
         episodes every time, so evaluations compare).

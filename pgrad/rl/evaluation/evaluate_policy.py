@@ -88,8 +88,9 @@ def evaluate(
     Args:
       target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
         (a run/save directory with ``policy/``, or the export itself).
-      env_id: the env: a registered id, a factory (an :class:`pgrad.rl.envs.EnvRecipe` too) or
-        one ``gym.Env`` instance (its episodes then run one after the other, and it is left
+      env_id: the env: a registered id, a factory (an
+        :class:`pgrad.rl.envs.recipe.EnvRecipe` too) or one ``gym.Env`` instance (its
+        episodes then run one after the other, and it is left
         open); default: the agent's, or the one the export records.
       episodes: number of episodes (>= 1); episode ``i`` resets with ``seed + i``.
       deterministic: the distribution's mode (default) instead of sampled actions.
