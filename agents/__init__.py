@@ -27,7 +27,7 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
   compiled graph): ``{"env_steps": int total so far, "episodes": [(env_step, return, length),
   ...] finished during this call, "metrics": {name: float}}`` with ``policy_loss``,
   ``value_loss``, ``entropy``, ``approx_kl``, ``pg_grad_norm`` (policy gradient after the
-  chain; absent when the aux terms share its backward pass, ``agents.minibatch.FOLD_AUX``),
+  chain; absent when the aux terms share its backward pass, ``agents.update.minibatch.FOLD_AUX``),
   ``grad_norm`` (combined, before ``max_grad_norm`` clipping), ``learning_rate``,
   ``nonfinite_skipped`` (the fraction of minibatch steps skipped for NaN/Inf gradients),
   ``batch_steps``, ``advantage_mean``, ``minibatch_updates``, ``path_fused`` and what the chain
@@ -38,7 +38,8 @@ Constructor ``AgentCls(cfg, env_id="CartPole-v1", seed=0, transform=None)``:
 ``agent.learn(total_steps, callbacks=None, progress=True)`` -- ``step`` until ``total_steps``
   more env steps, through :class:`agents.learning.Loop` with callbacks (:mod:`agents.callbacks`:
   ``EvalCallback``, ``Checkpoint``, ``StopAtReturn``; or a plain ``fn(loop)``, ``False`` stops);
-  returns the agent. ``agent.save(path)`` / ``agents.load(path)``: see :mod:`agents.persistence`.
+  returns the agent. ``agent.save(path)`` / ``agents.load(path)``: see
+  :mod:`agents.persistence.save_load`.
 
 ``agent.env_steps`` -- int. ``agent.act(obs_batch, deterministic=False)`` returns env actions
   (feed-forward policies); ``agent.predict(obs, state=None, episode_start=None,
@@ -57,9 +58,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from agents.config import ActorCriticConfig
-from agents.preset_configs import (
-    CONFIGS,
+from agents.catalog.configs import (
+    CONFIGS,  # noqa: F401 (agents.CONFIGS: name -> config class)
     A2CConfig,
     APPOConfig,
     IMPALAConfig,
@@ -67,29 +67,30 @@ from agents.preset_configs import (
     PPOConfig,
     ReinforceConfig,
 )
+from agents.catalog.registry import config_class, get, names
+from agents.config import ActorCriticConfig
 
 if TYPE_CHECKING:
     import pgrad
     from agents import callbacks, learning
-    from agents.a2c import A2C
+    from agents.algorithms.a2c import A2C
+    from agents.algorithms.impala import APPO, IMPALA
+    from agents.algorithms.npg import NPG
+    from agents.algorithms.ppo import PPO
+    from agents.algorithms.reinforce import Reinforce
     from agents.base import ActorCriticAgent
-    from agents.impala import APPO, IMPALA
-    from agents.npg import NPG
-    from agents.persistence import load
-    from agents.ppo import PPO
-    from agents.reinforce import Reinforce
+    from agents.persistence.save_load import load
 
 # The agents import TensorFlow; their configs (above) do not. So ``import agents`` is data only
 # and the classes load on first use: ``pgrad-train --help`` lists every agent's hyperparameters
 # without TensorFlow's seconds of start-up.
 _LAZY = {
-    "A2C": "agents.a2c", "APPO": "agents.impala", "IMPALA": "agents.impala", "NPG": "agents.npg",
-    "PPO": "agents.ppo", "Reinforce": "agents.reinforce", "ActorCriticAgent": "agents.base",
-    "load": "agents.persistence"}
+    "A2C": "agents.algorithms.a2c", "APPO": "agents.algorithms.impala", "IMPALA":
+    "agents.algorithms.impala", "NPG": "agents.algorithms.npg",
+    "PPO": "agents.algorithms.ppo", "Reinforce": "agents.algorithms.reinforce", "ActorCriticAgent":
+    "agents.base",
+    "load": "agents.persistence.save_load"}
 _SUBMODULES = ("callbacks", "learning")
-_CLASSES = {"a2c": "A2C", "appo": "APPO", "impala": "IMPALA", "npg": "NPG", "ppo": "PPO",
-            "reinforce": "Reinforce"}
-
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY or name in _SUBMODULES:
@@ -102,26 +103,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'agents' has no attribute {name!r}")
     globals()[name] = value  # once loaded, a plain attribute
     return value
-
-
-def names() -> list[str]:
-    """Registered agent names."""
-    return sorted(CONFIGS)
-
-
-def config_class(name: str) -> type[ActorCriticConfig]:
-    """The hyperparameter dataclass of the agent registered as ``name`` (case-insensitive),
-    without importing the agent (nor TensorFlow)."""
-    try:
-        return CONFIGS[name.lower()]
-    except (KeyError, AttributeError):
-        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(names())}.") from None
-
-
-def get(name: str) -> type[ActorCriticAgent]:
-    """The agent class registered as ``name`` (case-insensitive)."""
-    config_class(name)  # an unknown name: one line listing the known ones
-    return __getattr__(_CLASSES[name.lower()])
 
 
 def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
@@ -141,13 +122,13 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
     rebuild the same env. Stable-Baselines3's names work too: ``n_envs``, ``batch_size``,
     ``n_epochs``, ``policy_kwargs=dict(net_arch=[64, 64], activation_fn=...)`` map onto pgrad's
     fields (``tensorboard_log`` too, above); ``verbose`` and the like are refused with pgrad's way
-    (:mod:`agents.sb3_names`, docs/migration.md).
+    (:mod:`agents.catalog.sb3_names`, docs/migration.md).
     """
     import dataclasses
 
     import gymnasium as gym
 
-    from agents import sb3_names
+    from agents.catalog import sb3_names
     from pgrad.rl.envs.recipe import env_source
 
     if "tuned" in hyperparameters:  # pgrad-train's tables belong to the application layer

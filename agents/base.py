@@ -3,8 +3,9 @@
 An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
 (:class:`pgrad.rl.models.networks.ActorCritic`, built by :mod:`agents.build`) with a numpy mirror
 for
-acting (:mod:`agents.acting`: the rollout's policy function, ``act``, ``predict``; the agent's
-acting methods: :mod:`agents.acting_methods`), a transform chain whose state lives in
+acting (:mod:`agents.acting.policy`: the rollout's policy function, ``act``, ``predict``; the
+agent's
+acting methods: :mod:`agents.acting.methods`), a transform chain whose state lives in
 ``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
 
 1. values ``V(o_t)``, ``V(o_{t+1})`` and GAE(lambda) advantages over the whole ``[T, B]`` rollout
@@ -15,7 +16,7 @@ acting methods: :mod:`agents.acting_methods`), a transform chain whose state liv
    the policy gradient from the engine (per-step log-prob gradients through the chain; the chain
    sees ``advantages``, ``returns``, ``values``, ``rewards``, ``behaviour_log_probs``,
    ``old_values`` and the *current* ``log_probs``), plus the value and entropy terms
-   (:mod:`agents.loss`), clipped to ``max_grad_norm`` and applied by the Keras optimizer;
+   (:mod:`agents.update.loss`), clipped to ``max_grad_norm`` and applied by the Keras optimizer;
    stopping early once the approximate KL to the behaviour policy passes ``1.5 * target_kl``.
 
 The defaults (one epoch, the whole rollout as one minibatch) are plain A2C / REINFORCE: no
@@ -34,13 +35,15 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from agents import build, hooks
-from agents.acting_methods import ActingMethods
+from agents import build
+from agents.acting import adversarial
+from agents.acting.methods import ActingMethods
 from agents.build import make_optimizer
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
-from agents.update import CompiledUpdate
+from agents.update import diagnostics
+from agents.update.compiled import CompiledUpdate
 from pgrad.rl import rollout, spaces
 from pgrad.rl.envs import vector as envs_lib
 from pgrad.rl.export.saved_model import export_policy
@@ -58,7 +61,7 @@ class ActorCriticAgent(ActingMethods):
     """The actor-critic agent; see the module docstring and ``agents/__init__.py``.
 
     Its acting methods (``act``, ``predict``, ``policy``, ``acting_fn``, ``acting_state``) are
-    those of :class:`agents.acting_methods.ActingMethods`, which it inherits.
+    those of :class:`agents.acting.methods.ActingMethods`, which it inherits.
 
     Args:
       cfg: its hyperparameters (validated here).
@@ -132,7 +135,7 @@ class ActorCriticAgent(ActingMethods):
         self._act_rng = np.random.default_rng([self.seed, 2**31])
         self._synced_updates = -1  # update count the numpy copies were taken at
         self._env_steps = 0  # Python copy of env_steps_var, refreshed with the others
-        self._adversarial_acting: hooks.AdversarialActing | None = None
+        self._adversarial_acting: adversarial.AdversarialActing | None = None
         # A recurrent policy's rollout state, checkpointed: the actor's state [B, Sa] before the
         # next observation (numpy while acting) and whether it starts an episode; the critic's
         # [B, Sc] after the last rollout (the update computes and stores it).
@@ -196,7 +199,7 @@ class ActorCriticAgent(ActingMethods):
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
         traj, episodes = self._collect(policy_fn)
         if self.cfg.adversarial_epsilon > 0:
-            traj = hooks.replace_observations(traj, perturbed)
+            traj = adversarial.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
         scheduled = self.schedules.values(base + taken, self.budget, updates)
         recurrent = ((*start, self.rollout_state) if start is not None and self.net.recurrent
@@ -216,7 +219,7 @@ class ActorCriticAgent(ActingMethods):
         self._env_steps = base + taken
         metrics = dict(zip(keys, out[:k].tolist()))
         if step_norms:  # cfg.diagnostics: [N] per-step norms, a histogram in TensorBoard
-            metrics[hooks.STEP_NORMS_KEY] = step_norms[0].numpy()
+            metrics[diagnostics.STEP_NORMS_KEY] = step_norms[0].numpy()
         return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
 
     def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
@@ -227,10 +230,11 @@ class ActorCriticAgent(ActingMethods):
                                self.cfg.gamma, self.cfg.gae_lambda)
         return advantages, advantages + tf.cast(values, advantages.dtype)
 
-    def _adversarial(self) -> hooks.AdversarialActing:
-        """The FGSM acting wrapper (built once; see agents/hooks.py)."""
+    def _adversarial(self) -> adversarial.AdversarialActing:
+        """The FGSM acting wrapper (built once; see agents/acting/adversarial.py)."""
         if self._adversarial_acting is None:
-            self._adversarial_acting = hooks.AdversarialActing(self, self.cfg.adversarial_epsilon)
+            self._adversarial_acting = adversarial.AdversarialActing(
+                self, self.cfg.adversarial_epsilon)
         return self._adversarial_acting
 
     # -- persistence -----------------------------------------------------------------------------
@@ -269,9 +273,9 @@ class ActorCriticAgent(ActingMethods):
 
     def save(self, path: str | Path) -> Any:
         """Saves the agent into directory ``path``: ``agent.json``, a checkpoint, the exported
-        policy (see :mod:`agents.persistence`; ``agents.load(path)`` restores it exactly)."""
-        from agents import persistence
-
+        policy (see :mod:`agents.persistence.save_load`; ``agents.load(path)`` restores it
+        exactly)."""
+        from agents.persistence import save_load as persistence
         return persistence.save(self, path)
 
     def close(self) -> None:
@@ -283,8 +287,7 @@ class ActorCriticAgent(ActingMethods):
     def load(cls, path: str | Path, **kwargs: Any) -> ActorCriticAgent:
         """``agents.PPO.load(path)``, as Stable-Baselines3's: :func:`agents.load` of an agent of
         this class (another kind is a ValueError naming it)."""
-        from agents import persistence
-
+        from agents.persistence import save_load as persistence
         kind = persistence.read_description(path).get("agent")
         if cls.name != "actor_critic" and kind != cls.name:
             raise ValueError(f"{path} holds a {kind} agent, not {cls.name}; load it with "
@@ -306,7 +309,7 @@ class ActorCriticAgent(ActingMethods):
           progress: a progress bar on stderr.
           total_timesteps, progress_bar, callback: Stable-Baselines3's names of the three.
         """
-        from agents import sb3_names
+        from agents.catalog import sb3_names
         from agents.learning import Loop
 
         total_steps, callbacks, progress = sb3_names.learn_arguments(

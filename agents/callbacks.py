@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents import best_policy, persistence
 from agents.learning import HISTORY, ROLLING, Callback, Loop, progress_meta
+from agents.persistence import best_policy
+from agents.persistence import save_load as persistence
 from pgrad.rl.evaluation.evaluate_policy import eval_seed
 from pgrad.rl.storage.files import write_atomic
 

@@ -1,7 +1,7 @@
 """What the agent's helpers use of an agent: the :class:`Agent` protocol.
 
 The training loop (:mod:`agents.learning`), its TensorBoard logger, persistence and the acting
-hooks each take an agent. They are typed against this protocol rather than against
+opt-in extras each take an agent. They are typed against this protocol rather than against
 :class:`agents.base.ActorCriticAgent`, which imports them: so agents/ has no import cycle.
 ``ActorCriticAgent`` (and every agent built on it) satisfies it; mypy checks that where
 ``base.py`` hands itself to those helpers.
@@ -21,7 +21,7 @@ from pgrad.rl.normalize import ObsNormalizer
 
 
 class Agent(Protocol):
-    """An actor-critic agent as its loop, logger, persistence and hooks see it."""
+    """An actor-critic agent as its loop, logger, persistence and opt-in extras see it."""
 
     name: str  # the registry name ("a2c", "ppo", ...; a class attribute)
     Config: type  # the agent's config dataclass (a class attribute)

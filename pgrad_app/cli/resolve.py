@@ -70,14 +70,13 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
     source: dict[str, str] = {}
     run_values, hyper = {}, {}
     try:
-        found = None if args.no_tuned else hyperparams.tuned(str(agent_name), str(env))
+        # The tuned table is read once per run: the entry carries its values, key and budget.
+        found = None if args.no_tuned else hyperparams.lookup(str(agent_name), str(env))
     except UserError as err:
         raise UserError(f"{err} (--no-tuned skips the tuned hyperparameters)") from None
     if found is not None:
-        tuned_values, tuned_path = found
-        hyper.update(tuned_values)
-        key = hyperparams.entry_key(str(agent_name), str(env))
-        source.update({k: f"{tuned_path}: {key}: {k}" for k in tuned_values})
+        hyper.update(found.hyperparameters)
+        source.update({k: f"{found.path}: {found.key}: {k}" for k in found.hyperparameters})
     if args.config:
         run_f, hyper_f = config_lib.split_keys(file_values, agent_cls.Config, args.config)
         run_values.update(run_f)
@@ -116,15 +115,13 @@ def resolve(args) -> tuple[config_lib.RunSettings, object, type, dict, Path | No
             run_values[dest] = list(getattr(args, dest))
             source[dest] = "--" + dest.replace("_", "-")
     run_values["agent"] = str(agent_name)
-    if "total_steps" not in run_values and found is not None:  # the tuned entry's budget
-        budget = hyperparams.budget(str(agent_name), str(env))
-        if budget is not None:
-            run_values["total_steps"] = budget
-            source["total_steps"] = f"{found[1]}: {env}: n_timesteps"
+    if "total_steps" not in run_values and found is not None and found.budget is not None:
+        run_values["total_steps"] = found.budget  # the tuned entry's budget
+        source["total_steps"] = f"{found.path}: {env}: n_timesteps"
     settings = config_lib.build(config_lib.RunSettings, run_values, source)
     cfg = config_lib.build(agent_cls.Config, hyper, source)
     # The tuned file counts only if one of its values survived the later layers.
-    tuned_path = found[1] if found is not None else None
+    tuned_path = found.path if found is not None else None
     if tuned_path is not None and not any(v.startswith(f"{tuned_path}: ") for v in source.values()):
         tuned_path = None
     return settings, cfg, agent_cls, source, tuned_path

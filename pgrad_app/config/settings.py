@@ -258,7 +258,7 @@ def saved_run_values(path: Path) -> dict[str, Any] | None:
     Raises:
       UserError: an ``agent.json`` that is not a pgrad agent record.
     """
-    from agents.persistence import AGENT_FILE, read_description
+    from agents.persistence.save_load import AGENT_FILE, read_description
 
     if not (path / AGENT_FILE).is_file():
         return None
@@ -278,7 +278,7 @@ def saved_run_values(path: Path) -> dict[str, Any] | None:
 
 def saved_transform(path: Path) -> str | None:
     """The name of the custom transform a saved agent was trained with (``None``: its own)."""
-    from agents.persistence import read_description
+    from agents.persistence.save_load import read_description
 
     try:
         return read_description(path).get("transform")

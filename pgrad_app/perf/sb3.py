@@ -249,7 +249,7 @@ def minatar_settings(agent: str = "ppo") -> tuple[dict, dict]:
     """``(pgrad hp, SB3 settings)`` from pgrad's tuned ``minatar`` family entry: the same
     envs, rollout, epochs, minibatch and coefficients on both sides (SB3's names), and SB3 given
     pgrad's ``minatar_cnn`` as its features extractor (the heads one linear layer each)."""
-    from agents.sb3_names import RENAMED
+    from agents.catalog.sb3_names import RENAMED
     from pgrad_app.config import tuned
 
     hp = {k: v for k, v in tuned.load_table(agent)["minatar"].items() if k != tuned.BUDGET_KEY}

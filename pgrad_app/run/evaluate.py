@@ -54,7 +54,7 @@ def checkpoint_agent(run_dir: Path, values: dict, env_id: str):
     """A fresh agent of the run's kind on ``env_id`` with the newest good checkpoint's networks
     and normaliser statistics (what acting needs)."""
     import agents
-    from agents.persistence import restore
+    from agents.persistence.save_load import restore
     from pgrad_app.config.settings import build, split_keys
 
     agent_cls = agents.get(str(values.get("agent")))

@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents import best_policy, callbacks, persistence
+from agents import callbacks
+from agents.persistence import best_policy
+from agents.persistence import save_load as persistence
 from pgrad.rl.export import saved_model as export
 from pgrad.rl.storage import checkpoint, dirlock
 from pgrad.rl.storage.files import temp_glob

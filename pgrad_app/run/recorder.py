@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from agents import logger, persistence
+from agents import logger
 from agents.callbacks import Checkpoint
 from agents.learning import Loop
+from agents.persistence import save_load as persistence
 from pgrad.rl.storage.checkpoint import CheckpointStore, CheckpointWriteError, NonFiniteCheckpoint
 from pgrad.rl.storage.files import write_json_atomic
 from pgrad_app.config.settings import DEFAULT_CHECKPOINT_SECONDS, RunSettings, dump_run_config

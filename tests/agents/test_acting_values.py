@@ -26,7 +26,7 @@ import tensorflow as tf
 
 import agents
 from agents import base
-from agents import update as update_lib
+from agents.update import compiled as update_lib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv  # noqa: E402

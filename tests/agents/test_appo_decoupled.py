@@ -13,7 +13,7 @@ from test_impala import SMALL, log_probs_under, paper_vtrace, recording, weights
 
 import agents
 import pgrad
-from agents.minibatch import PROXIMAL_KEY
+from agents.update.minibatch import PROXIMAL_KEY
 
 EPS = 0.2
 

@@ -1,4 +1,5 @@
-"""``jit_compile``: the agent's update as one XLA computation (``agents.update.CompiledUpdate``).
+"""``jit_compile``: the agent's update as one XLA computation
+(``agents.update.compiled.CompiledUpdate``).
 
 Compared with the same agent and seed on the plain graph. Tolerance: XLA fuses the update's
 kernels and sums float32 values in another order, so one update on the same rollout agrees to

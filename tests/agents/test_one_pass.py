@@ -1,5 +1,5 @@
 """A critic sharing the policy's features gets its values from the policy's own forward pass
-(``agents.minibatch.ONE_PASS``), and with PPO's and A2C's chains the policy gradient and the
+(``agents.update.minibatch.ONE_PASS``), and with PPO's and A2C's chains the policy gradient and the
 value and entropy terms from one backward pass (``FOLD_AUX``): each update equals the one with a
 second pass for the value and a backward pass per term."""
 
@@ -14,8 +14,8 @@ import pytest
 
 import agents
 import pgrad
-from agents import minibatch as update_lib
-from agents import update
+from agents.update import compiled as update
+from agents.update import minibatch as update_lib
 from pgrad.rl.models.networks import ActorCritic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

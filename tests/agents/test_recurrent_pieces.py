@@ -11,8 +11,8 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from agents.minibatch import firsts
-from agents.update import piece_states
+from agents.update.compiled import piece_states
+from agents.update.minibatch import firsts
 from pgrad.core import per_step
 
 SHARED = dict(num_envs=2, n_steps=8, hidden=(8,), lstm_units=8, optimizer="adam",

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from agents import hooks as extras
+from agents.acting import adversarial
+from agents.update import diagnostics
 from pgrad_app.errors import UserError
 from pgrad_app.run.evaluate import evaluate_run
 from pgrad_app.run.robustness import parse_epsilons
@@ -110,7 +111,7 @@ def test_adversarial_training_stores_the_observations_acted_on(monkeypatch, norm
     agent = A2C(A2C.Config(num_envs=2, n_steps=4, adversarial_epsilon=eps,
                            normalize_obs=normalize_obs), "CartPole-v1", seed=1)
     seen, radii = [], []
-    original, original_radius = extras.replace_observations, extras._epsilon_vector
+    original, original_radius = adversarial.replace_observations, adversarial._epsilon_vector
 
     def radius_spy(agent_, epsilon):
         radii.append(original_radius(agent_, epsilon))  # at the start of each rollout
@@ -125,8 +126,8 @@ def test_adversarial_training_stores_the_observations_acted_on(monkeypatch, norm
                      logp.numpy(), radii[-1]))
         return out
 
-    monkeypatch.setattr(extras, "replace_observations", spy)
-    monkeypatch.setattr(extras, "_epsilon_vector", radius_spy)
+    monkeypatch.setattr(adversarial, "replace_observations", spy)
+    monkeypatch.setattr(adversarial, "_epsilon_vector", radius_spy)
     try:
         for _ in range(3):
             agent.step()
@@ -164,7 +165,7 @@ def test_update_diagnostics_hook_matches_materialised_per_step_gradients():
         return head.distribution(net.params(o)).log_prob(a)
 
     variables = net.policy_variables
-    diag, norms = tf.function(lambda: extras.update_diagnostics(
+    diag, norms = tf.function(lambda: diagnostics.update_diagnostics(
         log_prob_fn, variables, obs, act, adv, 0.5))()
     grads = pgrad.per_step_grads(log_prob_fn, variables, obs, act)
     rows = np.concatenate([np.reshape(g.numpy(), (12, -1)) for g in grads], 1).astype(np.float64)

@@ -324,7 +324,7 @@ def test_a_stopped_run_continues_from_its_checkpoint_past_a_damaged_one(tmp_path
 def test_a_checkpoint_of_other_settings_is_refused_and_kept(tmp_path):
     import agents
     from agents.learning import progress_meta
-    from agents.persistence import save_checkpoint
+    from agents.persistence.save_load import save_checkpoint
     from pgrad_app.experiments.benchmark import single_run
 
     (spec,) = benchmark.plan(["a2c"], ["CartPole-v1"], [3], steps=4000, eval_episodes=3)

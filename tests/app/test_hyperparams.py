@@ -308,3 +308,16 @@ def test_a_benchmark_and_a_tuning_plan_read_the_table_once(table_reads):
     table_reads.clear()
     assert benchmark.plan(["a2c"], ["CartPole-v1"], [0], steps=10, no_tuned=True)
     assert table_reads == []
+
+
+def test_a_run_reads_its_tuned_table_once(table_reads):
+    import argparse
+
+    from pgrad_app.cli import resolve
+    from pgrad_app.cli import train as train_cli
+
+    args = train_cli.build_parser().parse_args(["--agent", "ppo", "--env", "CartPole-v1"])
+    settings, cfg, _, source, path = resolve.resolve(args)
+    assert table_reads == ["ppo.yaml"] and path == hyperparams.path_for("ppo")
+    assert settings.total_steps == hyperparams.budget("ppo", "CartPole-v1")
+    assert isinstance(args, argparse.Namespace) and source["total_steps"].endswith("n_timesteps")

@@ -586,8 +586,7 @@ def test_best_from_a_stretch_abandoned_by_kill_9_is_not_kept_after_resume(tmp_pa
 
 
 def test_best_settle_finishes_a_cut_swap_and_restores_a_lost_row(tmp_path):
-    from agents import best_policy
-
+    from agents.persistence import best_policy
     best = tmp_path / "best"
     old = tmp_path / ".best.tmp-123-old"  # killed between the swap's two renames
     old.mkdir()

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from agents.update_inputs import frames_tensor as _frames_tensor
+from agents.update.inputs import frames_tensor as _frames_tensor
 from pgrad.rl import rollout
 from pgrad.rl.frames import NextFrames, page_array, writable_alias
 from pgrad_app.distributed import merge

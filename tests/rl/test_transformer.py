@@ -28,7 +28,7 @@ from pgrad.rl.models.token_encoder import (
     transformer_encoder,
 )
 from pgrad.rl.models.transformer import CausalTransformer
-from pgrad.rl.models.transformer_actor import CachedTransformerActor
+from pgrad.rl.transformer_actor import CachedTransformerActor
 
 V, L = 7, 8  # vocabulary (0 pads), context length
 SPACE = gym.spaces.Box(0, V - 1, (L,), np.int64)

@@ -17,30 +17,16 @@ dataset of prompts the way TRL's ``GRPOTrainer`` takes them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.tokens.rewards import RewardFunctionError, as_reward_funcs, exact_match, score
+from pgrad.rl.tokens.rewards import Prompt, RewardFunctionError, as_reward_funcs, exact_match, score
 from pgrad.rl.tokens.vocab import PAD_ID, Tokenizer, as_tokenizer
 
 __all__ = ["Prompt", "PromptSampler", "RewardFunctionError", "TokenTaskEnv", "exact_answer",
            "from_prompts"]
-
-
-class Prompt(NamedTuple):
-    """One prompt, as a sampler draws it."""
-
-    text: str  # the prompt as the reward functions see it
-    ids: tuple[int, ...]  # [P] its tokens, no pad (0) among them
-    columns: Mapping[str, Any]  # extra columns: keyword arguments of the reward functions
-    row: int | None = None  # its row in a dataset (None: a generated prompt)
-
-    def label(self) -> str:
-        """``prompt #i 'text'`` (or ``prompt 'text'``) for error messages."""
-        text = self.text if len(self.text) <= 40 else self.text[:37] + "..."
-        return f"prompt #{self.row} {text!r}" if self.row is not None else f"prompt {text!r}"
 
 
 #: ``sample(rng) -> Prompt``: draws one prompt with the env's ``np_random``.

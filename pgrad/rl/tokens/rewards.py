@@ -22,13 +22,25 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from pgrad.rl.tokens.env import Prompt
+
+class Prompt(NamedTuple):
+    """One prompt, as a sampler draws it."""
+
+    text: str  # the prompt as the reward functions see it
+    ids: tuple[int, ...]  # [P] its tokens, no pad (0) among them
+    columns: Mapping[str, Any]  # extra columns: keyword arguments of the reward functions
+    row: int | None = None  # its row in a dataset (None: a generated prompt)
+
+    def label(self) -> str:
+        """``prompt #i 'text'`` (or ``prompt 'text'``) for error messages."""
+        text = self.text if len(self.text) <= 40 else self.text[:37] + "..."
+        return f"prompt #{self.row} {text!r}" if self.row is not None else f"prompt {text!r}"
+
 
 __all__ = ["RewardFunc", "RewardFunctionError", "as_reward_funcs", "exact_match", "score"]
 

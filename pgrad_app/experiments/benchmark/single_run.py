@@ -141,7 +141,7 @@ def resume(agent, spec: dict[str, Any], ckpt: Path) -> tuple[list[tuple[int, flo
     Raises:
       SystemExit: the checkpoint is of other settings (one line; nothing is deleted).
     """
-    from agents.persistence import restore
+    from agents.persistence.save_load import restore
     from pgrad.rl.storage.checkpoint import CheckpointStore
 
     if not CheckpointStore(ckpt).checkpoints():
@@ -177,7 +177,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     import agents
     import pgrad
     from agents.learning import progress_meta
-    from agents.persistence import save_checkpoint
+    from agents.persistence.save_load import save_checkpoint
     from pgrad.rl.evaluation.evaluate_policy import eval_seed
     from pgrad_app.config import plugins
     from pgrad_app.config import settings as config_lib

@@ -332,7 +332,7 @@ def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
         user's own ``encoder=`` if the agent was built with one).
     """
     if registry is None:
-        from agents import get as default_registry
+        from agents.catalog.registry import get as default_registry
         registry = default_registry
     record = read_description(path)
     try:

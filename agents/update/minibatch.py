@@ -1,7 +1,7 @@
 """One gradient step of the actor-critic agent on a minibatch: the loss assembled around the
 engine's policy gradient.
 
-:class:`MinibatchStep` is called by :class:`agents.update.CompiledUpdate` inside its traced
+:class:`MinibatchStep` is called by :class:`agents.update.compiled.CompiledUpdate` inside its traced
 update, once per minibatch (the epoch and minibatch loop lives there). A step runs the engine's
 policy gradient through the chain on the current log-probabilities, adds the value and entropy
 terms, clips by global norm, applies the Keras optimizer and reports the minibatch's metrics.
@@ -15,8 +15,8 @@ from typing import Any
 import tensorflow as tf
 
 import pgrad
-from agents import loss as loss_lib
 from agents import schedules
+from agents.update import loss as loss_lib
 from pgrad.core.per_step import zeros_for_unconnected
 from pgrad.transforms import standardized
 
@@ -26,7 +26,7 @@ REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 
 #: Context key of ``log pi_prox(a_t | x_t)``, ``[M]``, for off-policy agents (IMPALA, APPO):
 #: the learner's policy at the start of the update (V-trace's target policy), computed once by
-#: agents/update.py and fixed over the update's epochs. APPO's decoupled clip
+#: agents/update/compiled.py and fixed over the update's epochs. APPO's decoupled clip
 #: (``clip_against="learner"``) clips ``pi / pi_prox``, each step weighted by
 #: ``min(pg_rho_bar, pi_prox / mu)``.
 PROXIMAL_KEY = "proximal_log_probs"
@@ -147,11 +147,11 @@ class MinibatchStep:
         context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
-        if PROXIMAL_KEY in mb:  # off-policy agents (agents/update.py)
+        if PROXIMAL_KEY in mb:  # off-policy agents (agents/update/compiled.py)
             context[PROXIMAL_KEY] = mb[PROXIMAL_KEY]
 
         # Recurrent: the rows are env-major sequences of L steps (whole env rollouts, or pieces
-        # of them from their stored states: agents/update.py).
+        # of them from their stored states: agents/update/compiled.py).
         length = cfg.sequence_steps() if net.recurrent else None
 
         def step_log_prob_fn(o, a, action_mask=None):  # masked: over the legal actions only

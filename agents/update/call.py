@@ -1,6 +1,7 @@
 """How the compiled update is traced and called (:class:`TracedUpdate`).
 
-:class:`agents.update.CompiledUpdate` says what one update computes; this module says how that
+:class:`agents.update.compiled.CompiledUpdate` says what one update computes; this module says how
+that
 Python function becomes the ``tf.function`` each agent step calls:
 
 * fixed-shape batches call the traced concrete function directly (``tf.function``'s per-call

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.preset_configs import ReinforceConfig
+from agents.catalog.configs import ReinforceConfig
 
 
 class Reinforce(ActorCriticAgent):

@@ -9,7 +9,7 @@ Defaults are Stable-Baselines3 / rl-zoo's CartPole settings, adjusted where meas
 from __future__ import annotations
 
 from agents.base import ActorCriticAgent
-from agents.preset_configs import A2CConfig
+from agents.catalog.configs import A2CConfig
 
 
 class A2C(ActorCriticAgent):

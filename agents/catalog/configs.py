@@ -1,8 +1,8 @@
 """Every preset's hyperparameters: one dataclass per agent, data only (no TensorFlow).
 
 ``pgrad-train --help`` lists these tables and ``--set`` types its values from them, both before
-TensorFlow loads; the agent classes (``agents/a2c.py``, ``ppo.py``, ...) take them as their
-``Config``. :data:`CONFIGS` maps each registered agent name to its dataclass.
+TensorFlow loads; the agent classes (``agents/algorithms/a2c.py``, ``ppo.py``, ...) take them
+as their ``Config``. :data:`CONFIGS` maps each registered agent name to its dataclass.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The minibatch loops of the compiled update, inside its traced graph.
 
 :func:`policy_epochs` runs ``epochs`` shuffled passes of minibatch steps (each a
-:class:`agents.minibatch.MinibatchStep`) in one ``tf.while_loop``, stopping early on approximate
+:class:`agents.update.minibatch.MinibatchStep`) in one ``tf.while_loop``, stopping early on
+approximate
 KL; :func:`critic_epochs` runs the critic's own passes (``critic_updates``, targets fixed at
-collection). Both take ``compiled``, the :class:`agents.update.CompiledUpdate` they run in (its
+collection). Both take ``compiled``, the :class:`agents.update.compiled.CompiledUpdate` they run in
+(its
 config, network, counters, step and optimizers). Shuffles come from ``(seed, update, epoch)``: a run
 is the same on resume.
 """
@@ -14,8 +16,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from agents import loss as loss_lib
-from agents.minibatch import values_of
+from agents.update import loss as loss_lib
+from agents.update.minibatch import values_of
 from pgrad.core.per_step import zeros_for_unconnected
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).

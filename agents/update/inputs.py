@@ -1,5 +1,5 @@
 """The update's inputs: a ``[T, B]`` rollout packed into a few tensors on the host, and unpacked
-again inside the compiled graph (:class:`agents.update.CompiledUpdate`).
+again inside the compiled graph (:class:`agents.update.compiled.CompiledUpdate`).
 
 Each tensor argument of a ``tf.function`` call costs a conversion and signature matching (~10 us
 apiece), so a rollout travels as four tensors (floats, actions, mask, float64 statistics) plus

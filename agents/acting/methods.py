@@ -2,7 +2,7 @@
 
 :class:`ActingMethods` is the acting half of :class:`agents.base.ActorCriticAgent`'s interface;
 the agent inherits it (it holds no state of its own and has no ``__init__``: nothing is passed
-through it). Its methods are thin calls that hand the functions of :mod:`agents.acting` the
+through it). Its methods are thin calls that hand the functions of :mod:`agents.acting.policy` the
 agent's *current* mirror, head and layout, and the numpy copies they read (the mirror's weights,
 the normalisers' statistics, the seed, a recurrent policy's state, the env-step counter), which
 :meth:`ActingMethods._sync` refreshes from the agent's variables when they changed outside
@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from agents import acting
+from agents.acting import policy as acting
 from agents.config import ActorCriticConfig
 from pgrad.rl import rollout
 from pgrad.rl.distributions import ActionHead
@@ -30,7 +30,7 @@ from pgrad.rl.spaces import ObsLayout
 class ActingMethods:
     """How an agent acts: on raw observations (:meth:`act`, :meth:`predict`), as a
     :class:`pgrad.rl.policy.Policy` (:attr:`policy`), in its rollouts (:meth:`acting_fn`) and in
-    a copy elsewhere (:meth:`acting_state`). See :mod:`agents.acting_methods`."""
+    a copy elsewhere (:meth:`acting_state`). See :mod:`agents.acting.methods`."""
 
     # What the methods read of the agent (its constructor sets them: agents.base).
     cfg: ActorCriticConfig
@@ -96,7 +96,7 @@ class ActingMethods:
 
     def _act(self, obs_batch, deterministic, action_masks, state, episode_start):
         """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations
-        (:func:`agents.acting.act` on the current weights)."""
+        (:func:`agents.acting.policy.act` on the current weights)."""
         self._sync()
         return acting.act(self.mirror, self.head, self.layout, self.action_space, self.obs_norm,
                           self._act_rng, obs_batch, deterministic, action_masks, state,
@@ -114,7 +114,7 @@ class ActingMethods:
         state goes into the next call; a feed-forward policy returns None and ignores both.
         ``action_masks``: the legal actions, ``[n]`` (or ``[N, n]`` for a batch), as
         sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
-        without it. Bad input is a one-line ValueError (:func:`agents.acting.predict`).
+        without it. Bad input is a one-line ValueError (:func:`agents.acting.policy.predict`).
         """
         return acting.predict(self._act, self.observation_space, obs, state, episode_start,
                               deterministic, action_masks)
@@ -129,7 +129,7 @@ class ActingMethods:
     def acting_fn(self, rng: np.random.Generator, values: bool = False) -> rollout.PolicyFn:
         """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
         the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
-        (:func:`agents.acting.rollout_policy`; a recurrent policy carries ``rollout_state``),
+        (:func:`agents.acting.policy.rollout_policy`; a recurrent policy carries ``rollout_state``),
         and with ``values`` (only where :attr:`values_from_acting`) ``V(o_t)`` from the same
         call."""
         return acting.rollout_policy(self.mirror, self.head, self.layout, rng,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.preset_configs import PPOConfig
+from agents.catalog.configs import PPOConfig
 
 
 class PPO(ActorCriticAgent):

@@ -3,7 +3,7 @@
 Plain functions over what acting needs -- the acting copy of the network (the numpy mirror or
 the compiled actor, :func:`pgrad.rl.policy.make_actor`), its action head, the observation layout
 -- rather than over the agent. The agent's public methods (``acting_fn``, ``act``,
-``predict``: :class:`agents.acting_methods.ActingMethods`) are thin calls that hand over its
+``predict``: :class:`agents.acting.methods.ActingMethods`) are thin calls that hand over its
 *current* pieces: IMPALA swaps ``agent.mirror`` for one ``acting_fn`` call and Ray replaces
 ``agent.collector``, so an object holding its own references to them could act with stale ones.
 """

@@ -55,8 +55,8 @@ import tensorflow as tf
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.minibatch import PROXIMAL_KEY
-from agents.preset_configs import APPOConfig, IMPALAConfig
+from agents.catalog.configs import APPOConfig, IMPALAConfig
+from agents.update.minibatch import PROXIMAL_KEY
 from pgrad.rl.policy import NumpyPolicy
 from pgrad.rl.rollout import Trajectory
 
@@ -217,9 +217,8 @@ class IMPALA(ActorCriticAgent):
         metrics = dict(zip(keys, out[:k].tolist()))
         metrics["policy_lag"] = float(updates - batch.version)
         if step_norms:
-            from agents import hooks
-
-            metrics[hooks.STEP_NORMS_KEY] = step_norms[0].numpy()
+            from agents.update import diagnostics
+            metrics[diagnostics.STEP_NORMS_KEY] = step_norms[0].numpy()
         if (updates + 1) % int(self.cfg.broadcast_interval) == 0:
             source.broadcast(updates + 1, self.acting_state())
         episodes = [(base + s, r, n) for s, r, n in batch.episodes]

@@ -3,13 +3,14 @@
 :class:`CompiledUpdate` turns a collected ``[T, B]`` rollout into one call of a traced
 ``tf.function`` that stores the counters and normaliser statistics, computes values and
 GAE(lambda) targets, runs ``epochs`` passes of shuffled minibatch steps in a ``tf.while_loop``
-(each a :class:`agents.minibatch.MinibatchStep`: the engine's policy gradient through the chain,
+(each a :class:`agents.update.minibatch.MinibatchStep`: the engine's policy gradient through the
+chain,
 the value and entropy terms, global-norm clipping, the Keras optimizer, early stop on approximate
-KL; the loops are in :mod:`agents.epochs`) and returns the metrics and the actor's new flat
+KL; the loops are in :mod:`agents.update.epochs`) and returns the metrics and the actor's new flat
 weights in one tensor, so a step costs one host fetch. How a rollout is packed into the call's
-few tensors and unpacked in the graph: :mod:`agents.update_inputs`.
+few tensors and unpacked in the graph: :mod:`agents.update.inputs`.
 How the update is traced and called (concrete functions, autograph on demand, XLA):
-:mod:`agents.update_call`.
+:mod:`agents.update.call`.
 
 Recurrent policies: the minibatches are whole env sequences, or with ``sequence_length`` pieces
 of ``L`` steps of them (sb3-contrib's RecurrentPPO layout), each from the core's state at its
@@ -27,10 +28,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents import epochs, hooks
-from agents.minibatch import PROXIMAL_KEY, MinibatchStep
-from agents.update_call import TracedUpdate
-from agents.update_inputs import NextImages, UpdateInputs
+from agents.update import diagnostics, epochs
+from agents.update.call import TracedUpdate
+from agents.update.inputs import NextImages, UpdateInputs
+from agents.update.minibatch import PROXIMAL_KEY, MinibatchStep
 from pgrad.core.per_step import map_chunks
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
@@ -100,7 +101,7 @@ class CompiledUpdate:
         self.value_chunk = max(32, VALUE_CHUNK_BYTES // (4 * obs_floats))  # observations
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
         # How it is traced and called (concrete functions, autograph on demand, jit_compile):
-        # agents/update_call.py.
+        # agents/update/call.py.
         self.traced = TracedUpdate(self._update, self.io.signature,
                                    bool(getattr(self.cfg, "jit_compile", False)))
         self.step = MinibatchStep(agent)  # the loss of one minibatch step
@@ -122,7 +123,7 @@ class CompiledUpdate:
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
                recurrent: tuple | None = None) -> tuple:
-        """The update's inputs for ``traj`` (:meth:`agents.update_inputs.UpdateInputs.inputs`)."""
+        """The update's inputs for ``traj`` (:meth:`agents.update.inputs.UpdateInputs.inputs`)."""
         return self.io.inputs(traj, taken, scheduled, recurrent)
 
     def unpack(self, *args: tf.Tensor) -> tuple:
@@ -147,7 +148,7 @@ class CompiledUpdate:
         row whose parts differ in any element (compared, never assumed: attacked
         observations, episode batches) take a pass of their own. Equal to the value of every
         next observation to float32 round-off (a row's value does not depend on its batch).
-        ``next_obs`` in compact form (:class:`agents.update_inputs.NextImages`: observations
+        ``next_obs`` in compact form (:class:`agents.update.inputs.NextImages`: observations
         with images) has its differing frames listed already; the rows are the same."""
         flat = lambda x: _map(  # noqa: E731  [T, B, ...] -> [T B, ...]
             lambda y: tf.reshape(y, tf.concat([[T * B], tf.shape(y)[2:]], 0)), x)
@@ -198,7 +199,7 @@ class CompiledUpdate:
         return self.io._join(images, vector)
 
     def __call__(self, args: tuple, fixed_shape: bool):
-        """Runs the update on :meth:`inputs` (:class:`agents.update_call.TracedUpdate`)."""
+        """Runs the update on :meth:`inputs` (:class:`agents.update.call.TracedUpdate`)."""
         return self.traced(args, fixed_shape)
 
     def _update(self, floats, actions, mask, stats, *rest):
@@ -274,7 +275,7 @@ class CompiledUpdate:
         else:
             values = next_values = tf.zeros_like(rewards)
         target = None  # [T, B] log pi_prox: the learner's policy before this update's steps
-        if getattr(self.agent, "off_policy", False):  # V-trace (agents/impala.py): pi and mu
+        if getattr(self.agent, "off_policy", False):  # V-trace (algorithms/impala.py): pi, mu
             acts = flat(actions) if action_mask is None else (flat(actions), flat(action_mask))
             target = tf.reshape(self.step.log_prob_only(flat(obs), acts), [T, B])
             advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
@@ -308,7 +309,7 @@ class CompiledUpdate:
         if cfg.diagnostics:  # the rollout's per-step gradients, before this update changes them
             acts = (data["actions"] if action_mask is None  # the masks ride with the actions
                     else (data["actions"], data["action_mask"]))
-            diag, step_norms = hooks.update_diagnostics(
+            diag, step_norms = diagnostics.update_diagnostics(
                 self.step.log_prob_only, net.policy_variables, data["obs"], acts,
                 data["advantages"], cfg.diagnostics_max_norm)
             extra_out = (step_norms,)
@@ -332,11 +333,11 @@ class CompiledUpdate:
         return (tf.concat([values_out, self.mirror.update_output()], 0), *extra_out)
 
     def _epochs(self, data: dict, scalars: dict) -> tuple[dict, tf.Tensor]:
-        """Every minibatch step of the update (:func:`agents.epochs.policy_epochs`)."""
+        """Every minibatch step of the update (:func:`agents.update.epochs.policy_epochs`)."""
         return epochs.policy_epochs(self, data, scalars)
 
     def _critic_epochs(self, data: dict) -> tf.Tensor:
-        """The critic's own passes (:func:`agents.epochs.critic_epochs`)."""
+        """The critic's own passes (:func:`agents.update.epochs.critic_epochs`)."""
         return epochs.critic_epochs(self, data)
 
     # Kept for callers that drive one minibatch step by hand (tests/agents/test_ppo.py).

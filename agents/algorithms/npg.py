@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pgrad
 from agents.base import ActorCriticAgent
-from agents.preset_configs import NPGConfig
+from agents.catalog.configs import NPGConfig
 
 
 class NPG(ActorCriticAgent):
