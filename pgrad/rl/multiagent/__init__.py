@@ -3,10 +3,9 @@
 ``n_agents x B`` rows, one per agent and copy of the game (:mod:`.rows`), a live mask for the
 steps an agent acts in (:mod:`.compact`, :mod:`.collector`), one policy over all rows.
 
-Usage::
+Usage, with ``agents`` (the layer above, which this package never imports)::
 
     from mpe2 import simple_spread_v3
-    import agents
     from pgrad.rl import multiagent
 
     envs = multiagent.make_agent_rows(simple_spread_v3.parallel_env, num_envs=8)
