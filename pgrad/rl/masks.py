@@ -16,9 +16,19 @@ A mask is ``[n]`` (bool or 0/1) for ``Discrete(n)`` and, for ``MultiDiscrete(nve
 concatenation of one mask per dimension, ``[sum(nvec)]`` (sb3-contrib's convention). Masked
 actions are never sampled nor chosen greedily, and log-probabilities and entropy are over the
 legal actions (:func:`pgrad.rl.distributions.mask_logits`). Continuous and binary action spaces
-cannot be masked: an env that gives masks with one is an error when the collector is built. A
-mask that forbids every action of the space (or of one dimension) is an :class:`EnvError` naming
-the env and the env step.
+cannot be masked: an env that gives masks with one is an error when the collector is built.
+
+**Checked on arrival**, wherever a mask comes from (info, observation key, ``action_masks()``,
+:class:`ActionMasker`, a PettingZoo agent, ``predict(..., action_masks=)``): its values are bools,
+or integers that are all 0 or 1 (:func:`bool_values`). Anything else is one line naming the env
+and the step: floats (a NaN meant as "illegal" reads as legal once cast to bool, so pgrad casts
+no float, 0.0/1.0 included; sb3-contrib's ``MaskablePPO`` casts any array to bool), strings
+(``'False'`` is a true string), objects, integers such as 2 or -1. So is a mask that forbids
+every action of the space (or of one dimension).
+
+**Training and evaluation read alike.** :class:`VectorMasks` (a vector env, the rollout) and
+:class:`EnvMasks` (one env, an evaluation episode) decide the source at the reset; from then on
+every step must give its mask from that source, or it is an :class:`EnvError` naming the step.
 """
 
 from __future__ import annotations
@@ -61,25 +71,66 @@ def _describe(source: str) -> str:
             "method": "its action_masks() method"}[source]
 
 
+#: How to allow a mask's values, said in every refusal of them.
+_ALLOWED = "pass bools, or integers 0 (illegal) and 1 (legal)"
+_KINDS = {"f": "floats", "c": "complex numbers", "U": "strings", "S": "bytes",
+          "O": "Python objects", "M": "dates", "m": "time deltas", "V": "raw records"}
+
+
+def bool_values(mask: Any) -> tuple[np.ndarray | None, str]:
+    """``(mask as bool, "")`` if its values are a mask's, else ``(None, why)``.
+
+    A mask's values are bools, or integers that are all 0 or 1; its shape is kept. An object
+    array (lists of bools in a vector env's info) is judged by the array its items make.
+
+    Returns:
+      The bool array (``None`` if refused) and ``why``, the end of the sentence "gave an
+      action_mask that ..." (e.g. ``"holds floats (float32, NaN among them); pass bools, or
+      integers 0 (illegal) and 1 (legal)"``).
+    """
+    try:
+        out = np.asarray(mask)
+        if out.dtype.kind == "O" and out.size:
+            out = np.array(out.tolist())
+    except (ValueError, TypeError):
+        return None, f"holds ragged or unreadable values; {_ALLOWED}"
+    kind = out.dtype.kind
+    if kind == "b":
+        return out, ""
+    if kind in "iu":
+        bad = out > 1 if kind == "u" else (out > 1) | (out < 0)
+        if not _any(bad, axis=None):
+            return out.astype(bool), ""
+        values = np.unique(out[bad]).tolist()
+        shown = ", ".join(map(str, values[:3])) + (", ..." if len(values) > 3 else "")
+        return None, f"holds the integer value(s) {shown}; {_ALLOWED}"
+    what = _KINDS.get(kind, "values")
+    nan = ", NaN among them" if kind in "fc" and np.isnan(out).any() else ""
+    sample = f", e.g. {out.reshape(-1)[0]!r}" if kind in "USO" and out.size else ""
+    return None, f"holds {what} ({out.dtype}{nan}{sample}); {_ALLOWED}"
+
+
 def check(mask: Any, sizes: Sequence[int], rows: int, context: str,
           error: type[Exception] = EnvError, row_name: str = "sub-env") -> np.ndarray:
     """``mask`` as ``[rows, sum(sizes)]`` bool, checked.
 
     Args:
-      mask: the masks of ``rows`` envs (any array-like of 0/1 or bools).
+      mask: the masks of ``rows`` envs (an array-like of bools, or of integers 0 and 1).
       sizes: :func:`mask_sizes` of the action space.
       rows: how many envs' masks it holds.
       context: who gave it, where: the start of the error message (``"env 'X' at env step 12"``).
       error / row_name: the error raised and what a row is called in it.
 
     Raises:
-      EnvError (``error``): the mask has the wrong size, or forbids every action of the space
-        (or of one of its dimensions).
+      EnvError (``error``): values that are not bools or 0/1 integers (:func:`bool_values`), the
+        wrong size, or a mask that forbids every action of the space (or of one dimension).
     """
     width = int(sum(sizes))
+    out, why = bool_values(mask)
+    if out is None:
+        raise error(f"{context} gave an action_mask that {why}.")
     try:
-        out = np.asarray(mask)
-        out = out.reshape(rows, width).astype(bool, copy=False)
+        out = out.reshape(rows, width)
     except (ValueError, TypeError):
         raise error(f"{context} gave an action_mask of shape {np.shape(mask)}; the action space "
                     f"needs {width} values for each of {rows} {row_name}(s).") from None
@@ -117,10 +168,18 @@ class VectorMasks:
     """
 
     def __init__(self, envs: gym.vector.VectorEnv, layout: ObsLayout, name: str):
-        self.envs, self.layout, self.name = envs, layout, name
-        self.action_space = envs.single_action_space
-        self.sizes = mask_sizes(self.action_space)
-        self.rows = envs.num_envs
+        self.envs = envs
+        self._setup(layout, name, envs.single_action_space, envs.num_envs,
+                    lambda method, *args: _call_all(envs, method, *args))
+
+    def _setup(self, layout: ObsLayout, name: str, action_space: gym.Space, rows: int,
+               call: Callable[..., tuple]) -> None:
+        """``call(method, *args)``: the results of ``method(*args)`` of each of the ``rows``
+        envs, through their wrappers."""
+        self.layout, self.name, self._call = layout, name, call
+        self.action_space = action_space
+        self.sizes = mask_sizes(action_space)
+        self.rows = rows
         self.source: str | None = "observation" if layout.has_mask_key else None
         self._decided = self.source is not None
         if self.source is not None and self.sizes is None:
@@ -129,12 +188,12 @@ class VectorMasks:
     def reset(self, raw_obs: Any, info: dict, where: str) -> np.ndarray | None:
         """The masks of the observations a reset returned (decides :attr:`source` once)."""
         if not self._decided:
-            if MASK_KEY in info:
+            if isinstance(info, dict) and MASK_KEY in info:
                 self.source = "info"
             else:
                 try:
-                    found = _call_all(self.envs, "has_wrapper_attr", METHOD)
-                except Exception:  # noqa: BLE001  (a vector env without call(): no method)
+                    found = self._call("has_wrapper_attr", METHOD)
+                except Exception:  # noqa: BLE001  (an env without call(): no method)
                     found = None
                 self.source = "method" if found and all(found) else None
             self._decided = True
@@ -149,56 +208,62 @@ class VectorMasks:
           EnvError: a missing or bad mask (see :func:`check`).
         """
         source = self.source
+        info = info if isinstance(info, dict) else {}
         if source is None:
             if MASK_KEY in info:
                 raise EnvError(f"env {self.name!r} gave info['action_mask'] at {where} but not "
                                "at the reset; pgrad reads the masks of every step from the "
                                "reset on.")
             return None
-        if source == "observation":
-            mask = self.layout.action_mask(raw_obs)
+        if source == "observation":  # the raw key: its values are checked, not cast
+            mask = raw_obs[MASK_KEY]
         elif source == "info":
             given = info.get("_" + MASK_KEY)
             if MASK_KEY not in info or (given is not None and not _all(given, axis=None)):
                 missing = (list(range(self.rows)) if given is None or MASK_KEY not in info
                            else np.flatnonzero(~np.asarray(given, bool)).tolist())
-                raise EnvError(f"env {self.name!r} gave no info['action_mask'] at {where} "
-                               f"(sub-env(s) {missing}); an env that masks actions must give "
-                               "the mask from its reset and every step.")
+                which = f" (sub-env(s) {missing})" if self.rows > 1 else ""
+                raise EnvError(f"env {self.name!r} gave no info['action_mask'] at {where}"
+                               f"{which}; an env that masks actions must give the mask from "
+                               "its reset and every step.")
             mask = info[MASK_KEY]
         else:
             try:
-                masks = _call_all(self.envs, METHOD)
+                masks = self._call(METHOD)
             except Exception as err:
                 raise EnvError(f"env {self.name!r} failed in action_masks() at {where}: "
                                f"{describe_failure(err)}") from err
-            mask = np.stack([np.asarray(m) for m in masks])
+            mask = _stack(masks)
         if self.sizes is None:  # reset refused this already
             raise unmaskable(self.name, source, self.action_space)
         return check(mask, self.sizes, self.rows, f"env {self.name!r} at {where}")
 
 
-def env_mask(env: gym.Env, layout: ObsLayout, raw_obs: Any, info: dict, name: str,
-             where: str) -> np.ndarray | None:
-    """``[1, n]`` bool mask of one (unbatched) env's observation, or None; the same sources and
-    precedence as :class:`VectorMasks` (used by evaluation, one env per episode).
+def _stack(masks: Sequence[Any]) -> Any:
+    """The sub-envs' ``action_masks()`` results as one array (as they are if they do not stack:
+    :func:`check` then names what is wrong)."""
+    try:
+        return np.stack([np.asarray(m) for m in masks])
+    except (ValueError, TypeError):
+        return np.asarray(masks, dtype=object)
 
-    Raises:
-      ValueError: masks with an action space that has none; EnvError: a bad mask.
+
+class EnvMasks(VectorMasks):
+    """The action mask ``[1, n]`` of one (unbatched) env, read exactly as :class:`VectorMasks`
+    reads a vector env's: the same sources, precedence and checks, the source decided at the
+    :meth:`reset` (evaluation: one per episode).
+
+    Args:
+      env: the env (its wrappers pass ``action_masks()`` through).
+      layout: the observation layout (knows the ``action_mask`` key).
+      name: the env's name for error messages.
     """
-    if layout.has_mask_key:
-        source, mask = "observation", raw_obs[MASK_KEY]
-    elif isinstance(info, dict) and MASK_KEY in info:
-        source, mask = "info", info[MASK_KEY]
-    elif env.has_wrapper_attr(METHOD):
-        source = "method"
-        mask = env.get_wrapper_attr(METHOD)()
-    else:
-        return None
-    sizes = mask_sizes(env.action_space)
-    if sizes is None:
-        raise unmaskable(name, source, env.action_space)
-    return check(mask, sizes, 1, f"env {name!r} at {where}")
+
+    def __init__(self, env: gym.Env, layout: ObsLayout, name: str):
+        def call(method: str, *args) -> tuple:
+            return (env.get_wrapper_attr(method)(*args),)
+
+        self._setup(layout, name, env.action_space, 1, call)
 
 
 def given_mask(mask: Any, action_space: gym.Space, rows: int, where: str) -> np.ndarray | None:

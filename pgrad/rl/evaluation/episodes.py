@@ -54,12 +54,16 @@ def run_episodes(
     the flat raw observations before the policy sees them (an attack); ``name`` names the env in
     errors.
 
+    Action masks are read as training reads them (:class:`pgrad.rl.masks.EnvMasks`): the
+    source is decided at each env's reset, and every later step must give its mask from it.
+
     Raises:
       EnvError: an env failed (constructor, reset or step, an observation that does not fit
-        its space, a NaN/Inf observation or reward), naming the episode and its step.
+        its space, a NaN/Inf observation or reward), or gave a missing or bad action mask
+        (:func:`pgrad.rl.masks.check`), naming the episode and its step.
     """
     from pgrad.rl.envs.vector import GAME_INFO, EnvError, describe_failure
-    from pgrad.rl.masks import env_mask
+    from pgrad.rl.masks import EnvMasks
     from pgrad.rl.spaces import batch_of_one, obs_layout
 
     def failed(err: Exception, i: int, what: str) -> EnvError:
@@ -80,15 +84,29 @@ def run_episodes(
                 raise EnvError(f"env {name!r} could not be created for evaluation: "
                                f"{describe_failure(err)}") from err
         rng = np.random.default_rng([seed, 7])
-        obs, infos = [], []  # infos: of each env's last reset or step (its action mask)
+        layout = getattr(policy, "layout", None) or obs_layout(policy.observation_space)
+
+        def at(i: int, step: int) -> str:  # where, in mask errors
+            return f"step {step} of evaluation episode {i} (seed {seed + i})"
+
+        # The masks as training reads them: the source decided at the reset, then every step's
+        # [1, n] mask from it (a mask missing at a later step is an error, never "all legal").
+        readers = [EnvMasks(env, layout, name) for env in envs]
+        obs, legal_now = [], []  # legal_now[i]: [1, n] bool at obs[i], or None (no masks)
         for i, env in enumerate(envs):
             try:
                 first, info = env.reset(seed=seed + i)
             except Exception as err:
                 raise failed(err, i, "the reset") from err
             obs.append(first)
-            infos.append(info)
-        layout = getattr(policy, "layout", None) or obs_layout(policy.observation_space)
+            legal_now.append(readers[i].reset(first, info, f"the reset of evaluation episode "
+                                                           f"{i} (seed {seed + i})"))
+        masked = [i for i, m in enumerate(legal_now) if m is not None]
+        if masked and len(masked) < episodes:
+            plain = next(i for i, m in enumerate(legal_now) if m is None)
+            raise EnvError(f"env {name!r} gave an action mask at the reset of evaluation "
+                           f"episode {masked[0]} but none at that of episode {plain}; an env "
+                           "that masks actions must give the mask from every reset.")
         returns, lengths = [0.0] * episodes, [0] * episodes
         games = [bool(env.metadata.get(GAME_INFO)) for env in envs]
         caps = [episode_cap(env) for env in envs]
@@ -109,32 +127,26 @@ def run_episodes(
                 vec = layout.vector(rows[-1])
                 if vec is not None and not np.isfinite(vec).all():
                     raise nonfinite("observation", i, lengths[i])
-                legal.append(env_mask(envs[i], layout, obs[i], infos[i], name,
-                                      f"step {lengths[i]} of evaluation episode {i}"))
+                legal.append(legal_now[i])
             if layout.flat:
                 flat = np.concatenate(rows).astype(np.float32)
             else:  # the parts of observations with images, each in its own dtype
                 flat = layout.concat(rows)
             if perturb is not None:
                 flat = perturb(flat)
-            action_mask = None
-            if any(m is not None for m in legal):  # (an env without one: every action legal)
-                width = next(m for m in legal if m is not None).shape[1]
-                action_mask = np.concatenate([np.ones((1, width), bool) if m is None else m
-                                              for m in legal])
-            # The mask only where an env gave one: a Policy of the user's need not take it.
-            masked = {} if action_mask is None else {"action_mask": action_mask}
+            # [len(live), n] bool: every env gives masks, or none does (checked at the resets);
+            # the mask only where the envs give one: a Policy of the user's need not take it.
+            masks = {} if not masked else {"action_mask": np.concatenate(legal)}
             if states is None:
-                actions = policy.act_flat(flat, deterministic, rng, **masked)
+                actions = policy.act_flat(flat, deterministic, rng, **masks)
             else:
                 actions, states[live] = policy.act_with_state(flat, states[live], starts[live],
-                                                              deterministic, rng, **masked)
+                                                              deterministic, rng, **masks)
                 starts[live] = False
             still = []
             for j, i in enumerate(live):
                 try:
                     obs[i], reward, term, trunc, info = envs[i].step(actions[j])
-                    infos[i] = info
                     reward, done = float(reward), bool(term or trunc)
                 except Exception as err:
                     raise failed(err, i, f"step {lengths[i] + 1}") from err
@@ -147,7 +159,6 @@ def run_episodes(
                     if game is None:
                         try:
                             obs[i], info = envs[i].reset()
-                            infos[i] = info
                             starts[i] = True
                         except Exception as err:
                             raise failed(err, i, f"the reset after step {lengths[i]}") from err
@@ -158,7 +169,8 @@ def run_episodes(
                 if not done and lengths[i] >= caps[i]:  # an episode that never ends: cut
                     done = True
                     capped.append(i)
-                if not done:
+                if not done:  # the mask of the observation it acts on next
+                    legal_now[i] = readers[i].read(obs[i], info, at(i, lengths[i]))
                     still.append(i)
             live = still
         if capped:
