@@ -17,6 +17,10 @@ the host's own uniforms.
 Inputs and outputs keep the signatures' names: ``observation`` (or one input per observation
 part), ``seed``, ``noise``; ``output_0`` (actions) or ``logits`` / ``mean``, ``log_std``.
 Converted models are batched: ``[N, *shape]`` observations.
+
+Files are written as :mod:`pgrad.rl.export.destination` says: the destination is checked before
+any work, written atomically, and a file there that pgrad did not write is replaced only with
+``overwrite=True``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from pgrad.rl.export import destination
 from pgrad.rl.export import saved_model as export
-from pgrad.rl.storage.files import write_atomic
 
 #: Signatures that stay in the SavedModel, with the ops TFLite has no built-in for.
 SAVED_MODEL_ONLY = {"sample": ("StatelessRandomGetKeyCounter", "StatelessRandomUniformV2")}
@@ -56,13 +60,14 @@ def _check_names(found: Path, available, wanted: list[str]) -> None:
 
 
 def to_tflite(export_dir: str | Path, out_file: str | Path,
-              signatures: list[str] | None = None) -> Path:
+              signatures: list[str] | None = None, overwrite: bool = False) -> Path:
     """Converts an export's signatures to one TFLite model (built-in operators only).
 
     Args:
       export_dir: the export (or a run directory / saved agent holding ``policy/``).
       out_file: the ``.tflite`` file to write (atomically).
       signatures: which signatures (default: every one the export has but ``sample``).
+      overwrite: replace a file at ``out_file`` that pgrad did not write.
 
     Returns:
       ``out_file`` as a Path. Run it with ``tf.lite.Interpreter(model_path=...)`` (or LiteRT's
@@ -70,9 +75,11 @@ def to_tflite(export_dir: str | Path, out_file: str | Path,
       observation=obs)["output_0"]``.
 
     Raises:
-      ValueError: no export there, an unknown signature or ``sample``, or the converter's
-        own error (its first line).
+      ValueError: a destination :func:`pgrad.rl.export.destination.check` refuses, no export
+        there, an unknown signature or ``sample``, or the converter's own error (its first line).
+      OSError: writing failed (a full disk, ...); ``out_file`` is as it was.
     """
+    destination.check(out_file, overwrite)
     found, loaded = _load(export_dir)
     available = list(loaded.signatures.keys())
     if signatures is None:
@@ -90,7 +97,8 @@ def to_tflite(export_dir: str | Path, out_file: str | Path,
     except Exception as err:  # noqa: BLE001  (the converter raises several error types)
         raise ValueError(f"TFLite cannot convert {', '.join(signatures)} of {found}: "
                          f"{_first_line(err)}") from None
-    return write_atomic(out_file, data)
+    return destination.write(out_file, data, {"format": "tflite", "source": str(found),
+                                              "signatures": signatures})
 
 
 class _Collect(logging.Handler):
@@ -105,7 +113,7 @@ class _Collect(logging.Handler):
 
 
 def to_onnx(export_dir: str | Path, out_file: str | Path, signature: str = "action",
-            opset: int | None = None) -> Path:
+            opset: int | None = None, overwrite: bool = False) -> Path:
     """Converts one signature of an export to an ONNX model with tf2onnx.
 
     Args:
@@ -113,15 +121,19 @@ def to_onnx(export_dir: str | Path, out_file: str | Path, signature: str = "acti
       out_file: the ``.onnx`` file to write (atomically).
       signature: ``action`` (default), ``sample_with_noise`` or ``distribution_params``.
       opset: the ONNX opset (default: tf2onnx's).
+      overwrite: replace a file at ``out_file`` that pgrad did not write.
 
     Returns:
       ``out_file`` as a Path. Run it with ``onnxruntime.InferenceSession(path)``:
       ``session.run(None, {"observation": obs})[0]``.
 
     Raises:
-      ValueError: tf2onnx or onnx not installed, no export there, an unknown signature, or
-        tf2onnx's own error (e.g. for ``sample``: see the module docstring).
+      ValueError: a destination :func:`pgrad.rl.export.destination.check` refuses, tf2onnx or
+        onnx not installed, no export there, an unknown signature, or tf2onnx's own error (e.g.
+        for ``sample``: see the module docstring).
+      OSError: writing failed (a full disk, ...); ``out_file`` is as it was.
     """
+    destination.check(out_file, overwrite)
     try:
         import onnx
         import tf2onnx
@@ -153,4 +165,5 @@ def to_onnx(export_dir: str | Path, out_file: str | Path, signature: str = "acti
         why = "; ".join(dict.fromkeys(summary or collect.messages))
         raise ValueError(f"tf2onnx {tf2onnx.__version__} (TensorFlow {tf.__version__}) cannot "
                          f"convert signature {signature!r} of {found}: {why}")
-    return write_atomic(out_file, model.SerializeToString())
+    return destination.write(out_file, model.SerializeToString(),
+                             {"format": "onnx", "source": str(found), "signatures": [signature]})
