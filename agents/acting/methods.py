@@ -11,6 +11,7 @@ the normalisers' statistics, the seed, a recurrent policy's state, the env-step 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -19,12 +20,12 @@ import tensorflow as tf
 
 from agents.acting import policy as acting
 from agents.config import ActorCriticConfig
-from pgrad.rl import rollout
+from pgrad.rl import masks, rollout
 from pgrad.rl.distributions import ActionHead
 from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import NetworkPolicy
-from pgrad.rl.spaces import ObsLayout
+from pgrad.rl.spaces import MASK_KEY, ObsLayout
 
 
 class ActingMethods:
@@ -97,6 +98,11 @@ class ActingMethods:
     def _act(self, obs_batch, deterministic, action_masks, state, episode_start):
         """``(actions [N, ...], next state [N, S] or None)`` for a batch of raw observations
         (:func:`agents.acting.policy.act` on the current weights)."""
+        if action_masks is None and isinstance(obs_batch, Mapping) and MASK_KEY in obs_batch:
+            # the observations' own mask: its values checked as the env's are (never cast)
+            _, why = masks.bool_values(obs_batch[MASK_KEY])
+            if why:
+                raise ValueError(f"predict/act: the observation's action_mask {why}.")
         self._sync()
         return acting.act(self.mirror, self.head, self.layout, self.action_space, self.obs_norm,
                           self._act_rng, obs_batch, deterministic, action_masks, state,

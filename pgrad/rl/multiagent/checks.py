@@ -4,8 +4,10 @@ line naming the env, the copy, the agent and the step.
 
 Checked: an agent that is not one of ``possible_agents``; a reward, termination or truncation
 missing for an agent that was in the episode; a reward that is not a finite number; an action
-mask of the wrong size or that forbids every action; an action the mask forbids (refused before
-the game sees it); an agent whose observation or action space changed since the start.
+mask of the wrong size, of values other than bools or 0/1 integers
+(:func:`pgrad.rl.masks.bool_values`), or that forbids every action; an action the mask forbids
+(refused before the game sees it); an agent whose observation or action space changed since the
+start.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from pgrad.rl.envs.vector import EnvError
+from pgrad.rl.masks import bool_values
 from pgrad.rl.multiagent.pettingzoo_env import MASK_KEY
 
 __all__ = ["action_mask", "error", "known_agents", "legal", "same_spaces", "step_dicts"]
@@ -75,12 +78,14 @@ def action_mask(name: str, copy: int, agent: Any, where: str, obs: Any, info: An
         place = "observation" if from_obs else "info"
         raise error(name, copy, agent, where, f"its {place} has no {MASK_KEY!r}; a game that "
                     "masks actions must give the mask of every agent that acts")
-    mask = np.asarray(source[MASK_KEY])
+    mask, why = bool_values(source[MASK_KEY])  # bools or 0/1 integers, never cast from floats
+    if mask is None:
+        raise error(name, copy, agent, where, f"action_mask {why}")
     width = int(sum(sizes))
     if mask.size != width:
         raise error(name, copy, agent, where, f"action_mask has shape {mask.shape}; the action "
                     f"space needs {width} values")
-    mask = mask.reshape(width).astype(bool)
+    mask = mask.reshape(width)
     starts = np.cumsum((0, *sizes[:-1]))
     if not np.logical_or.reduceat(mask, starts).all():
         raise error(name, copy, agent, where,

@@ -22,7 +22,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.tokens.rewards import Prompt, RewardFunctionError, as_reward_funcs, exact_match, score
+from pgrad.rl.tokens.rewards import (
+    Prompt,
+    RewardFunctionError,
+    as_reward_funcs,
+    clip,
+    exact_match,
+    score,
+)
 from pgrad.rl.tokens.vocab import PAD_ID, Tokenizer, as_tokenizer
 
 __all__ = ["Prompt", "PromptSampler", "RewardFunctionError", "TokenTaskEnv", "exact_answer",
@@ -134,11 +141,29 @@ class TokenTaskEnv(gym.Env):
         completion = self.tokenizer.decode(self._generated)
         reward, terms = score(self.reward_funcs, self.reward_weights, prompt, completion,
                               self._generated)
-        info = {"is_success": bool(self.is_success(prompt, completion, reward)),
+        info = {"is_success": self._success(prompt, completion, reward),
                 "prompt": prompt.text, "completion": completion, "rewards": terms, "stop": stop}
         if prompt.row is not None:
             info["prompt_index"] = prompt.row
         return self._context.copy(), reward, True, stop == "length", info
+
+    def _success(self, prompt: Prompt, completion: str, reward: float) -> bool:
+        """``is_success(prompt, completion, reward)`` as a bool; a test that raises or gives no
+        bool is a :class:`RewardFunctionError` naming it, the prompt and the completion."""
+        fn = self.is_success
+        where = (f"is_success function {getattr(fn, '__name__', type(fn).__name__)!r} on "
+                 f"{prompt.label()} (completion {clip(completion)})")
+        try:
+            out = fn(prompt, completion, reward)
+        except Exception as err:
+            text = " ".join(str(err).split()) or "(no message)"
+            raise RewardFunctionError(f"{where} raised {type(err).__name__}: "
+                                      f"{text[:200]}") from None
+        if not isinstance(out, (bool, np.bool_)):
+            shown = repr(out) if len(repr(out)) <= 60 else repr(out)[:57] + "..."
+            raise RewardFunctionError(f"{where} returned {shown}; it must return True or "
+                                      "False.")
+        return bool(out)
 
 
 def _weights(weights: Sequence[float] | None, n: int) -> tuple[float, ...]:

@@ -12,9 +12,9 @@ Two forms, told apart by the parameter name TRL calls by keyword:
 ``columns`` are the prompt's extra dataset columns (everything but ``prompt``, ``completion`` and
 ``completion_ids``, as TRL passes them); a function without ``**kwargs`` gets only the columns it
 names. A value of None means "does not apply to this prompt" (TRL's convention) and counts 0.
-A function that raises, or returns NaN, an infinity or no number, is a
-:class:`RewardFunctionError`: one line naming the function and the prompt (its row index where it
-has one).
+A function that raises, or returns NaN, an infinity or no number (or weighted values whose sum
+overflows), is a :class:`RewardFunctionError`: one line naming the function, the prompt (its row
+index where it has one) and the completion (its first 40 characters).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def score(funcs: Sequence[RewardFunc], weights: Sequence[float], prompt: Prompt,
     for rf, weight in zip(funcs, weights):
         kwargs = columns if rf.accepts is None else {
             k: v for k, v in columns.items() if k in rf.accepts}
-        where = f"reward function {rf.name!r} on {prompt.label()}"
+        where = f"reward function {rf.name!r} on {prompt.label()} (completion {clip(completion)})"
         try:
             if rf.batched:
                 kwargs = {k: [v] for k, v in kwargs.items()}
@@ -116,8 +116,8 @@ def score(funcs: Sequence[RewardFunc], weights: Sequence[float], prompt: Prompt,
                 value = rf.fn(prompt.text, completion, **kwargs)
         except Exception as err:
             text = " ".join(str(err).split()) or "(no message)"
-            raise RewardFunctionError(f"{where} (completion {completion[:40]!r}) raised "
-                                      f"{type(err).__name__}: {text[:200]}") from None
+            raise RewardFunctionError(f"{where} raised {type(err).__name__}: "
+                                      f"{text[:200]}") from None
         if rf.batched:
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) \
                     or len(value) != 1:
@@ -125,22 +125,29 @@ def score(funcs: Sequence[RewardFunc], weights: Sequence[float], prompt: Prompt,
                                           f"is called TRL's way and returns a list of one value "
                                           f"per completion (here 1); got {_short(value)}.")
             value = value[0]
-        terms[rf.name] = _number(value, where, completion)
+        terms[rf.name] = _number(value, where)
         total += weight * terms[rf.name]
+    if not math.isfinite(total):  # finite values, finite weights, an overflowing sum
+        raise RewardFunctionError(f"the weighted sum of the reward functions on {prompt.label()} "
+                                  f"(completion {clip(completion)}) is {total} ({terms}); "
+                                  "rewards must be finite.")
     return total, terms
 
 
-def _number(value: Any, where: str, completion: str) -> float:
+def clip(completion: str, limit: int = 40) -> str:
+    """``repr`` of a completion cut to ``limit`` characters (``'abc...'``), for error lines."""
+    return repr(completion if len(completion) <= limit else completion[: limit - 3] + "...")
+
+
+def _number(value: Any, where: str) -> float:
     if value is None:  # TRL: the function does not apply to this prompt
         return 0.0
     if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "biuf":
         value = value.item()
     if not isinstance(value, numbers.Real):  # numpy scalars are registered as Real
-        raise RewardFunctionError(f"{where} (completion {completion[:40]!r}) returned "
-                                  f"{_short(value)}, not a number.")
+        raise RewardFunctionError(f"{where} returned {_short(value)}, not a number.")
     if not math.isfinite(float(value)):
-        raise RewardFunctionError(f"{where} (completion {completion[:40]!r}) returned "
-                                  f"{float(value)}; rewards must be finite.")
+        raise RewardFunctionError(f"{where} returned {float(value)}; rewards must be finite.")
     return float(value)
 
 
