@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from pgrad_app.cli import OneLineParser
-from pgrad_app.errors import UserError, command
+from pgrad_app.errors import RunError, UserError, command, one_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,20 +73,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from pgrad_app.experiments.tuning import report as tune_report
-    from pgrad_app.experiments.tuning import search as tune
     from pgrad_app.experiments.tuning import study as tune_study
-    from pgrad_app.experiments.tuning import trials as tune_trials
 
     optuna = tune_study.import_optuna()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per trial is ours
-    for flag, value, low in (("--n-trials", args.n_trials, 1), ("--workers", args.workers, 0),
-                             ("--n-startup-trials", args.n_startup_trials, 0),
-                             ("--cpus-per-worker", args.cpus_per_worker, 1)):
+    for flag, value, low, high in (
+            ("--n-trials", args.n_trials, 1, tune_study.MAX_TRIALS),
+            ("--workers", args.workers, 0, 1024),
+            ("--n-startup-trials", args.n_startup_trials, 0, tune_study.MAX_TRIALS),
+            ("--cpus-per-worker", args.cpus_per_worker, 1, 1024)):
         if value < low:
             raise UserError(f"{flag} must be >= {low}; got {value}.")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UserError(f"--timeout must be > 0 seconds; got {args.timeout}.")
+        if value > high:
+            raise UserError(f"{flag} must be <= {high:,}; got {value:,}.")
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        raise UserError(f"--timeout must be > 0 seconds and finite; got {args.timeout}.")
+    tune_study.lock_wait()  # a bad PGRAD_TUNE_LOCK_WAIT: one line before any work
     if args.ray_address and not args.workers:
         raise UserError("--ray-address needs --workers N.")
     spec = tune_study.plan(args.agent, args.env, steps=args.steps, sets=args.set,
@@ -94,11 +96,18 @@ def main(argv: list[str] | None = None) -> int:
                      n_evaluations=args.n_evaluations, eval_episodes=args.eval_episodes)
     env_name = spec.env.split(":")[-1].replace("/", "_")
     results = Path(args.results or f"results/tune-{spec.agent}-{env_name}")
+    from pgrad_app.run.directory import check_path
+
+    check_path(results, f"--results {results}")  # SQLite and TensorFlow take UTF-8 names only
     if results.exists() and not results.is_dir():
         raise UserError(f"--results {results} is a file, not a folder.")
     if args.report_only and not args.storage and not (results / tune_study.STUDY_FILE).is_file():
         raise UserError(f"--report-only: no study in {results} ({tune_study.STUDY_FILE}).")
-    results.mkdir(parents=True, exist_ok=True)
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--results {results}: cannot create it ({err.strerror or err}).") \
+            from None
     opts = tune_study.Options(tune_study.storage_url(results, args.storage),
                         args.study_name or f"{spec.agent}-{env_name}", args.n_trials,
                         str(results), args.sampler, args.pruner, args.n_startup_trials,
@@ -107,6 +116,28 @@ def main(argv: list[str] | None = None) -> int:
         from pgrad_app.distributed import session
 
         session.import_ray()
+    try:
+        return _study(args, spec, opts, results)
+    except sqlalchemy_errors() as err:  # a lock held past the wait, a lost database
+        raise RunError(f"the study database {opts.url}: {one_line(getattr(err, 'orig', err))}"
+                       f" (waited up to {tune_study.lock_wait():g} s for a lock; the finished "
+                       "trials are kept).") from None
+
+
+def sqlalchemy_errors() -> tuple[type, ...]:
+    """SQLAlchemy's errors of a database that stopped answering (locked, gone)."""
+    import sqlalchemy.exc
+
+    return (sqlalchemy.exc.OperationalError,)
+
+
+def _study(args, spec, opts, results: Path) -> int:
+    """Opens the study, runs its trials and writes the report (after every check)."""
+    from pgrad_app.experiments.tuning import report as tune_report
+    from pgrad_app.experiments.tuning import search as tune
+    from pgrad_app.experiments.tuning import study as tune_study
+    from pgrad_app.experiments.tuning import trials as tune_trials
+
     # Refuses a study of other settings; --report-only needs one to exist.
     study = tune_study.open_study(spec, opts.url, opts.name, create=not args.report_only)
     if not args.report_only:

@@ -179,9 +179,9 @@ def evaluate_run(
                             "--attack.")
     if render is not None and video_dir is not None:
         raise UserError("--render human shows the episodes and --video records them; choose one.")
-        if int(pgd_steps) < 1:
-            raise UserError(f"--pgd-steps must be >= 1; got {pgd_steps}.")
     eps = robustness.parse_epsilons("0,0.01,0.05,0.1" if epsilons is None else epsilons)
+    if attack is not None:
+        robustness.check_attack(attack, eps, pgd_steps)
     trained_on = str(values.get("env", ""))
     env_spec = env_id or trained_on
     if not env_spec:

@@ -35,6 +35,19 @@ def parse_epsilons(text: str | Any) -> list[float]:
     return sorted(set(eps) | {0.0})
 
 
+def check_attack(kind: str, epsilons: list[float], pgd_steps: int) -> None:
+    """The bounds of :func:`pgrad.rl.evaluation.attacks.check_budget`, before any work, as one
+    line naming the flag (``--pgd-steps``, ``--epsilon``)."""
+    from pgrad.rl.evaluation.attacks import MAX_EPSILONS, MAX_PGD_STEPS
+
+    if not 1 <= int(pgd_steps) <= MAX_PGD_STEPS:
+        raise UserError(f"--pgd-steps must be in [1, {MAX_PGD_STEPS:,}] (each step is one more "
+                        f"gradient of the policy per observation); got {pgd_steps}.")
+    if len(epsilons) > MAX_EPSILONS:
+        raise UserError(f"--epsilon: at most {MAX_EPSILONS} values (0 included), each runs "
+                        f"every episode again; got {len(epsilons)}.")
+
+
 def plot_robustness(result: dict[str, Any], png: str | Path, title: str = "") -> Path:
     """Writes a PNG of mean return (± std) against epsilon."""
     import matplotlib

@@ -18,6 +18,31 @@ from pgrad.rl.evaluation.episodes import run_episodes, summary
 from pgrad.rl.policy import Policy
 
 ATTACKS = ("fgsm", "pgd")
+#: Bounds on the work of one robustness evaluation, checked before any episode: PGD's
+#: sign-gradient steps per observation, and the attack radii (0 included) each running every
+#: episode again.
+MAX_PGD_STEPS = 10_000
+MAX_EPSILONS = 32
+
+
+def check_budget(kind: str, epsilons: Sequence[float], pgd_steps: int) -> list[float]:
+    """Checks an attack's settings before any work; returns the sorted radii with 0 added.
+
+    Raises:
+      ValueError: an unknown ``kind``, ``pgd_steps`` outside ``[1, MAX_PGD_STEPS]``, a radius
+        that is negative or not finite, or more than ``MAX_EPSILONS`` radii.
+    """
+    if kind not in ATTACKS:
+        raise ValueError(f"attack must be one of {', '.join(ATTACKS)}; got {kind!r}.")
+    if not 1 <= int(pgd_steps) <= MAX_PGD_STEPS:
+        raise ValueError(f"pgd_steps must be in [1, {MAX_PGD_STEPS:,}]; got {pgd_steps}.")
+    eps_list = sorted({float(e) for e in epsilons} | {0.0})
+    if any(not math.isfinite(e) or e < 0 for e in eps_list):
+        raise ValueError(f"epsilons must be finite and >= 0; got {list(epsilons)}.")
+    if len(eps_list) > MAX_EPSILONS:
+        raise ValueError(f"at most {MAX_EPSILONS} epsilons (0 included) per evaluation, each "
+                         f"runs every episode again; got {len(eps_list)}.")
+    return eps_list
 
 
 def attack_function(policy: Policy, kind: str, pgd_steps: int = 10) -> Callable[..., Any]:
@@ -26,8 +51,7 @@ def attack_function(policy: Policy, kind: str, pgd_steps: int = 10) -> Callable[
 
     from pgrad.tools.adversarial import fgsm, pgd
 
-    if kind not in ATTACKS:
-        raise ValueError(f"attack must be one of {', '.join(ATTACKS)}; got {kind!r}.")
+    check_budget(kind, (), pgd_steps)
     layout = getattr(policy, "layout", None)
     if layout is not None and not layout.flat:
         raise ValueError("observation attacks perturb vector observations only; this policy "
@@ -53,14 +77,14 @@ def robustness(policy: Policy, make_env: Callable[[int], Any], kind: str,
                epsilons: Sequence[float], episodes: int, seed: int, deterministic: bool,
                pgd_steps: int = 10,
                name: str = "env") -> dict[str, Any]:
-    """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes."""
+    """Mean ± std return under ``kind`` attacks for each epsilon (0 = clean), same episodes.
+
+    Raises:
+      ValueError: settings :func:`check_budget` refuses (checked before any episode).
+    """
     import tensorflow as tf
 
-    if int(pgd_steps) < 1:
-        raise ValueError(f"pgd_steps must be >= 1; got {pgd_steps}.")
-    eps_list = sorted({float(e) for e in epsilons} | {0.0})
-    if any(not math.isfinite(e) or e < 0 for e in eps_list):
-        raise ValueError(f"epsilons must be finite and >= 0; got {list(epsilons)}.")
+    eps_list = check_budget(kind, epsilons, pgd_steps)
     attack = attack_function(policy, kind, int(pgd_steps))
     rows = []
     for eps in eps_list:

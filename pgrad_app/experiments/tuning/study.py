@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pgrad_app.config.settings import MAX_TOTAL_STEPS
 from pgrad_app.config.values import to_plain
 from pgrad_app.errors import UserError, one_line
 from pgrad_app.experiments.benchmark import plan as planning
@@ -31,6 +32,10 @@ HEARTBEAT_S, GRACE_S = 60, 180
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "halving", "none")
 INSTALL_HINT = "pip install 'pgrad[tune]'"
+#: Bounds on how long a study runs, checked before trial 0: trials a study holds, evaluation
+#: episodes per evaluation (pgrad.evaluate's own bound).
+MAX_TRIALS = 10_000
+MAX_EPISODES = 10_000
 
 
 def import_optuna():
@@ -82,6 +87,10 @@ def plan(agent: str, env: str, *, steps: int | None = None, sets=(), no_tuned: b
 
     if not 1 <= n_evaluations <= 1000:
         raise UserError(f"--n-evaluations must be in [1, 1000]; got {n_evaluations}.")
+    if steps is not None and not 1 <= steps <= MAX_TOTAL_STEPS:
+        raise UserError(f"--steps must be in [1, {MAX_TOTAL_STEPS:,}]; got {steps}.")
+    if not 1 <= eval_episodes <= MAX_EPISODES:
+        raise UserError(f"--eval-episodes must be in [1, {MAX_EPISODES:,}]; got {eval_episodes}.")
     (run,) = planning.plan([agent], [env], [seed], steps=steps, sets=sets, no_tuned=no_tuned,
                            eval_episodes=eval_episodes)
     checked = search_spaces.load(run.agent, agents.get(run.agent).Config, space)
@@ -89,6 +98,8 @@ def plan(agent: str, env: str, *, steps: int | None = None, sets=(), no_tuned: b
     if both:
         raise UserError(f"--set {both[0]} fixes a hyperparameter the search space "
                         f"{checked.path} samples; remove one of them.")
+    search_spaces.check_values(checked, agents.get(run.agent).Config, run.hyperparameters,
+                               run.agent)
     if run.budget < n_evaluations:
         raise UserError(f"--n-evaluations {n_evaluations} is more than the {run.budget} env "
                         "steps of a trial.")
@@ -106,34 +117,89 @@ def storage_url(results: str | os.PathLike, storage: str | None = None) -> str:
     return f"sqlite:///{(Path(results) / STUDY_FILE).resolve()}"
 
 
-def open_storage(url: str):
-    """Optuna's RDB storage on ``url``, with the heartbeat; SQLite waits up to 60 s for a lock
-    (several processes write one file) instead of failing at once.
+#: How long pgrad-tune waits for a study database another process holds locked before it gives
+#: up with one line (seconds; docs/tuning.md); the environment variable overrides it.
+LOCK_WAIT_S = 60.0
+LOCK_WAIT_ENV = "PGRAD_TUNE_LOCK_WAIT"
+#: The longest wait the environment variable may ask for (one hour).
+MAX_LOCK_WAIT_S = 3600.0
+
+
+def lock_wait() -> float:
+    """Seconds to wait for a locked SQLite study: ``$PGRAD_TUNE_LOCK_WAIT``, else
+    :data:`LOCK_WAIT_S`.
 
     Raises:
-      UserError: a URL SQLAlchemy cannot use or a database it cannot reach.
+      UserError: the variable is not a number in ``(0, MAX_LOCK_WAIT_S]``.
+    """
+    text = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    if not text:
+        return LOCK_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_LOCK_WAIT_S:
+        raise UserError(f"{LOCK_WAIT_ENV}={text!r}: expected seconds in (0, "
+                        f"{MAX_LOCK_WAIT_S:g}].")
+    return value
+
+
+def _locked(err: BaseException) -> bool:
+    return "locked" in str(getattr(err, "orig", err)).lower()
+
+
+def open_storage(url: str):
+    """Optuna's RDB storage on ``url``, with the heartbeat. A SQLite study another process holds
+    locked is waited for up to :func:`lock_wait` seconds (60 by default) in all, then refused in
+    one line; processes creating a new database at once retry until its tables exist.
+
+    Raises:
+      UserError: a URL SQLAlchemy cannot use, a database it cannot reach, or one still locked
+        after the wait.
     """
     import time
 
     import sqlalchemy.exc
 
     optuna = import_optuna()
-    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    for attempt in range(6):
+    wait = lock_wait()
+    sqlite = url.startswith("sqlite")
+    deadline = time.monotonic() + wait
+    failed: BaseException | None = None
+    attempt = 0
+    while True:
+        # SQLite's own busy wait never runs past the deadline (each statement waits at most
+        # what is left of it; the storage keeps the full wait for the statements of trials).
+        left = max(deadline - time.monotonic(), 0.05)
+        engine = {"connect_args": {"timeout": min(left, wait)}} if sqlite else {}
         with warnings.catch_warnings():  # the heartbeat is marked experimental
             warnings.simplefilter("ignore")
             try:
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine,
-                                                  heartbeat_interval=HEARTBEAT_S,
-                                                  grace_period=GRACE_S)
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=engine,
+                                                     heartbeat_interval=HEARTBEAT_S,
+                                                     grace_period=GRACE_S)
+                if sqlite:  # trials' statements wait the whole wait for a lock
+                    storage.engine.dispose()
+                    storage = optuna.storages.RDBStorage(
+                        url, engine_kwargs={"connect_args": {"timeout": wait}},
+                        heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+                        skip_table_creation=True, skip_compatibility_check=True)
+                return storage
             except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as err:
                 # Processes creating a new database at once race for its schema tables: the
                 # loser finds them half made; once the winner is done, they open.
                 failed = err
-                time.sleep(0.25 * (attempt + 1))
             except Exception as err:  # a malformed URL, an unknown dialect, a missing driver
-                failed = err
-                break
+                raise UserError(f"--storage {url}: cannot open it: {one_line(err)}") from None
+        attempt += 1
+        if time.monotonic() >= deadline or (not _locked(failed) and attempt >= 6):
+            break
+        time.sleep(min(0.25 * attempt, max(deadline - time.monotonic(), 0)))
+    if _locked(failed):
+        raise UserError(f"--storage {url}: the study database is locked by another process; "
+                        f"gave up after {wait:g} s (set {LOCK_WAIT_ENV}=SECONDS to wait "
+                        "longer, or stop the other process).") from None
     raise UserError(f"--storage {url}: cannot open it: {one_line(failed)}") from None
 
 

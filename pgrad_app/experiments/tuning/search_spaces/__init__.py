@@ -15,9 +15,16 @@ trials between 0.99 and 0.999 as between 0.9 and 0.99); Optuna records the param
 ``one_minus_<key>``. List choices (network widths) are recorded by Optuna as their YAML text
 (``"[64, 64]"``; Optuna's categorical values are scalars) and decoded for the agent. Every key,
 type, bound and choice is checked against the agent's ``Config`` field, with one-line errors
-naming the file and the key. Whether a sampled *combination* is valid (``minibatch_size`` must
-divide ``n_steps x num_envs``) is the trial's to find out: such a trial is pruned with the
-reason recorded.
+naming the file and the key. Before trial 0, :func:`check_values` also puts every value a
+trial can sample at the extremes -- both ends of each range (for ``one_minus``, ``1 - low`` and
+``1 - high``; for int ranges, the last value the step reaches) and every categorical choice --
+through the agent's own validation (``Config.validate()``), with the other settings as the
+study resolved them: a range that reaches a value the agent refuses (an optimizer it lacks, a
+negative ``vf_coef``, an ``n_steps`` below 1 or past the per-update limit, an encoder it does
+not know) is one line naming the file, the key and the value, not a study whose trials are all
+pruned. A value is refused only if no other searched value rescues it: whether a sampled
+*combination* is valid (``minibatch_size`` must divide ``n_steps x num_envs``, both searched)
+is the trial's to find out: such a trial is pruned with the reason recorded.
 """
 
 from __future__ import annotations
@@ -210,3 +217,63 @@ def _param(key: str, spec: Any, field_type: Any, where: str) -> Param:
     if not isinstance(one_minus, bool):
         raise UserError(f"{where}: one_minus must be true or false; got {one_minus!r}.")
     return Param(key, kind, low, high, step, one_minus=one_minus)
+
+
+def extremes(param: Param) -> list[tuple[str, Any]]:
+    """``(what, value)`` for every extreme value ``param`` samples, as the ``Config`` gets it:
+    each categorical choice, else both ends of the range (``1 - end`` with ``one_minus``; for an
+    int range, the last value its step reaches)."""
+    if param.kind == "categorical":
+        return [("choice", c) for c in param.choices]
+    low, high = param.low, param.high
+    if param.kind in ("int", "log_int"):
+        step = param.step or 1
+        high = low + (high - low) // step * step
+    ends = [("low end", low), ("high end", high)]
+    if param.one_minus:
+        return [(f"{what} (1 - {value:g})", 1.0 - value) for what, value in ends]
+    return ends
+
+
+def _refusal(config_cls: type, values: dict[str, Any]) -> str | None:
+    """Why ``config_cls(**values).validate()`` refuses ``values``, or None if it accepts."""
+    types = field_types(config_cls)
+    try:
+        typed = {k: coerce(v, types[k], k) for k, v in values.items()}
+        obj = config_cls(**typed)
+        if hasattr(obj, "validate"):
+            obj.validate()
+    except (ValueError, TypeError, UserError) as err:
+        return str(err).rstrip(".")
+    return None
+
+
+def check_values(space: Space, config_cls: type, base: dict[str, Any], agent_name: str) -> None:
+    """Checks, before any trial, that every extreme value of each parameter (:func:`extremes`)
+    is one the agent's ``Config`` accepts with the study's other settings (``base``).
+
+    A value that fails with ``base`` alone is tried once more beside each extreme value of
+    every other searched parameter: if one of them makes it valid, the failure is a
+    combination's (the trial that samples it is pruned); if none does, the range itself is
+    wrong.
+
+    Raises:
+      UserError: ``FILE: KEY: the low end VALUE is refused by AGENT: REASON`` for the first
+        such value.
+    """
+    ends = {p.key: extremes(p) for p in space.params}
+    for param in space.params:
+        for what, value in ends[param.key]:
+            why = _refusal(config_cls, {**base, param.key: value})
+            if why is None:
+                continue
+            rescued = any(
+                _refusal(config_cls, {**base, other.key: w, param.key: value}) is None
+                for other in space.params if other.key != param.key
+                for _, w in ends[other.key])
+            if not rescued:
+                shown = yaml.safe_dump(to_plain(value), default_flow_style=True).strip()
+                shown = shown.removesuffix("\n...").strip()
+                raise UserError(f"{space.path}: {param.key}: the {what} {shown} is refused by "
+                                f"{agent_name}: {why}; every value a trial may sample must be "
+                                "valid (narrow the range or drop the choice).")
