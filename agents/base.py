@@ -44,6 +44,8 @@ from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
 from agents.update import diagnostics
 from agents.update.compiled import CompiledUpdate
+from agents.update.parts import Counters, UpdateParts
+from agents.update.targets import GAETargets
 from pgrad.rl import rollout, spaces
 from pgrad.rl.envs import vector as envs_lib
 from pgrad.rl.export.saved_model import export_policy
@@ -145,7 +147,8 @@ class ActorCriticAgent(ActingMethods):
                                      name="rollout_state")
         self.critic_state_var = tf.Variable(tf.zeros([cfg.num_envs, critic_size]),
                                             trainable=False, name="critic_state")
-        self.updater = CompiledUpdate(self)
+        self.update_targets = self.make_targets()
+        self.updater = CompiledUpdate(self.update_parts())
         try:  # also decides where the env's action masks come from (pgrad.rl.masks)
             self.collector.reset(seed=self.seed)
         except Exception:
@@ -157,6 +160,23 @@ class ActorCriticAgent(ActingMethods):
     def default_transform(self) -> pgrad.GradientTransform:
         """The policy-gradient chain used when none is given: the advantage-weighted mean."""
         return pgrad.chain(pgrad.weight_by("advantages"), pgrad.mean_steps(), name=self.name)
+
+    def make_targets(self) -> Any:
+        """The update's targets part (:mod:`agents.update.targets`): GAE(lambda) here."""
+        return GAETargets(self.cfg.gamma, self.cfg.gae_lambda)
+
+    def update_parts(self) -> UpdateParts:
+        """What the compiled update is given (:class:`agents.update.parts.UpdateParts`): the
+        networks, optimizers, chain, counters, normalisers, schedules, config and targets."""
+        return UpdateParts(
+            cfg=self.cfg, net=self.net, mirror=self.mirror, layout=self.layout,
+            optimizer=self.optimizer, critic_optimizer=self.critic_optimizer,
+            transform=self.transform, transform_state=self.transform_state,
+            counters=Counters(self.env_steps_var, self.updates_var, self.seed_var,
+                              self.state_var, self.critic_state_var),
+            normalizers=[n for n in (self.obs_norm, self.reward_norm) if n is not None],
+            schedules=self.schedules, budget=lambda: self.budget, targets=self.update_targets,
+            values_from_acting=self.values_from_acting)
 
     def steps_per_update(self) -> int:
         """Env steps per update (nominal for whole-episode rollouts)."""
@@ -178,7 +198,7 @@ class ActorCriticAgent(ActingMethods):
         nothing. Rollout workers (Ray) act without: the policy weights they receive leave out
         the critic's own layers, and their trajectories carry no values."""
         return (VALUES_FROM_ACTING and bool(getattr(self.mirror, "fused_values", False))
-                and not getattr(self, "off_policy", False))
+                and self.update_targets.on_policy)
 
     def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
         if self.cfg.rollout == "episodes":
@@ -201,11 +221,20 @@ class ActorCriticAgent(ActingMethods):
         if self.cfg.adversarial_epsilon > 0:
             traj = adversarial.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before
-        scheduled = self.schedules.values(base + taken, self.budget, updates)
         recurrent = ((*start, self.rollout_state) if start is not None and self.net.recurrent
                      else None)
+        metrics = self._update_on(traj, updates, base, taken, recurrent,
+                                  fixed_shape=traj.mask is None)
+        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+
+    def _update_on(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
+                   recurrent: tuple | None = None, fixed_shape: bool = True) -> dict[str, Any]:
+        """The tail every agent's step shares: one compiled update on ``traj`` (``taken`` env
+        steps after ``base``, update ``updates + 1``), the acting copy refreshed from its
+        output, the counters advanced; returns the update's metrics."""
+        scheduled = self.schedules.values(base + taken, self.budget, updates)
         args = self.updater.inputs(traj, taken, scheduled, recurrent)
-        out, *step_norms = self.updater(args, fixed_shape=traj.mask is None)
+        out, *step_norms = self.updater(args, fixed_shape=fixed_shape)
         out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)
         keys = self.updater.metric_keys
         k = len(keys)
@@ -220,15 +249,16 @@ class ActorCriticAgent(ActingMethods):
         metrics = dict(zip(keys, out[:k].tolist()))
         if step_norms:  # cfg.diagnostics: [N] per-step norms, a histogram in TensorBoard
             metrics[diagnostics.STEP_NORMS_KEY] = step_norms[0].numpy()
-        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+        return metrics
 
     def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
-                values: tf.Tensor, next_values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """``[T, B]`` rollout -> ``(advantages, returns)`` ``[T, B]``: GAE(lambda) and
-        ``advantages + values``, bootstrapped at truncations, never at terminations."""
-        advantages = pgrad.gae(rewards, values, next_values, terminated, truncated,
-                               self.cfg.gamma, self.cfg.gae_lambda)
-        return advantages, advantages + tf.cast(values, advantages.dtype)
+                values: tf.Tensor, next_values: tf.Tensor, *log_probs: tf.Tensor
+                ) -> tuple[tf.Tensor, tf.Tensor]:
+        """``[T, B]`` rollout -> ``(advantages, returns)`` ``[T, B]`` by the agent's targets
+        part (GAE(lambda) bootstrapped at truncations, never at terminations; IMPALA's V-trace
+        also takes the behaviour and the learner's log-probs)."""
+        return self.update_targets(rewards, terminated, truncated, values, next_values,
+                                   *log_probs)[:2]
 
     def _adversarial(self) -> adversarial.AdversarialActing:
         """The FGSM acting wrapper (built once; see agents/acting/adversarial.py)."""

@@ -51,12 +51,11 @@ from collections import deque
 from typing import Any, NamedTuple
 
 import numpy as np
-import tensorflow as tf
 
 import pgrad
 from agents.base import ActorCriticAgent
 from agents.catalog.configs import APPOConfig, IMPALAConfig
-from agents.update.minibatch import PROXIMAL_KEY
+from agents.update.targets import PROXIMAL_KEY, VTraceTargets
 from pgrad.rl.policy import NumpyPolicy
 from pgrad.rl.rollout import Trajectory
 
@@ -134,8 +133,6 @@ class IMPALA(ActorCriticAgent):
     Config = IMPALAConfig
     cfg: IMPALAConfig
     name = "impala"
-    #: The compiled update passes the behaviour and current log-probs to :meth:`targets`.
-    off_policy = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._source: Any = None
@@ -147,17 +144,12 @@ class IMPALA(ActorCriticAgent):
         return pgrad.chain(pgrad.importance_weight(self.cfg.pg_rho_bar),
                            pgrad.weight_by("advantages"), pgrad.mean_steps(), name=self.name)
 
-    def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
-                values: tf.Tensor, next_values: tf.Tensor,
-                behaviour_log_probs: tf.Tensor | None = None,
-                target_log_probs: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-        """``(advantages q_s - V(x_s), critic targets v_s)``, ``[T, B]``, from V-trace."""
+    def make_targets(self) -> VTraceTargets:
+        """V-trace (:class:`agents.update.targets.VTraceTargets`): the update computes the
+        learner's log-probs for it; ``advantages = q_s - V(x_s)``, critic targets ``v_s``."""
         cfg = self.cfg
-        out = pgrad.vtrace(rewards, values, next_values, terminated, truncated,
-                           behaviour_log_probs, target_log_probs, cfg.gamma,
-                           rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, pg_rho_bar=cfg.pg_rho_bar,
-                           lambda_=cfg.gae_lambda)
-        return out.q_estimates - tf.cast(values, tf.float32), out.vs
+        return VTraceTargets(cfg.gamma, cfg.gae_lambda, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
+                             pg_rho_bar=cfg.pg_rho_bar)
 
     # -- the source of trajectories --------------------------------------------------------------
 
@@ -201,24 +193,8 @@ class IMPALA(ActorCriticAgent):
         batch = source.next(updates)
         base = self._env_steps
         taken = int(batch.steps)
-        scheduled = self.schedules.values(base + taken, self.budget, updates)
-        args = self.updater.inputs(batch.traj, taken, scheduled)
-        out, *step_norms = self.updater(args, fixed_shape=True)
-        out = out.numpy()
-        keys = self.updater.metric_keys
-        k = len(keys)
-        if not np.isfinite(out[k:]).all():
-            raise FloatingPointError(
-                f"update {updates + 1} (env step {base + taken}) made the policy's weights "
-                "non-finite (NaN/Inf); lower learning_rate or keep max_grad_norm > 0.")
-        self.mirror.load_update_output(out[k:])
-        self._synced_updates = updates + 1
-        self._env_steps = base + taken
-        metrics = dict(zip(keys, out[:k].tolist()))
+        metrics = self._update_on(batch.traj, updates, base, taken)  # the agents' shared tail
         metrics["policy_lag"] = float(updates - batch.version)
-        if step_norms:
-            from agents.update import diagnostics
-            metrics[diagnostics.STEP_NORMS_KEY] = step_norms[0].numpy()
         if (updates + 1) % int(self.cfg.broadcast_interval) == 0:
             source.broadcast(updates + 1, self.acting_state())
         episodes = [(base + s, r, n) for s, r, n in batch.episodes]

@@ -31,7 +31,8 @@ import tensorflow as tf
 from agents.update import diagnostics, epochs
 from agents.update.call import TracedUpdate
 from agents.update.inputs import NextImages, UpdateInputs
-from agents.update.minibatch import PROXIMAL_KEY, MinibatchStep
+from agents.update.minibatch import MinibatchStep
+from agents.update.parts import UpdateParts
 from pgrad.core.per_step import map_chunks
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
@@ -79,24 +80,29 @@ VALUE_CHUNK_BYTES = 16 * 2**20
 REUSE_NEXT_VALUES = True
 
 class CompiledUpdate:
-    """The agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
+    """An agent's update; ``updater(updater.inputs(traj, taken), fixed_shape)``.
 
     Args:
-      agent: the :class:`agents.base.ActorCriticAgent` whose networks, optimizers, chain state,
-        counters and normalisers it updates. Its ``targets`` (returns and advantages) is called
-        while tracing; its ``schedules`` name the scheduled values each call receives.
+      parts: the :class:`agents.update.parts.UpdateParts` it updates (networks, optimizers, the
+        chain and its state, counters, normalisers, schedules, the config) and the targets part
+        it calls while tracing (GAE or V-trace: :mod:`agents.update.targets`). It never sees the
+        agent.
     """
 
-    def __init__(self, agent: Any):
-        self.agent = agent
-        self.cfg, self.net, self.head, self.mirror = agent.cfg, agent.net, agent.head, agent.mirror
-        self.optimizer, self.critic_optimizer = agent.optimizer, agent.critic_optimizer
-        self.transform, self.transform_state = agent.transform, agent.transform_state
-        self.env_steps_var, self.updates_var = agent.env_steps_var, agent.updates_var
-        self.seed_var = agent.seed_var
-        self.io = UpdateInputs(agent)  # the rollout packed on the host, unpacked in the graph
+    def __init__(self, parts: UpdateParts):
+        self.parts = parts
+        self.cfg, self.net, self.head, self.mirror = parts.cfg, parts.net, parts.net.head, \
+            parts.mirror
+        self.optimizer, self.critic_optimizer = parts.optimizer, parts.critic_optimizer
+        self.transform, self.transform_state = parts.transform, parts.transform_state
+        counters = parts.counters
+        self.env_steps_var, self.updates_var = counters.env_steps, counters.updates
+        self.seed_var = counters.seed
+        #: ``(advantages, returns, extra)`` of a rollout (:mod:`agents.update.targets`).
+        self.targets = parts.targets
+        self.io = UpdateInputs(parts)  # the rollout packed on the host, unpacked in the graph
         self.normalizers = self.io.normalizers
-        self.layout = agent.layout
+        self.layout = parts.layout
         obs_floats = sum(int(np.prod(p.shape)) for p in self.layout.parts)
         self.value_chunk = max(32, VALUE_CHUNK_BYTES // (4 * obs_floats))  # observations
         self.metric_keys: list[str] = []  # trace-time: names of the returned metric values
@@ -104,12 +110,12 @@ class CompiledUpdate:
         # agents/update/call.py.
         self.traced = TracedUpdate(self._update, self.io.signature,
                                    bool(getattr(self.cfg, "jit_compile", False)))
-        self.step = MinibatchStep(agent)  # the loss of one minibatch step
+        self.step = MinibatchStep(parts)  # the loss of one minibatch step
         # Reported each update besides learning_rate: PPO's clip range (as SB3's train/clip_range)
         # and every value that changes over the run.
         self.reported_schedules = [
-            n for n in agent.schedules.names if n != "learning_rate" and (
-                n == "clip_range" or not agent.schedules.constant(n))]
+            n for n in parts.schedules.names if n != "learning_rate" and (
+                n == "clip_range" or not parts.schedules.constant(n))]
 
     @property
     def jit_compiled(self) -> bool:
@@ -215,7 +221,7 @@ class CompiledUpdate:
         images, action_mask, acted = self.io.split_images(rest)  # acted: [T, B] V(o_t) or None
         if net.recurrent:
             floats, (state0, start0, state_end) = self.io.split_recurrent(floats, cfg.num_envs)
-            self.agent.state_var.assign(state_end)
+            self.parts.counters.rollout_state.assign(state_end)
         (obs, next_obs, rewards, terminated, truncated, log_probs, env_steps_taken,
          norm_stats, scalars) = self.io.unpack(floats, actions, stats, *images)
         self.env_steps_var.assign_add(env_steps_taken)
@@ -250,10 +256,10 @@ class CompiledUpdate:
             return tf.transpose(tf.reshape(rows, [B, T, -1]), [1, 0, 2])
 
         if net.recurrent and net.critic is not None:  # the critic's sequences, then V(o_{t+1})
-            critic0 = tf.convert_to_tensor(self.agent.critic_state_var)  # [B, Sc]
+            critic0 = tf.convert_to_tensor(self.parts.counters.critic_state)  # [B, Sc]
             seq_values, states = net.value_sequence(flat(obs), flat(starts), critic0, T)
             seq_next = net.value_after(flat(self.io.next_observations(next_obs)), states)
-            self.agent.critic_state_var.assign(
+            self.parts.counters.critic_state.assign(
                 tf.reshape(states, [B, T, -1])[:, -1])  # after the rollout: the next one's start
             values, next_values = (tf.transpose(tf.reshape(v, [B, T])) for v in (seq_values,
                                                                                   seq_next))
@@ -274,19 +280,17 @@ class CompiledUpdate:
             next_values = tf.reshape(both[T * B:], [T, B])
         else:
             values = next_values = tf.zeros_like(rewards)
-        target = None  # [T, B] log pi_prox: the learner's policy before this update's steps
-        if getattr(self.agent, "off_policy", False):  # V-trace (algorithms/impala.py): pi, mu
+        def learner_log_probs():  # [T, B] log pi(a_t | o_t) now: read by V-trace's targets only
             acts = flat(actions) if action_mask is None else (flat(actions), flat(action_mask))
-            target = tf.reshape(self.step.log_prob_only(flat(obs), acts), [T, B])
-            advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
-                                                     next_values, log_probs, target)
-        else:
-            advantages, returns = self.agent.targets(rewards, terminated, truncated, values,
-                                                     next_values)
+            return tf.reshape(self.step.log_prob_only(flat(obs), acts), [T, B])
+
+        # The targets part (agents/update/targets.py): GAE, or V-trace with the learner's policy;
+        # what it adds (V-trace's pi_prox) is fixed over the epochs and joins the chain's context.
+        advantages, returns, extra = self.targets(rewards, terminated, truncated, values,
+                                                  next_values, log_probs, learner_log_probs)
         data = {"obs": obs, "actions": actions, "advantages": advantages, "returns": returns,
-                "values": values, "rewards": rewards, "behaviour_log_probs": log_probs}
-        if target is not None:  # fixed over the epochs: APPO's decoupled clip reads it
-            data[PROXIMAL_KEY] = target
+                "values": values, "rewards": rewards, "behaviour_log_probs": log_probs, **extra}
+        self.step.extra_keys = tuple(extra)
         if action_mask is not None:  # [T, B, n] the env's legal actions at each o_t
             data["action_mask"] = action_mask
         if net.recurrent:  # each row carries its sequence's first state (only those are read)

@@ -59,18 +59,18 @@ class UpdateInputs:
     """Packs a rollout for the update (:meth:`inputs`) and unpacks it in the graph.
 
     Args:
-      agent: the agent whose layout (observation parts), normalisers, schedules, counters and
-        recurrent state sizes set the packing.
+      parts: the update's :class:`agents.update.parts.UpdateParts`, whose layout (observation
+        parts), normalisers, schedules, counters and recurrent state sizes set the packing.
     """
 
-    def __init__(self, agent: Any):
-        self.agent = agent
-        self.net = agent.net
-        self.env_steps_var, self.updates_var = agent.env_steps_var, agent.updates_var
-        self.normalizers = [n for n in (agent.obs_norm, agent.reward_norm) if n is not None]
+    def __init__(self, parts: Any):
+        self.parts = parts
+        self.net = parts.net
+        self.env_steps_var, self.updates_var = parts.counters.env_steps, parts.counters.updates
+        self.normalizers = list(parts.normalizers)
         # Observations with images: each image part is its own input in its own dtype; the
         # float32 concatenation carries only the vector part (all of a flat observation).
-        self.layout = agent.layout
+        self.layout = parts.layout
         self.vector_dim = self.layout.vector_dim
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
@@ -83,14 +83,14 @@ class UpdateInputs:
         observations with images only their vector part, ``d`` wide, is here);
         the actions; the mask (``None`` for fixed-length rollouts); ``[1 + S + K]`` float64: the
         env steps taken, each normaliser's mean, var and count, then the value of each
-        scheduled hyperparameter (``agent.schedules.names``) for this update; for observations with
+        scheduled hyperparameter (``parts.schedules.names``) for this update; for observations with
         images, each image part's frames ``[T + 1, B, *shape]`` in its own dtype (uint8 frames
         stay 4x smaller than float32: rows ``0..T-1`` the observations, rows ``1..T`` the next
         observations except where they differ: episode ends), then each image part's ``[F,
         *shape]`` final frames of those steps and their ``[F, 2]`` int32 ``(t, b)`` (see
         :class:`NextImages`); then, for an env that masks actions, the ``[T, B, n]`` bool
         action masks; last, where the rollout carries the acting call's ``V(o_t)`` and the
-        agent uses them (:attr:`agents.base.ActorCriticAgent.values_from_acting`), those
+        update uses them (``parts.values_from_acting``), those
         ``[T, B]`` float32 values (the update then skips its value pass over the observations).
 
         A recurrent policy's ``recurrent = (state0 [B, S], episode_start0 [B], state_end [B, S])``
@@ -98,8 +98,8 @@ class UpdateInputs:
         its state after the rollout) end the float32 vector (:meth:`split_recurrent`).
         """
         if scheduled is None:  # the values of the update that follows now
-            scheduled = self.agent.schedules.values(int(self.env_steps_var.numpy()) + taken,
-                                                    self.agent.budget,
+            scheduled = self.parts.schedules.values(int(self.env_steps_var.numpy()) + taken,
+                                                    self.parts.budget(),
                                                     int(self.updates_var.numpy()))
         layout = self.layout
         obs, nxt = layout.vector(traj.observations), rollout.next_vector(traj, layout)
@@ -120,7 +120,7 @@ class UpdateInputs:
                       + [tf.constant(x) for x in nf.finals] + [tf.constant(nf.index)])
         if traj.action_mask is not None:
             images.append(tf.constant(traj.action_mask))
-        if traj.values is not None and self.agent.values_from_acting:
+        if traj.values is not None and self.parts.values_from_acting:
             images.append(tf.constant(traj.values, tf.float32))
         return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
                 *images)
@@ -185,7 +185,7 @@ class UpdateInputs:
             norm_stats.append((mean, var, stats[at + 2 * size]))
             at += 2 * size + 1
         scheduled = {name: tf.cast(stats[at + i], tf.float32)
-                     for i, name in enumerate(self.agent.schedules.names)}
+                     for i, name in enumerate(self.parts.schedules.names)}
         return (obs, next_obs, *rest, taken, norm_stats, scheduled)
 
     def next_observations(self, nxt: Any) -> Any:

@@ -17,6 +17,7 @@ import tensorflow as tf
 import pgrad
 from agents import schedules
 from agents.update import loss as loss_lib
+from agents.update import targets
 from pgrad.core.per_step import zeros_for_unconnected
 from pgrad.transforms import standardized
 
@@ -25,11 +26,11 @@ from pgrad.transforms import standardized
 REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 
 #: Context key of ``log pi_prox(a_t | x_t)``, ``[M]``, for off-policy agents (IMPALA, APPO):
-#: the learner's policy at the start of the update (V-trace's target policy), computed once by
-#: agents/update/compiled.py and fixed over the update's epochs. APPO's decoupled clip
-#: (``clip_against="learner"``) clips ``pi / pi_prox``, each step weighted by
+#: the learner's policy at the start of the update (V-trace's target policy, given by the
+#: targets part, :mod:`agents.update.targets`) and fixed over the update's epochs. APPO's
+#: decoupled clip (``clip_against="learner"``) clips ``pi / pi_prox``, each step weighted by
 #: ``min(pg_rho_bar, pi_prox / mu)``.
-PROXIMAL_KEY = "proximal_log_probs"
+PROXIMAL_KEY = targets.PROXIMAL_KEY
 
 #: Shared features (encoder or trunk): the value from the policy's own forward pass
 #: (``net.params_and_value``), its loss in the engine's aux loss (False: a second pass for the
@@ -64,20 +65,22 @@ def values_of(net: Any, length: int, data: dict) -> tf.Tensor:
 
 
 class MinibatchStep:
-    """``step(mb, scalars) -> (metrics, stop)``: one gradient step of ``agent``'s networks.
+    """``step(mb, scalars) -> (metrics, stop)``: one gradient step of the networks.
 
     Args:
-      agent: the :class:`agents.base.ActorCriticAgent` (config, networks, head, chain and its
-        state variable, optimizers).
+      parts: the update's :class:`agents.update.parts.UpdateParts` (config, networks, chain and
+        its state variable, optimizers).
     """
 
-    def __init__(self, agent: Any):
-        self.cfg, self.net, self.head = agent.cfg, agent.net, agent.head
-        self.optimizer, self.critic_optimizer = agent.optimizer, agent.critic_optimizer
-        self.transform, self.transform_state = agent.transform, agent.transform_state
+    def __init__(self, parts: Any):
+        self.cfg, self.net, self.head = parts.cfg, parts.net, parts.net.head
+        self.optimizer, self.critic_optimizer = parts.optimizer, parts.critic_optimizer
+        self.transform, self.transform_state = parts.transform, parts.transform_state
+        #: Keys the targets part added to the batch (trace time): they join the chain's context.
+        self.extra_keys: tuple[str, ...] = ()
         # Terms a schedule can switch on: left out of the graph when constantly 0.
-        self.clip_values = schedules.may_be_positive(agent.cfg.clip_range_vf, "clip_range_vf")
-        self.entropy_bonus = schedules.may_be_positive(agent.cfg.ent_coef, "ent_coef")
+        self.clip_values = schedules.may_be_positive(parts.cfg.clip_range_vf, "clip_range_vf")
+        self.entropy_bonus = schedules.may_be_positive(parts.cfg.ent_coef, "ent_coef")
 
     @property
     def one_pass(self) -> bool:
@@ -147,8 +150,7 @@ class MinibatchStep:
         context = {"advantages": adv, "returns": mb["returns"], "values": mb["values"],
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
-        if PROXIMAL_KEY in mb:  # off-policy agents (agents/update/compiled.py)
-            context[PROXIMAL_KEY] = mb[PROXIMAL_KEY]
+        context.update({k: mb[k] for k in self.extra_keys})  # the targets part's (V-trace's)
 
         # Recurrent: the rows are env-major sequences of L steps (whole env rollouts, or pieces
         # of them from their stored states: agents/update/compiled.py).

@@ -84,17 +84,17 @@ def _fresh_run(name, env, options, from_acting, monkeypatch, no_values_in_rollou
         agent.acting_fn = lambda rng, values=False: plain(rng)  # type: ignore[method-assign]
     seen: list[list[np.ndarray]] = []
     stored: list = []
-    targets, inputs = agent.targets, agent.updater.io.inputs
+    targets, inputs = agent.updater.targets, agent.updater.io.inputs
 
     def recording(rewards, terminated, truncated, values, next_values, *rest):
-        adv, ret = targets(rewards, terminated, truncated, values, next_values, *rest)
+        adv, ret, extra = targets(rewards, terminated, truncated, values, next_values, *rest)
 
         def keep(*xs):
             seen.append([x.numpy() for x in xs])
             return 0
 
         tf.py_function(keep, [values, next_values, adv, ret], [tf.int32])  # runs: stateful
-        return adv, ret
+        return adv, ret, extra
 
     def spy(traj, *args):
         stored.append(traj.values)
@@ -107,7 +107,7 @@ def _fresh_run(name, env, options, from_acting, monkeypatch, no_values_in_rollou
         passes.append(1)  # at trace time
         return chunked(rows, n)
 
-    monkeypatch.setattr(agent, "targets", recording)
+    monkeypatch.setattr(agent.updater, "targets", recording)
     monkeypatch.setattr(agent.updater.io, "inputs", spy)
     monkeypatch.setattr(agent.updater, "_chunked_values", counted)
     for _ in range(updates):
