@@ -342,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         transform = (plugins.load_transform(transform_spec, settings.transform_args,
                                             forbid_dir=out if resume else None)
                      if transform_spec else None)
+        if not resume:  # before the run directory exists
+            from pgrad_app.run.preflight import check_env_kwargs
+
+            check_env_kwargs(env_id, settings.env_kwargs)
+        if settings.capture_video:  # before the run's files are written or change
+            from pgrad_app.run.video import check_folder
+
+            check_folder(RunLayout(out) / RunLayout.VIDEOS)
         agent = make_agent(agent_cls, cfg, env_id, settings.seed, transform)
         if settings.workers:  # the envs on Ray actors; closed after agent.close()
             try:

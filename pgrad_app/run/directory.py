@@ -51,9 +51,17 @@ def _existing_parent(path: Path) -> Path:
         probe = probe.parent
 
 
-def check_path(path: Path, flag: str) -> None:
-    """Refuses a path the file system cannot hold (a component or the whole too long) or
-    TensorFlow cannot name (not UTF-8: its file writers take the path as a UTF-8 string)."""
+#: Bytes of names pgrad writes below a run directory at most: TensorFlow's temporary checkpoint
+#: shard (``checkpoints/.step-000000000000.tmp-PID-old/ckpt_temp/part-00000-of-00001.data-
+#: 00000-of-00001.tempstateNNNNNNNNNNNNNNNNNNN``, ~150 bytes; ``best/`` adds 5), TensorBoard's
+#: ``tb/events.out.tfevents.TIME.HOST.PID.N`` (a host name is at most 64 bytes).
+RUN_NAMES_RESERVE = 200
+
+
+def check_path(path: Path, flag: str, reserve: int = 0) -> None:
+    """Refuses a path the file system cannot hold (a component or the whole too long, with
+    ``reserve`` bytes of names still to go below it) or TensorFlow cannot name (not UTF-8: its
+    file writers take the path as a UTF-8 string)."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
@@ -70,8 +78,18 @@ def check_path(path: Path, flag: str) -> None:
             raise UserError(f"{flag}: the path component {part[:24]}... is "
                             f"{len(os.fsencode(part))} bytes long; the file system allows "
                             f"{name_max}.")
-    if len(os.fsencode(str(path.absolute()))) >= path_max:
-        raise UserError(f"{flag}: the path is longer than the file system allows ({path_max}).")
+    size = len(os.fsencode(str(path.absolute())))
+    if size + reserve >= path_max:
+        below = (f" with the {reserve} bytes of names pgrad writes below it (checkpoints/...)"
+                 if reserve else "")
+        raise UserError(f"{flag}: the path is {size:,} bytes long{below}; the file system "
+                        f"allows {path_max:,} in all; choose a shorter path.")
+
+
+def _short(path: Path) -> str:
+    """``path`` for a message: a path of thousands of characters shown by its ends."""
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
 
 
 def is_run(path: Path) -> bool:
@@ -111,7 +129,7 @@ def check_new(out: Path, overwrite: bool) -> None:
     Raises:
       UserError: saying which and what to do instead.
     """
-    check_path(out, f"--out {out}")
+    check_path(out, f"--out {_short(out)}", RUN_NAMES_RESERVE)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a directory.")
     if is_run(out):

@@ -21,6 +21,23 @@ from pgrad_app.errors import UserError, one_line
 DEFAULT_EVERY = 100
 
 
+def check_folder(folder: Path) -> None:
+    """Refuses, before any work, a ``videos`` path that exists but is no folder (a file, a
+    broken link): the videos would have nowhere to go, and it is not pgrad's to remove.
+
+    Raises:
+      UserError: naming the path.
+    """
+    try:
+        exists, is_dir = folder.exists() or folder.is_symlink(), folder.is_dir()
+    except OSError as err:
+        raise UserError(f"--capture-video: cannot use {folder} ({err.strerror or err}).") \
+            from None
+    if exists and not is_dir:
+        raise UserError(f"--capture-video: {folder} exists and is not a folder (videos go "
+                        "into it); move it away or drop --capture-video.")
+
+
 def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None:
     """Films every ``every``-th training episode of the agent's env 0 into ``folder``.
 
@@ -35,6 +52,7 @@ def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None
 
     if int(every) < 1:
         raise UserError(f"--capture-video takes N >= 1 (film every N-th episode); got {every}.")
+    check_folder(Path(folder))
     try:
         import moviepy  # noqa: F401  (RecordVideo writes with it; fail before training)
     except ImportError:
@@ -63,9 +81,14 @@ def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None
     prefix = "rl-video" if not start_step else f"rl-video-from-{int(start_step)}"
     with warnings.catch_warnings():  # a resumed run adds to the folder, under new names
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-        filmed = gym.wrappers.RecordVideo(
-            env, str(folder), episode_trigger=lambda episode: episode % int(every) == 0,
-            name_prefix=prefix, disable_logger=True)
+        try:
+            filmed = gym.wrappers.RecordVideo(
+                env, str(folder), episode_trigger=lambda episode: episode % int(every) == 0,
+                name_prefix=prefix, disable_logger=True)
+        except OSError as err:  # the folder cannot be made (read-only, a file in the way)
+            env.close()
+            raise UserError(f"--capture-video: cannot create {folder} "
+                            f"({err.strerror or err}).") from None
     old, base.envs[0] = base.envs[0], filmed
     old.close()
     agent.collector.reset(seed=agent.seed)  # every sub-env as it was after the agent's reset

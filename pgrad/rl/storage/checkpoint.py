@@ -26,9 +26,11 @@ checkpoint is TensorFlow's tensor format and ``meta.json`` is JSON.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Callable, Mapping
@@ -52,6 +54,27 @@ DIRS = (f"{_STEP_DIR}*", temp_glob(f"{_STEP_DIR}*"), f"{_LEGACY_TMP}*")
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, I/O error); the earlier ones are intact."""
+
+
+#: The OS errors a checkpoint write meets, by errno: TensorFlow's writers report them inside
+#: their own text (``{{function_node __wrapped__SaveV2...}} PATH; File too large [Op:SaveV2]``).
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM,
+                 errno.EIO, errno.ENAMETOOLONG, errno.ENOENT)
+
+
+def write_reason(err: BaseException) -> str:
+    """The OS's words for why a write failed (``No space left on device``), from an ``OSError``
+    or from the text of a TensorFlow error that wraps one; else that text's first line without
+    TensorFlow's internal op names."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    text = str(getattr(err, "message", None) or err)
+    for code in _WRITE_ERRNOS:
+        if os.strerror(code).lower() in text.lower():
+            return os.strerror(code)
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "", text).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return first or type(err).__name__
 
 
 class NonFiniteCheckpoint(ValueError):
@@ -175,10 +198,8 @@ class CheckpointStore:
             raise
         except (OSError, tf.errors.OpError) as err:
             shutil.rmtree(tmp, ignore_errors=True)
-            reason = getattr(err, "strerror", None) or getattr(err, "message", None) or str(err)
             raise CheckpointWriteError(
-                f"cannot write checkpoint {final.name} in {self.directory}: "
-                f"{str(reason).splitlines()[0] if str(reason) else type(err).__name__}"
+                f"cannot write checkpoint {final.name} in {self.directory}: {write_reason(err)}"
             ) from err
         self._clean_tmp()
         for old in self.checkpoints()[self.keep:]:
