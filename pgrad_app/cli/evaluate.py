@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="DIR", help="a run directory pgrad-train wrote, or a "
                    "directory agent.save wrote")
     p.add_argument("--episodes", type=int, default=10, metavar="N",
-                   help="episodes to run (default: 10)")
+                   help="episodes to run, at most 10,000 (default: 10)")
     p.add_argument("--stochastic", action="store_true",
                    help="sample actions from the policy (default: off, greedy actions)")
     p.add_argument("--deterministic", action="store_true",
@@ -54,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="perturb every observation against the policy (default: off)")
     p.add_argument("--epsilon", metavar="E1,E2,...", default=None,
                    help="with --attack: L-inf radii in raw observation units, comma-separated; "
-                   "0 is always added (default: 0,0.01,0.05,0.1)")
+                   "0 is always added, 32 at most (default: 0,0.01,0.05,0.1)")
     p.add_argument("--pgd-steps", type=int, default=10, metavar="K",
-                   help="with --attack pgd: sign-gradient steps (default: 10)")
+                   help="with --attack pgd: sign-gradient steps, at most 10,000 (default: 10)")
     p.add_argument("--trust-run-code", action="store_true",
                    help="import the env module the run's config.yaml names (module:EnvId) without "
                    "naming it again with --env (default: refuse)")
