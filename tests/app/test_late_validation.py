@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from cli_helpers import one_error_line, train
+from cli_helpers import ROOT, one_error_line, train
 
 import agents
 from pgrad.rl.storage.checkpoint import CheckpointStore
@@ -216,3 +218,44 @@ def test_os_errors_keep_their_words():
     assert write_reason(tf.errors.UnknownError(None, None, "{{function_node __wrapped__SaveV2}}"
                                                " something odd\nmore [Op:SaveV2]")) == \
         "something odd"
+
+
+def test_a_real_file_size_limit_mid_run_is_one_line_and_keeps_the_last_checkpoint(tmp_path):
+    """pgrad-train in a subprocess; once it has a checkpoint, its file-size limit is lowered
+    (``resource.prlimit``, as ``ulimit -f`` would from inside) below a checkpoint's size."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "train.py"), "--out", str(out), "--total-steps",
+         str(10**7), "--checkpoint-every", "160", "--set", "hidden=[256,256]", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = CheckpointStore(out / "checkpoints")
+    try:
+        deadline = time.monotonic() + 120
+        while not store.checkpoints():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (150_000, 150_000))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    line = one_error_line(err)
+    good = store.checkpoints()[0]
+    assert f"in {out / 'checkpoints'}: File too large; " in line and str(good) in line, line
+    assert "function_node" not in line
+    CheckpointStore.verify(good)
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_tune_results_at_a_path_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text("learning_rate: {type: log_float, low: 1.0e-4, high: 3.0e-3}\n")
+    results = os.fsdecode(os.fsencode(tmp_path) + b"/r\xff")
+    code = run_cli(tune_cli.main, ["--agent", "a2c", "--env", "CartPole-v1", "--steps", "1000",
+                                   "--space", str(space), "--results", results])
+    err = capsys.readouterr().err
+    line = one_error_line(err)
+    assert code == 2 and "r\\udcff: the path is not valid UTF-8" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
