@@ -47,15 +47,17 @@ class Strict(gym.Env):
       source: where the mask is: ``"info"``, ``"observation"`` (a Dict key) or ``"method"``
         (``action_masks()``).
       kind: the mask's encoding (:func:`encode`) from step ``bad_at`` on (before: bools).
-      drop_at: from this step on, the info mask is left out.
+      drop_at: from this step on, the info mask is left out (only in episodes reset with a
+        seed >= ``drop_seed``: 10000 on are pgrad's evaluation episodes, never training's).
     """
 
     metadata = {"render_modes": []}
     illegal = 0
 
     def __init__(self, source: str = "info", kind: str = "bool", bad_at: int = 0,
-                 drop_at: int | None = None, horizon: int = 12):
+                 drop_at: int | None = None, drop_seed: int = 0, horizon: int = 12):
         self.source, self.kind, self.bad_at, self.drop_at = source, kind, bad_at, drop_at
+        self.drop_seed, self._dropping = drop_seed, drop_seed <= 0
         self.horizon = horizon
         self.action_space = gym.spaces.Discrete(N)
         features = gym.spaces.Box(0.0, 1.0, (N,), np.float32)
@@ -73,7 +75,7 @@ class Strict(gym.Env):
         x = self._legal.astype(np.float32)
         obs = {"observation": x, "action_mask": self._mask()} if self.source == "observation" \
             else x
-        dropped = self.drop_at is not None and self._t >= self.drop_at
+        dropped = self._dropping and self.drop_at is not None and self._t >= self.drop_at
         info = {"action_mask": self._mask()} if self.source == "info" and not dropped else {}
         return obs, info
 
@@ -83,6 +85,8 @@ class Strict(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        if seed is not None:  # (autoreset: no seed, the episode's kind kept)
+            self._dropping = seed >= self.drop_seed
         self._t = 0
         self._offer()
         return self._out()
@@ -426,4 +430,30 @@ def test_an_exported_policy_from_a_save_directory_refuses_it(trained, dropping, 
         one_line(err, DROP)
     ok = pgrad.evaluate(str(tmp_path / "run"), episodes=3)  # the env it records: StrictMask-v0
     assert ok["env"] == "StrictMask-v0" and ok["returns"] == [12.0] * 3
+    assert Strict.illegal == 0
+
+
+@pytest.mark.subprocess  # the commands end to end, as a user runs them (in this process)
+def test_pgrad_train_and_evaluate_refuse_an_eval_env_that_drops_its_mask(dropping, tmp_path,
+                                                                         capsys):
+    from cli_helpers import evaluate, one_error_line, train
+
+    late = register("StrictMaskEvalDrop-v0", drop_at=3, drop_seed=10_000)  # evaluation only
+    code, _, err = train("--agent", "a2c", "--env", late, "--out", tmp_path / "every",
+                         "--total-steps", 64, "--num-envs", 2, "--quiet", "--set", "n_steps=8",
+                         "--set", "hidden=[8]", "--eval-every", 16, capsys=capsys)
+    line = one_error_line(err)
+    assert code == 1 and ("env 'StrictMaskEvalDrop-v0' gave no info['action_mask'] at step 3 of "
+                          "evaluation episode 0 (seed 10000)") in line, line
+    run = tmp_path / "run"
+    code, _, err = train("--agent", "a2c", "--env", register("StrictMask-v0"), "--out", run,
+                         "--total-steps", 64, "--num-envs", 2, "--quiet", "--set", "n_steps=8",
+                         "--set", "hidden=[8]", capsys=capsys)
+    assert code == 0, err
+    for extra in ((), ("--stochastic",)):
+        code, _, err = evaluate(run, "--env", dropping, "--episodes", 2, *extra, capsys=capsys)
+        line = one_error_line(err)
+        assert code == 1 and f"error: {DROP} (seed 10000)" in line, line
+    code, out, err = evaluate(run, "--episodes", 2, capsys=capsys)
+    assert code == 0 and "return 12.00 ± 0.00" in out, out + err
     assert Strict.illegal == 0
