@@ -136,7 +136,8 @@ def run_episodes(
                 flat = perturb(flat)
             # [len(live), n] bool: every env gives masks, or none does (checked at the resets);
             # the mask only where the envs give one: a Policy of the user's need not take it.
-            masks = {} if not masked else {"action_mask": np.concatenate(legal)}
+            masks: dict[str, np.ndarray] = {} if not masked else {
+                "action_mask": np.concatenate([m for m in legal if m is not None])}
             if states is None:
                 actions = policy.act_flat(flat, deterministic, rng, **masks)
             else:
