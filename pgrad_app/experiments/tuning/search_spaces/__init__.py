@@ -210,7 +210,7 @@ def _param(key: str, spec: Any, field_type: Any, where: str) -> Param:
         raise UserError(f"{where}: {kind} needs low > 0; got {low}.")
     step = spec.get("step")
     if step is not None:
-        step = _number(step, int, f"{where}: step")
+        step = int(_number(step, int, f"{where}: step"))
         if step < 1 or (high - low) % step:
             raise UserError(f"{where}: step must be >= 1 and divide high - low; got {step}.")
     one_minus = spec.get("one_minus", False)
@@ -226,6 +226,7 @@ def extremes(param: Param) -> list[tuple[str, Any]]:
     if param.kind == "categorical":
         return [("choice", c) for c in param.choices]
     low, high = param.low, param.high
+    assert low is not None and high is not None  # a range: checked by _param
     if param.kind in ("int", "log_int"):
         step = param.step or 1
         high = low + (high - low) // step * step
