@@ -18,6 +18,7 @@ import keras
 
 import pgrad
 from agents.config import ActorCriticConfig
+from pgrad.rl.models import encoders
 from pgrad.rl.models.networks import ActorCritic, actor_critic
 from pgrad.rl.spaces import ObsLayout
 
@@ -41,6 +42,8 @@ def check_encoder_options(cfg: ActorCriticConfig, layout: ObsLayout, encoder: An
     if cfg.normalize_obs and layout.vector_dim == 0:
         raise ValueError(f"normalize_obs normalises vector observations only; {where} "
                          "observes images alone (the network scales them); turn it off")
+    if encoders.is_token_space(layout.space):
+        check_token_options(cfg, encoder, where)
     if cfg.adversarial_epsilon > 0 and not layout.flat:
         raise ValueError(f"adversarial_epsilon attacks vector observations only; {where} "
                          "observes images")
@@ -50,6 +53,19 @@ def check_encoder_options(cfg: ActorCriticConfig, layout: ObsLayout, encoder: An
     if encoded and cfg.critic_updates and cfg.share_encoder and cfg.baseline:
         raise ValueError("critic_updates needs a separate critic: set share_encoder=False "
                          "(the critic then has its own encoder)")
+
+
+def check_token_options(cfg: ActorCriticConfig, encoder: Any, where: str) -> None:
+    """Raises ValueError for settings that do not fit token observations (ids, not numbers)."""
+    if cfg.normalize_obs:
+        raise ValueError(f"normalize_obs: {where} observes token ids, which are names, not "
+                         "quantities, and are not to be normalised; turn it off")
+    if cfg.adversarial_epsilon > 0:
+        raise ValueError(f"adversarial_epsilon perturbs observations by small amounts; {where} "
+                         "observes token ids, which have no small changes; set it to 0")
+    if encoder == "transformer" and cfg.recurrent:
+        raise ValueError(f"recurrent={cfg.recurrent!r}: the transformer reads the whole context "
+                         f"{where} observes, so it needs no recurrent core; set recurrent=''")
 
 
 def network(cfg: ActorCriticConfig, layout: ObsLayout, encoder: Any, action_space: gym.Space,
@@ -68,4 +84,7 @@ def network(cfg: ActorCriticConfig, layout: ObsLayout, encoder: Any, action_spac
                         seed=seed, ortho_init=cfg.ortho_init,
                         recurrent=cfg.recurrent or None,
                         core_units=cfg.lstm_units,
-                        critic_hidden=tuple(cfg.critic_hidden) or None)
+                        critic_hidden=tuple(cfg.critic_hidden) or None,
+                        transformer={"d_model": cfg.d_model, "num_heads": cfg.num_heads,
+                                     "num_layers": cfg.num_layers,
+                                     "ffn_dim": cfg.ffn_dim or None})

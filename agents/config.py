@@ -23,6 +23,8 @@ RECURRENT = ("", "lstm", "gru")
 #: Sizes past which a setting is refused as a mistake (a typo such as num_envs=100000).
 MAX_ENVS = 4096
 MAX_WIDTH = 16384
+#: Most Transformer blocks (encoder 'transformer').
+MAX_LAYERS = 256
 #: Env steps in one update (n_steps x num_envs, or batch_steps): its arrays are held in memory.
 MAX_BATCH_STEPS = 1 << 24
 #: Flat observation width the MLP policies accept (the first layer is width x hidden[0]).
@@ -76,8 +78,11 @@ class ActorCriticConfig:
     # -- networks ------------------------------------------------------------------------------
     encoder: str = field(default="auto", metadata=doc(
         "what reads the observations: 'auto' (a CNN for image observations -- nature_cnn, or "
-        "minatar_cnn for images under 36x36 -- else mlp), 'mlp', 'nature_cnn', 'impala_cnn' or "
-        "'minatar_cnn'; from Python also a function observation_space -> keras.Model"))
+        "minatar_cnn for images under 36x36 -- the transformer for token contexts, else mlp), "
+        "'mlp', 'nature_cnn', 'impala_cnn', 'minatar_cnn' or 'transformer' (a causal "
+        "Transformer on token observations: d_model, num_heads, num_layers, ffn_dim); from "
+        "Python also a function observation_space -> keras.Model, or a Keras model (a causal "
+        "language model on token observations)"))
     share_encoder: bool = field(default=True, metadata=doc(
         "with an encoder (images, or your own): actor and critic share it (else each has a copy)"))
     hidden: tuple[int, ...] = field(default=(64, 64), metadata=doc(
@@ -86,6 +91,15 @@ class ActorCriticConfig:
     critic_hidden: tuple[int, ...] = field(default=(), metadata=doc(
         "hidden layer widths of the critic's MLP when it differs from the actor's (separate "
         "networks on vector observations; SB3's net_arch=dict(pi=[...], vf=[...])); () = hidden"))
+    d_model: int = field(default=64, metadata=doc(
+        "with encoder 'transformer': the width of the token features (divisible by num_heads)"))
+    num_heads: int = field(default=4, metadata=doc(
+        "with encoder 'transformer': attention heads per layer"))
+    num_layers: int = field(default=2, metadata=doc(
+        "with encoder 'transformer': Transformer blocks (the context length comes from the "
+        "observation space)"))
+    ffn_dim: int = field(default=0, metadata=doc(
+        "with encoder 'transformer': the hidden width of each block's MLP; 0 = 4 x d_model"))
     activation: str = field(default="tanh", metadata=doc("'tanh' or 'relu'"))
     shared_trunk: bool = field(default=False, metadata=doc(
         "MLP policies on vector observations: actor and critic share the hidden layers (else "
@@ -245,6 +259,7 @@ class ActorCriticConfig:
         need(self.activation in ("tanh", "relu"),
              f"activation must be 'tanh' or 'relu'; got {self.activation!r}")
         encoders.check_name(self.encoder)
+        self.validate_transformer(need)
         need(not (self.use_sde and self.state_dependent_std),
              "use_sde and state_dependent_std are alternatives; choose one")
         need(int(self.sde_sample_freq) >= -1 and int(self.sde_sample_freq) != 0,
@@ -305,6 +320,20 @@ class ActorCriticConfig:
         need(self.diagnostics_max_norm >= 0,
              f"diagnostics_max_norm must be >= 0; got {self.diagnostics_max_norm}")
 
+
+    def validate_transformer(self, need: Callable[[bool, str], None]) -> None:
+        """The Transformer's sizes: positive integers (``ffn_dim`` 0 = default), bounded, and
+        ``d_model`` divisible by ``num_heads``."""
+        bounds = {"d_model": (1, MAX_WIDTH), "num_heads": (1, MAX_WIDTH),
+                  "num_layers": (1, MAX_LAYERS), "ffn_dim": (0, MAX_WIDTH)}
+        for name, (lo, hi) in bounds.items():
+            value = getattr(self, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            kind = "a positive integer" if lo else "an integer >= 0 (0 = 4 x d_model)"
+            need(whole and lo <= value <= hi, f"{name} must be {kind} of at most {hi}; "
+                 f"got {value!r}")
+        need(self.d_model % self.num_heads == 0, f"d_model ({self.d_model}) must be divisible "
+             f"by num_heads ({self.num_heads})")
 
     def sequence_steps(self) -> int:
         """``L``: the steps of one recurrent sequence in the update (``sequence_length``, or

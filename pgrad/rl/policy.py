@@ -5,8 +5,9 @@ A TensorFlow call costs ~300-450 us whatever the batch; a 64-64 MLP on 8 observa
 pass refreshed from the Keras weights after every update. Training never reads the mirror:
 gradients come from the Keras models (:mod:`pgrad.rl.models.networks`). Policies with an encoder (a
 CNN, the user's own) act through one compiled TensorFlow call instead
-(:class:`pgrad.rl.compiled_actor.CompiledActor`), sampling with the same numpy samplers below;
-:func:`make_actor` picks.
+(:class:`pgrad.rl.compiled_actor.CompiledActor`; a causal Transformer on token contexts with a
+key/value cache, :class:`pgrad.rl.transformer_actor.CachedTransformerActor`), sampling with the
+same numpy samplers below; :func:`make_actor` picks.
 """
 
 from __future__ import annotations
@@ -173,8 +174,10 @@ class NumpyPolicy(NumpySampling):
 
 
 def make_actor(net: ActorCritic, layout: ObsLayout | None = None) -> NumpyPolicy | CompiledActor:
-    """The acting copy of ``net``: the numpy mirror for Dense-only networks, else a compiled
-    TensorFlow call (same interface: ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
+    """The acting copy of ``net``: the numpy mirror for Dense-only networks, the KV-cached
+    actor for a :class:`pgrad.rl.models.transformer.CausalTransformer` token policy
+    (:mod:`pgrad.rl.transformer_actor`), else a compiled TensorFlow call (same interface:
+    ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
     if net.encoder is None:
         return NumpyPolicy(net)
     layout = layout if layout is not None else net.encoder.layout
@@ -182,6 +185,10 @@ def make_actor(net: ActorCritic, layout: ObsLayout | None = None) -> NumpyPolicy
         from pgrad.rl.recurrent_actor import CompiledRecurrentActor
 
         return CompiledRecurrentActor(net, layout)
+    from pgrad.rl.transformer_actor import CachedTransformerActor, transformer_of
+
+    if transformer_of(net) is not None and not net.head.uses_latent:
+        return CachedTransformerActor(net, layout)
     from pgrad.rl.compiled_actor import CompiledActor
 
     return CompiledActor(net, layout)

@@ -15,13 +15,23 @@ by name, or is the user's own Keras model:
   ``x + conv(relu(conv(relu(x))))``], then ReLU, Flatten, Dense 256 ReLU.
 * ``"minatar_cnn"`` -- Young & Tian (2019): Conv 16 3x3 stride 1 ReLU, Flatten, Dense 128 ReLU.
   Needs images of at least 3 x 3 (MinAtar's are 10 x 10).
+* ``"transformer"`` -- on token observations (:mod:`pgrad.rl.tokens.protocol`: a 1-D integer
+  ``Box(0, V-1, (L,))`` of ids, 0 the pad), a causal Transformer
+  (:class:`pgrad.rl.models.transformer.CausalTransformer`, ``V`` and ``L`` from the space; sizes
+  ``d_model``, ``num_heads``, ``num_layers``, ``ffn_dim`` from ``transformer=``) read at each
+  context's last position (:class:`pgrad.rl.models.token_encoder.TokenEncoder`): ``[N, L]`` ->
+  ``[N, d_model]``. Refused on any other space.
 * ``"auto"`` -- a CNN where the observations hold images (``nature_cnn`` for images of at least
-  36 x 36, ``minatar_cnn`` for smaller ones), else ``"mlp"``.
+  36 x 36, ``minatar_cnn`` for smaller ones), ``"transformer"`` on token observations, else
+  ``"mlp"``.
 * own -- from Python, a function ``fn(observation_space) -> keras.Model`` (called once more for
   the critic's copy when the encoder is not shared) or a built ``keras.Model`` / ``Layer``.
   It is called on the parts of :class:`pgrad.rl.spaces.ObsLayout` with images already scaled to
   float32 in [0, 1], channel-last (one tensor, or a list in part order), and must return
-  ``[N, features]``.
+  ``[N, features]``. On token observations a causal language model -- a
+  :class:`~pgrad.rl.models.token_encoder.CausalLM`, a ``CausalTransformer``, or any Keras model
+  mapping ids ``[N, L]`` (or keras-hub's ``{"token_ids", "padding_mask"}``) to ``[N, L, d]`` --
+  is wrapped in a ``TokenEncoder``, which checks it is causal.
 
 With a CNN, every image part gets its own CNN and the vector part of a ``Dict`` observation the
 MLP of ``hidden`` (passed through flat when ``hidden`` is empty); the features are
@@ -44,11 +54,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from pgrad.rl.models import token_encoder
 from pgrad.rl.models.dense import mlp
+from pgrad.rl.models.transformer import CausalTransformer
 from pgrad.rl.spaces import ObsLayout, Part
 
 #: Names accepted for the ``encoder`` setting.
-NAMES = ("auto", "mlp", "nature_cnn", "impala_cnn", "minatar_cnn")
+NAMES = ("auto", "mlp", "nature_cnn", "impala_cnn", "minatar_cnn", "transformer")
+#: The sizes ``transformer=`` may give the ``"transformer"`` encoder (as the agents' config).
+TRANSFORMER_SIZES = ("d_model", "num_heads", "num_layers", "ffn_dim")
 #: Smallest image (height and width) each CNN accepts.
 MIN_SIZE = {"nature_cnn": 36, "impala_cnn": 1, "minatar_cnn": 3}
 
@@ -139,29 +153,51 @@ def check_name(encoder: Any, field: str = "encoder") -> None:
     """Raises ValueError unless ``encoder`` is a built-in name, a callable or a Keras layer."""
     if isinstance(encoder, str):
         if encoder not in NAMES:
+            images, tokens = ", ".join(NAMES[:5]), NAMES[5]
             raise ValueError(
-                f"{field} must be one of {', '.join(NAMES)} (or, from Python, a function "
-                f"observation_space -> keras.Model, or a keras.Model); got {encoder!r}")
+                f"{field} must be one of {images} (images or vectors), {tokens} (token "
+                "observations) (or, from Python, a function observation_space -> keras.Model, "
+                f"or a keras.Model); got {encoder!r}")
     elif not (callable(encoder) or isinstance(encoder, keras.layers.Layer)):
         raise ValueError(f"{field} must be a name ({', '.join(NAMES)}), a function "
                          f"observation_space -> keras.Model or a keras.Model; got "
                          f"{type(encoder).__name__}")
 
 
-def resolve(encoder: Any, layout: ObsLayout, where: str = "the env") -> Any:
-    """The concrete encoder for ``layout``: ``"auto"`` decided, CNNs checked against the images.
+def is_token_space(space: Any) -> bool:
+    """Whether ``space`` holds token contexts (:mod:`pgrad.rl.tokens.protocol`): a 1-D integer
+    ``Box`` with bounds ``0 .. V-1`` (the same ``V - 1 >= 1`` at every position)."""
+    try:
+        vocab, _ = token_encoder.token_space_sizes(space)
+    except ValueError:
+        return False
+    return vocab >= 2
 
-    Returns ``"mlp"``, a CNN name, or the user's callable / layer.
+
+def resolve(encoder: Any, layout: ObsLayout, where: str = "the env") -> Any:
+    """The concrete encoder for ``layout``: ``"auto"`` decided, CNNs checked against the images,
+    the Transformer against token observations.
+
+    Returns ``"mlp"``, a CNN name, ``"transformer"``, or the user's callable / layer.
 
     Raises:
-      ValueError: an unknown name, a CNN on observations without images, or images too small
-        for the chosen CNN (one sentence naming the image, its size and what fits).
+      ValueError: an unknown name, a CNN on observations without images, images too small
+        for the chosen CNN (one sentence naming the image, its size and what fits), or the
+        Transformer on observations that are not token contexts.
     """
     check_name(encoder)
     if not isinstance(encoder, str):
         return encoder
     images = layout.images
+    tokens = is_token_space(layout.space)
+    if encoder == "transformer" and not tokens:
+        raise ValueError(
+            f"encoder 'transformer' needs token observations (a 1-D integer Box(0, V-1, (L,)) "
+            f"of token ids, pgrad.rl.tokens.protocol); {where} observes {layout.space}; use "
+            "encoder='mlp' (or 'auto')")
     if encoder == "auto":
+        if tokens:
+            return "transformer"
         if not images:
             return "mlp"
         small = min(min(p.image_size()[:2]) for p in images)
@@ -198,17 +234,20 @@ class ObservationEncoder(keras.layers.Layer):
 
     Args:
       layout: the observation layout (:func:`pgrad.rl.spaces.obs_layout`).
-      encoder: ``"mlp"``, a CNN name, or the user's function / Keras model (as :func:`resolve`
-        returns).
+      encoder: ``"mlp"``, a CNN name, ``"transformer"``, or the user's function / Keras model
+        (as :func:`resolve` returns).
       hidden, activation: the MLP's widths and activation (the vector part; with ``"mlp"``
-        everything).
+        everything; unused by the Transformer).
+      transformer: the Transformer's sizes, any of :data:`TRANSFORMER_SIZES` (``ffn_dim``
+        None or 0: ``4 d_model``); None: the defaults of
+        :func:`pgrad.rl.models.token_encoder.transformer_encoder`.
       seed: initialiser seed (``None``: Keras' global seed).
       ortho_init: orthogonal initialisation (else PyTorch's default).
     """
 
     def __init__(self, layout: ObsLayout, encoder: Any, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", seed: int | None = 0, ortho_init: bool = True,
-                 name: str = "encoder"):
+                 transformer: dict[str, Any] | None = None, name: str = "encoder"):
         super().__init__(name=name)
 
         self.layout, self.kind = layout, encoder if isinstance(encoder, str) else "own"
@@ -219,6 +258,8 @@ class ObservationEncoder(keras.layers.Layer):
         self.own = None
         if self.kind == "own":
             self.own = _own_model(encoder, layout)
+        elif self.kind == "transformer":
+            self.own = _transformer(layout, transformer, seed)
         elif self.kind == "mlp":
             width = sum(int(np.prod(p.shape)) for p in self.parts)
             if hidden:
@@ -259,14 +300,52 @@ class ObservationEncoder(keras.layers.Layer):
         return feats[0] if len(feats) == 1 else tf.concat(feats, axis=1)
 
 
+def _transformer(layout: ObsLayout, sizes: dict[str, Any] | None, seed: int | None
+                 ) -> token_encoder.TokenEncoder:
+    """The ``"transformer"`` encoder: a :class:`CausalTransformer` sized from the token space
+    (``V``, ``L``) and ``sizes``, in a :class:`~pgrad.rl.models.token_encoder.TokenEncoder`."""
+    sizes = dict(sizes or {})
+    unknown = sorted(set(sizes) - set(TRANSFORMER_SIZES))
+    if unknown:
+        raise ValueError(f"transformer sizes must be among {', '.join(TRANSFORMER_SIZES)}; got "
+                         f"{', '.join(unknown)}")
+    if not sizes.get("ffn_dim"):
+        sizes.pop("ffn_dim", None)
+    return token_encoder.transformer_encoder(layout.space, seed=0 if seed is None else seed,
+                                             **sizes)
+
+
+def _is_sequence_model(model: keras.layers.Layer, length: int) -> bool:
+    """Whether a user's model on token observations is a causal LM (``ids [N, L] -> [N, L, d]``,
+    or keras-hub's dict input) to read at each context's last position."""
+    if isinstance(model, token_encoder.TokenEncoder):
+        return False
+    if isinstance(model, (token_encoder.CausalLM, CausalTransformer)):
+        return True
+    if isinstance(getattr(model, "input", None), dict):
+        return True
+    try:  # anything else: by what it returns for a batch of one context of ids
+        out = model(tf.zeros([1, length], tf.int32))
+    except Exception:  # not a model of ids: it is called on the observations as they are
+        return False
+    return getattr(out, "shape", None) is not None and len(out.shape) == 3
+
+
 def _own_model(encoder: Any, layout: ObsLayout):
-    """The user's encoder as a Keras layer (a function is called with the observation space)."""
+    """The user's encoder as a Keras layer (a function is called with the observation space).
+    On token observations a causal LM is wrapped in a ``TokenEncoder`` (checked causal)."""
     if isinstance(encoder, keras.layers.Layer):
-        return encoder
-    model = encoder(layout.space)
-    if not isinstance(model, keras.layers.Layer):
-        raise ValueError(f"the encoder function {getattr(encoder, '__name__', encoder)!r} must "
-                         f"return a keras.Model (or Layer); it returned {type(model).__name__}")
+        model = encoder
+    else:
+        model = encoder(layout.space)
+        if not isinstance(model, keras.layers.Layer):
+            raise ValueError(f"the encoder function {getattr(encoder, '__name__', encoder)!r} "
+                             f"must return a keras.Model (or Layer); it returned "
+                             f"{type(model).__name__}")
+    if is_token_space(layout.space):
+        vocab, length = token_encoder.token_space_sizes(layout.space)
+        if _is_sequence_model(model, length):
+            return token_encoder.TokenEncoder(model, vocab, length)
     return model
 
 

@@ -273,8 +273,8 @@ def actor_critic(layout: ObsLayout, head_fn: Callable[[int], dist_lib.ActionHead
                  activation: str = "tanh", shared_trunk: bool = False, share_encoder: bool = True,
                  critic: bool = True, trunk_grad_scale: float = 1.0, seed: int = 0,
                  ortho_init: bool = True, recurrent: str | None = None,
-                 core_units: int = 64, critic_hidden: Sequence[int] | None = None
-                 ) -> ActorCritic:
+                 core_units: int = 64, critic_hidden: Sequence[int] | None = None,
+                 transformer: dict[str, Any] | None = None) -> ActorCritic:
     """The :class:`ActorCritic` for an observation layout and a (resolved) encoder.
 
     Vector observations with the ``"mlp"`` encoder give the plain MLP networks (no encoder;
@@ -289,6 +289,8 @@ def actor_critic(layout: ObsLayout, head_fn: Callable[[int], dist_lib.ActionHead
       encoder: as :func:`pgrad.rl.models.encoders.resolve` returns it.
       critic_hidden: the critic's own MLP widths (vector observations, separate networks);
         None: ``hidden``.
+      transformer: the ``"transformer"`` encoder's sizes (``d_model``, ``num_heads``,
+        ``num_layers``, ``ffn_dim``; :class:`pgrad.rl.models.encoders.ObservationEncoder`).
     """
     from pgrad.rl.models import encoders
     hidden = tuple(int(h) for h in hidden)
@@ -302,7 +304,8 @@ def actor_critic(layout: ObsLayout, head_fn: Callable[[int], dist_lib.ActionHead
         raise ValueError("critic_hidden applies to MLP policies on vector observations; with an "
                          "encoder actor and critic read its features through one output layer "
                          "each")
-    opts: dict[str, Any] = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init}
+    opts: dict[str, Any] = {"hidden": hidden, "activation": activation, "ortho_init": ortho_init,
+                            "transformer": transformer}
     enc = encoders.ObservationEncoder(layout, encoder, seed=seed + 3000, name="encoder", **opts)
     critic_enc = None
     if critic and not share_encoder:

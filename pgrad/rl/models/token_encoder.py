@@ -169,7 +169,8 @@ class TokenEncoder(keras.Model):
 
 def transformer_encoder(observation_space: gym.Space, d_model: int = 64, num_heads: int = 4,
                         num_layers: int = 2, context_length: int | None = None,
-                        mlp_ratio: int = 4, dropout: float = 0.0, seed: int = 0) -> TokenEncoder:
+                        mlp_ratio: int = 4, dropout: float = 0.0, seed: int = 0,
+                        ffn_dim: int | None = None) -> TokenEncoder:
     """A :class:`CausalTransformer` encoder sized from the token space (``V``, ``L``) and the
     config -- the form of ``encoder=fn(observation_space) -> keras.Model``
     (``functools.partial`` it for other sizes).
@@ -177,6 +178,7 @@ def transformer_encoder(observation_space: gym.Space, d_model: int = 64, num_hea
     Args:
       context_length: the model's positions (position table and KV cache); None: the
         observation's ``L``; else at least ``L``.
+      ffn_dim: the MLP's hidden width; None: ``mlp_ratio * d_model``.
 
     Raises:
       ValueError: not a token space, ``context_length`` below ``L``, or a bad size.
@@ -187,7 +189,7 @@ def transformer_encoder(observation_space: gym.Space, d_model: int = 64, num_hea
         raise ValueError(f"transformer_encoder: context_length {context_length} is shorter than "
                          f"the observations' {length} positions")
     model = CausalTransformer(vocab, positions, d_model, num_heads, num_layers, mlp_ratio,
-                              dropout=dropout, seed=seed)
+                              ffn_dim=ffn_dim, dropout=dropout, seed=seed)
     return TokenEncoder(model, vocab, length)
 
 
