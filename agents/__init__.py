@@ -58,51 +58,71 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from agents.catalog.configs import (
-    CONFIGS,  # noqa: F401 (agents.CONFIGS: name -> config class)
-    A2CConfig,
-    APPOConfig,
-    IMPALAConfig,
-    NPGConfig,
-    PPOConfig,
-    ReinforceConfig,
-)
-from agents.catalog.registry import config_class, get, names
+from agents.algorithms.a2c import A2CConfig
+from agents.algorithms.impala import APPOConfig, IMPALAConfig
+from agents.algorithms.npg import NPGConfig
+from agents.algorithms.ppo import PPOConfig
+from agents.algorithms.reinforce import ReinforceConfig
+from agents.catalog.declare import Algorithm
+from agents.catalog.registry import config_class, configs, names, register
 from agents.config import ActorCriticConfig
 
 if TYPE_CHECKING:
     import pgrad
     from agents import callbacks, learning
-    from agents.algorithms.a2c import A2C
-    from agents.algorithms.impala import APPO, IMPALA
-    from agents.algorithms.npg import NPG
-    from agents.algorithms.ppo import PPO
-    from agents.algorithms.reinforce import Reinforce
     from agents.base import ActorCriticAgent
-    from agents.persistence.save_load import load
+    from agents.base import ActorCriticAgent as A2C
+    from agents.base import ActorCriticAgent as NPG
+    from agents.base import ActorCriticAgent as PPO
+    from agents.base import ActorCriticAgent as Reinforce
+    from agents.base import agent_class as get
+    from agents.learners.actor_learner import APPO, IMPALA
 
-# The agents import TensorFlow; their configs (above) do not. So ``import agents`` is data only
-# and the classes load on first use: ``pgrad-train --help`` lists every agent's hyperparameters
-# without TensorFlow's seconds of start-up.
-_LAZY = {
-    "A2C": "agents.algorithms.a2c", "APPO": "agents.algorithms.impala", "IMPALA":
-    "agents.algorithms.impala", "NPG": "agents.algorithms.npg",
-    "PPO": "agents.algorithms.ppo", "Reinforce": "agents.algorithms.reinforce", "ActorCriticAgent":
-    "agents.base",
-    "load": "agents.persistence.save_load"}
+# The agents import TensorFlow; their declarations (above) do not. So ``import agents`` is data
+# only and the classes load on first use: ``pgrad-train --help`` lists every agent's
+# hyperparameters without TensorFlow's seconds of start-up. ``agents.PPO`` is
+# ``agents.get("ppo")``: any declared algorithm's class name works.
+_LAZY = {"ActorCriticAgent": "agents.base", "get": "agents.base"}
 _SUBMODULES = ("callbacks", "learning")
 
+
 def __getattr__(name: str) -> Any:
-    if name in _LAZY or name in _SUBMODULES:
-        import pgrad  # noqa: F401  (first: TensorFlow loads there, without its start-up lines)
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"agents.{name}")
-    else:
+    if name == "CONFIGS":  # registered name -> config class (agents.configs(), read each time)
+        return configs()
+    by_class = _class_names().get(name)
+    if by_class is None and name.endswith("Config") and name[:-6] in _class_names():
+        return config_class(_class_names()[name[:-6]])  # agents.TRPOConfig: any declaration's
+    if by_class is None and name not in _LAZY and name not in _SUBMODULES:
         raise AttributeError(f"module 'agents' has no attribute {name!r}")
+    import pgrad  # noqa: F401  (first: TensorFlow loads there, without its start-up lines)
+
+    if by_class is not None:
+        from agents.base import agent_class
+
+        return agent_class(by_class)  # not cached here: register() may replace it
+    if name == "get":  # agents.get: the registered classes, built from their declarations
+        value = importlib.import_module("agents.base").agent_class
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        value = importlib.import_module(f"agents.{name}")
     globals()[name] = value  # once loaded, a plain attribute
     return value
+
+
+def _class_names() -> dict[str, str]:
+    from agents.catalog.registry import class_names
+
+    return class_names()
+
+
+def load(path: Any, **kwargs: Any) -> ActorCriticAgent:
+    """The agent saved in ``path`` (``agent.save`` or a run directory), restored exactly:
+    :func:`agents.persistence.save_load.load` with the registered classes."""
+    from agents.base import agent_class
+    from agents.persistence import save_load
+
+    return save_load.load(path, registry=agent_class, **kwargs)
 
 
 def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
@@ -135,7 +155,9 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
         raise TypeError(f"agents.make applies the hyperparameters it is given; the tuned ones: "
                         f"agents.make({name!r}, env, **pgrad_app.tuned({name!r}, env)).")
     tensorboard_log = hyperparameters.pop("tensorboard_log", None)
-    cls = get(name)
+    from agents.base import agent_class
+
+    cls = agent_class(name)
     hyperparameters = sb3_names.hyperparameters(
         hyperparameters, {f.name for f in dataclasses.fields(cls.Config)})
     if "num_envs" not in hyperparameters:
@@ -151,7 +173,8 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
 
 
 __all__ = [
-    "A2C", "A2CConfig", "APPO", "APPOConfig", "ActorCriticAgent", "ActorCriticConfig", "IMPALA",
-    "IMPALAConfig", "NPG", "NPGConfig", "PPO", "PPOConfig", "Reinforce", "ReinforceConfig",
-    "callbacks", "config_class", "get", "learning", "load", "make", "names",
+    "A2C", "A2CConfig", "APPO", "APPOConfig", "ActorCriticAgent", "ActorCriticConfig",
+    "Algorithm", "IMPALA", "IMPALAConfig", "NPG", "NPGConfig", "PPO", "PPOConfig", "Reinforce",
+    "ReinforceConfig", "callbacks", "config_class", "configs", "get", "learning", "load", "make",
+    "names", "register",
 ]

@@ -27,6 +27,7 @@ episodes on CPU.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from agents import build
 from agents.acting import adversarial
 from agents.acting.methods import ActingMethods
 from agents.build import make_optimizer
+from agents.catalog import registry
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
@@ -165,6 +167,10 @@ class ActorCriticAgent(ActingMethods):
         """The update's targets part (:mod:`agents.update.targets`): GAE(lambda) here."""
         return GAETargets(self.cfg.gamma, self.cfg.gae_lambda)
 
+    def make_policy_step(self) -> Any:
+        """A part called after each applied policy step (TRPO's line search), or None."""
+        return None
+
     def update_parts(self) -> UpdateParts:
         """What the compiled update is given (:class:`agents.update.parts.UpdateParts`): the
         networks, optimizers, chain, counters, normalisers, schedules, config and targets."""
@@ -176,7 +182,7 @@ class ActorCriticAgent(ActingMethods):
                               self.state_var, self.critic_state_var),
             normalizers=[n for n in (self.obs_norm, self.reward_norm) if n is not None],
             schedules=self.schedules, budget=lambda: self.budget, targets=self.update_targets,
-            values_from_acting=self.values_from_acting)
+            values_from_acting=self.values_from_acting, policy_step=self.make_policy_step())
 
     def steps_per_update(self) -> int:
         """Env steps per update (nominal for whole-episode rollouts)."""
@@ -322,7 +328,7 @@ class ActorCriticAgent(ActingMethods):
         if cls.name != "actor_critic" and kind != cls.name:
             raise ValueError(f"{path} holds a {kind} agent, not {cls.name}; load it with "
                              "agents.load(path).")
-        return persistence.load(path, **kwargs)
+        return persistence.load(path, registry=agent_class, **kwargs)
 
     def learn(self, total_steps: int | None = None, callbacks: Any = None,
               progress: bool = True, *, total_timesteps: int | None = None,
@@ -361,3 +367,53 @@ class ActorCriticAgent(ActingMethods):
         if stats is None:
             stats = self._learn_stats = LearnStats()
         return stats
+
+
+#: name -> (the declaration, its agent class): built once per declaration.
+_CLASSES: dict[str, tuple[Any, type]] = {}
+
+
+def agent_class(name: str) -> type[ActorCriticAgent]:
+    """``agents.get``: the agent class registered as ``name`` (case-insensitive), the same
+    object on every call (a new one after ``agents.register`` replaces the declaration).
+
+    An algorithm declared with ``agent="module:Class"`` (a step of its own) is that class;
+    else :func:`declared_agent` of its declaration."""
+    algorithm = registry.declaration(name)  # an unknown name: one line listing the known ones
+    cached = _CLASSES.get(algorithm.name)
+    if cached is not None and cached[0] is algorithm:
+        return cached[1]
+    if algorithm.agent is not None:
+        module, attr = algorithm.agent.split(":")
+        cls = getattr(importlib.import_module(module), attr)
+    else:
+        cls = declared_agent(algorithm)
+    _CLASSES[algorithm.name] = (algorithm, cls)
+    return cls
+
+
+def declared_agent(algorithm: Any) -> type[ActorCriticAgent]:
+    """The actor-critic agent specialised by a declaration (:class:`agents.catalog.declare.
+    Algorithm`): its ``Config``, its name, its default chain and its optional parts."""
+    body: dict[str, Any] = {"Config": algorithm.config, "name": algorithm.name,
+                            "__module__": algorithm.config.__module__,
+                            "__doc__": algorithm.summary or f"The {algorithm.name} agent."}
+    chain, targets, policy_step = algorithm.chain, algorithm.targets, algorithm.policy_step
+    if chain is not None:
+        def default_transform(self: ActorCriticAgent) -> pgrad.GradientTransform:
+            return chain(self.cfg)
+
+        body["default_transform"] = default_transform
+    if targets is not None:
+        def make_targets(self: ActorCriticAgent) -> Any:
+            return targets(self.cfg)
+
+        body["make_targets"] = make_targets
+    if policy_step is not None:
+        def make_policy_step(self: ActorCriticAgent) -> Any:
+            return policy_step(self.cfg)
+
+        body["make_policy_step"] = make_policy_step
+    cls = type(algorithm.class_name, (ActorCriticAgent,), body)
+    cls.__qualname__ = algorithm.class_name
+    return cls

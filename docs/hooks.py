@@ -46,7 +46,29 @@ _WIDE = {"benchmarks.md"}
 def on_page_markdown(markdown, page, **kwargs):
     if page.file.src_uri in _WIDE:
         page.meta.setdefault("hide", []).append("toc")
-    return _raise_headings(markdown)
+    return _raise_headings(_algorithms(markdown))
+
+
+#: Where a page lists the registered algorithms (docs/reference/agents.md, docs/agents.md).
+ALGORITHMS_TABLE = "<!-- pgrad:algorithms-table -->"
+ALGORITHMS_REFERENCE = "<!-- pgrad:algorithms-reference -->"
+
+
+def _algorithms(markdown: str) -> str:
+    """The registry's algorithms, found from their declarations (agents.catalog.registry), as a
+    table and as reference entries: an algorithm added in one module appears here untouched."""
+    if ALGORITHMS_TABLE not in markdown and ALGORITHMS_REFERENCE not in markdown:
+        return markdown
+    from agents.catalog.registry import declarations  # no TensorFlow
+
+    algs = sorted(declarations().values(), key=lambda a: a.name)
+    rows = ["| name | class | config | declared in | what it is |", "|---|---|---|---|---|"]
+    rows += [f"| `{a.name}` | `agents.{a.class_name}` | `{a.config.__name__}` | "
+             f"`{a.config.__module__}` | {a.summary} |" for a in algs]
+    modules = dict.fromkeys(a.config.__module__ for a in algs)
+    reference = "\n\n".join(f"::: {m}" for m in modules)
+    return (markdown.replace(ALGORITHMS_TABLE, "\n".join(rows))
+            .replace(ALGORITHMS_REFERENCE, reference))
 
 
 _FENCE = re.compile(r"^\s*(```|~~~)")

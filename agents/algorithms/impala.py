@@ -47,181 +47,99 @@ ratio the clip bounds is ``clip_against``:
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
 
-import numpy as np
+from agents import schedules
+from agents.catalog.declare import Algorithm
+from agents.config import ActorCriticConfig, doc, preset, scheduled
 
-import pgrad
-from agents.base import ActorCriticAgent
-from agents.catalog.configs import APPOConfig, IMPALAConfig
-from agents.update.targets import PROXIMAL_KEY, VTraceTargets
-from pgrad.rl.policy import NumpyPolicy
-from pgrad.rl.rollout import Trajectory
+#: Largest IMPALA ``lag`` (updates between the acting and the learning weights).
+MAX_LAG = 1000
 
-
-class Batch(NamedTuple):
-    """One trajectory as a source hands it to the learner."""
-
-    traj: Trajectory  # [T, B, ...] with the behaviour log-probs in traj.log_probs
-    episodes: list  # [(env steps into this trajectory, return, length)] finished in it
-    steps: int  # env steps it holds
-    version: int  # the learner's update count when the weights that acted were broadcast
-    source: int = 0  # which actor collected it
+#: APPO's ``clip_against`` values: the policy whose ratio to the current one PPO's clip bounds.
+CLIP_AGAINST = ("behaviour", "learner")
 
 
-class InProcessActor:
-    """The deterministic single-actor schedule: acts in this process with the agent's collector.
+@dataclass
+class IMPALAConfig(ActorCriticConfig):
+    """IMPALA hyperparameters (every field of the actor-critic agent, plus V-trace's and the
+    actor-learner schedule's). Defaults: A2C's CartPole settings with IMPALA's truncations."""
 
-    The trajectory for update ``u`` is acted with the newest broadcast weights whose version is
-    ``<= u - cfg.lag`` (the oldest kept, right after a start or a restore), sampled from the
-    generator ``default_rng([seed, u])`` as the synchronous agents do.
-    """
+    num_envs: int = preset("num_envs", 16)
+    learning_rate: float = preset("learning_rate", 1.4e-3)
+    # A floor under RMSprop's root (1e-6 inside Keras's, ~1e-3 outside it). With A2C's 1e-10,
+    # once the policy solves and its gradients fade, RMSprop's mean square fades with them; the
+    # next failure's gradient is divided by almost nothing (~10x the learning rate per weight)
+    # and a learner that sees its step only `lag` updates later overshoots into a deterministic
+    # policy: CartPole, lag 4, 150k steps: 4 of 8 seeds below 475 (seed 0: 9.4); with 1e-6, 8 of
+    # 8 at 500. Reference IMPALAs use a larger floor (RMSProp epsilon 0.01 in TorchBeast, 0.1 in
+    # RLlib); 1e-4 (TorchBeast's, 0.01 outside) stopped the collapse too but slowed CartPole at
+    # this learning rate so much that no seed's training mean reached 475 in 150k steps
+    # (docs/benchmarks/async/README.md).
+    optimizer_eps: float = preset("optimizer_eps", 1e-6)
+    rho_bar: float = field(default=1.0, metadata=doc(
+        "V-trace: truncation of the importance weights in the value targets (rho-bar)"))
+    c_bar: float = field(default=1.0, metadata=doc(
+        "V-trace: truncation of the trace coefficients c_t (c-bar)"))
+    pg_rho_bar: float = field(default=1.0, metadata=doc(
+        "V-trace: truncation of the importance weight of the policy gradient"))
+    lag: int = field(default=0, metadata=doc(
+        "in-process actor (no --workers): updates between the weights that act and those that "
+        "learn (a deterministic schedule, for tests and studies)"))
+    broadcast_interval: int = field(default=1, metadata=doc(
+        "broadcast the learner's weights to the actors every this many updates"))
+    queue_size: int = field(default=4, metadata=doc(
+        "with --workers: trajectories requested from the actors and not yet learned from, at "
+        "most (a slow learner throttles the actors)"))
 
-    def __init__(self, agent: IMPALA):
-        self.agent = agent
-        self.lag = int(agent.cfg.lag)
-        # Dense-only policies act on a numpy copy of their own. An encoder's compiled actor reads
-        # the live Keras variables, so a lagged version is swapped into them for the collection
-        # and the learner's weights are put back before the update (nothing runs in between).
-        self.actor = NumpyPolicy(agent.net) if agent.net.encoder is None else agent.mirror
-        self.kept: deque = deque()  # (version, flat weights), oldest first
-
-    def reset(self, version: int, state: dict) -> None:
-        self.kept.clear()
-        self.broadcast(version, state)
-
-    def broadcast(self, version: int, state: dict) -> None:
-        self.kept.append((int(version), np.array(state["weights"], np.float32)))
-
-    def next(self, updates: int) -> Batch:
-        agent = self.agent
-        while len(self.kept) > 1 and self.kept[1][0] <= updates - self.lag:
-            self.kept.popleft()  # never needed again: the wanted version only grows
-        version, weights = self.kept[0]
-        live = None  # the learner's weights, while a lagged version sits in the live variables
-        if self.actor is not agent.mirror:
-            self.actor.load_flat(weights)
-        elif version != updates:  # the newest broadcast (version == updates) is the live one
-            live = self.actor.flat_numpy()
-            self.actor.load_flat(weights)
-        try:
-            rng = np.random.default_rng([agent.seed, updates])
-            saved, agent.mirror = agent.mirror, self.actor  # acting_fn acts with agent.mirror
-            try:
-                policy_fn = agent.acting_fn(rng)
-            finally:
-                agent.mirror = saved
-            base = agent.collector.env_steps = agent.env_steps
-            traj, episodes = agent.collector.collect(policy_fn, agent.cfg.n_steps)
-        finally:
-            if live is not None:
-                self.actor.load_flat(live)
-        return Batch(traj, [(s - base, r, n) for s, r, n in episodes],
-                     agent.collector.env_steps - base, version)
-
-    def close(self) -> None:
-        pass
+    def validate(self) -> None:
+        super().validate()
+        if self.rollout != "steps":
+            raise ValueError("impala learns from fixed-length trajectories: rollout must be "
+                             f"'steps'; got {self.rollout!r}")
+        for name in ("rho_bar", "c_bar", "pg_rho_bar"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
+        if not 0 <= int(self.lag) <= MAX_LAG:
+            raise ValueError(f"lag must be in [0, {MAX_LAG}]; got {self.lag}")
+        if int(self.broadcast_interval) < 1:
+            raise ValueError(f"broadcast_interval must be >= 1; got {self.broadcast_interval}")
+        if int(self.queue_size) < 1:
+            raise ValueError(f"queue_size must be >= 1; got {self.queue_size}")
 
 
-class IMPALA(ActorCriticAgent):
-    """IMPALA: V-trace targets, importance-weighted policy gradient, trajectories from a source.
+@dataclass
+class APPOConfig(IMPALAConfig):
+    """APPO hyperparameters: IMPALA's plus PPO's clip range (RLlib's APPO defaults where they
+    fit the actor-critic agent)."""
 
-    See the module docstring; the interface is the actor-critic agent's (``agents/__init__.py``).
-    """
+    clip_range: float | str = field(default=0.4, metadata=scheduled(
+        "APPO's clip range epsilon of the probability ratio (see clip_against)", floor=1e-3))
+    clip_against: str = field(default="behaviour", metadata=doc(
+        "the policy the clipped ratio is taken against: 'behaviour' = pi / mu, mu the weights "
+        "that acted; 'learner' = pi / pi_prox, pi_prox the learner's policy at the start of the "
+        "update, each step weighted by min(pg_rho_bar, pi_prox / mu) (decoupled PPO, Hilton et "
+        "al. 2021; RLlib's target network refreshed every update); equal at lag 0"))
+    # A2C's (its clipping bounds each step; its CartPole results were measured with this).
+    optimizer_eps: float = preset("optimizer_eps", 1e-10)
 
-    Config = IMPALAConfig
-    cfg: IMPALAConfig
-    name = "impala"
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        self._source: Any = None
-        self._stale_source = True
-        self._snapshot: tuple | None = None  # (updates, flat weights) at trackables()
-        super().__init__(*args, **kwargs)
-
-    def default_transform(self) -> pgrad.GradientTransform:
-        return pgrad.chain(pgrad.importance_weight(self.cfg.pg_rho_bar),
-                           pgrad.weight_by("advantages"), pgrad.mean_steps(), name=self.name)
-
-    def make_targets(self) -> VTraceTargets:
-        """V-trace (:class:`agents.update.targets.VTraceTargets`): the update computes the
-        learner's log-probs for it; ``advantages = q_s - V(x_s)``, critic targets ``v_s``."""
-        cfg = self.cfg
-        return VTraceTargets(cfg.gamma, cfg.gae_lambda, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
-                             pg_rho_bar=cfg.pg_rho_bar)
-
-    # -- the source of trajectories --------------------------------------------------------------
-
-    @property
-    def source(self) -> Any:  # InProcessActor, or a distributed source (pgrad_app)
-        """Where trajectories come from (default: :class:`InProcessActor`)."""
-        if self._source is None:
-            self._source = InProcessActor(self)
-        return self._source
-
-    def use_source(self, source: Any) -> None:
-        """Takes trajectories from ``source`` from the next step on (closes the previous one)."""
-        if self._source is not None:
-            self._source.close()
-        self._source, self._stale_source = source, True
-
-    def trackables(self) -> dict[str, Any]:
-        # A restore may follow (or a save: every checkpoint asks): the next step compares the
-        # state with this snapshot and resets the source only if a restore changed it.
-        updates = self._sync()
-        self._snapshot = (updates, self.mirror.flat_numpy().copy())
-        return super().trackables()
-
-    def _restored(self, updates: int) -> bool:
-        """Whether a restore changed the state since :meth:`trackables` was last called."""
-        if self._snapshot is None:
-            return False
-        before, self._snapshot = self._snapshot, None
-        return updates != before[0] or not np.array_equal(self.mirror.flat_numpy(), before[1])
-
-    def step(self) -> dict[str, Any]:
-        """Takes the next trajectory from the source and updates on it; broadcasts the weights
-        every ``broadcast_interval`` updates. See ``agents/__init__.py``."""
-        updates = self._sync()
-        source = self.source
-        if self._restored(updates):  # the actors get the restored weights; in flight: dropped
-            self._stale_source = True
-        if self._stale_source:
-            source.reset(updates, self.acting_state())
-            self._stale_source = False
-        batch = source.next(updates)
-        base = self._env_steps
-        taken = int(batch.steps)
-        metrics = self._update_on(batch.traj, updates, base, taken)  # the agents' shared tail
-        metrics["policy_lag"] = float(updates - batch.version)
-        if (updates + 1) % int(self.cfg.broadcast_interval) == 0:
-            source.broadcast(updates + 1, self.acting_state())
-        episodes = [(base + s, r, n) for s, r, n in batch.episodes]
-        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
-
-    def close(self) -> None:
-        if self._source is not None:
-            self._source.close()
-        super().close()
+    def validate(self) -> None:
+        super().validate()
+        self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
+        if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
+            raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
+        if self.clip_against not in CLIP_AGAINST:
+            raise ValueError(f"clip_against must be one of {CLIP_AGAINST}; "
+                             f"got {self.clip_against!r}")
 
 
-class APPO(IMPALA):
-    """APPO: PPO's clipped surrogate on V-trace advantages, of the ratio ``pi / mu``
-    (``clip_against="behaviour"``) or decoupled, ``pi / pi_prox`` weighted by
-    ``min(pg_rho_bar, pi_prox / mu)`` (``clip_against="learner"``; the module docstring)."""
+# The classes (their step: trajectories from a source): agents/learners/actor_learner.py.
+_LEARNER = "agents.learners.actor_learner"
 
-    Config = APPOConfig
-    cfg: APPOConfig
-    name = "appo"
+ALGORITHMS = (
+    Algorithm("impala", "IMPALA", IMPALAConfig, agent=f"{_LEARNER}:IMPALA",
+              summary="actor-learner with V-trace targets and the importance-weighted gradient"),
+    Algorithm("appo", "APPO", APPOConfig, agent=f"{_LEARNER}:APPO",
+              summary="PPO's clipped surrogate on V-trace advantages (actor-learner)"),
+)
 
-    def default_transform(self) -> pgrad.GradientTransform:
-        if self.cfg.clip_against == "learner":
-            return pgrad.chain(
-                pgrad.importance_weight(self.cfg.pg_rho_bar, target_key=PROXIMAL_KEY),
-                pgrad.clip_ratio("clip_range", behaviour_key=PROXIMAL_KEY), pgrad.mean_steps(),
-                name=self.name)
-        return pgrad.chain(pgrad.clip_ratio("clip_range"), pgrad.mean_steps(), name=self.name)
-
-
-__all__ = ["APPO", "APPOConfig", "Batch", "IMPALA", "IMPALAConfig", "InProcessActor"]

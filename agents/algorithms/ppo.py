@@ -10,18 +10,54 @@ Defaults are Stable-Baselines3's (per-env settings: ``pgrad_app/config/hyperpara
 
 from __future__ import annotations
 
-import pgrad
-from agents.base import ActorCriticAgent
-from agents.catalog.configs import PPOConfig
+from dataclasses import dataclass, field
+
+from agents import schedules
+from agents.catalog.declare import Algorithm
+from agents.config import ActorCriticConfig, doc, preset, scheduled
 
 
-class PPO(ActorCriticAgent):
-    """PPO: the actor-critic agent with PPO's options and the clipped-ratio chain."""
+@dataclass
+class PPOConfig(ActorCriticConfig):
+    """PPO hyperparameters (every field of the actor-critic agent; PPO's defaults)."""
 
-    Config = PPOConfig
-    name = "ppo"
+    num_envs: int = preset("num_envs", 1)
+    n_steps: int = preset("n_steps", 2048)
+    gae_lambda: float = preset("gae_lambda", 0.95)
+    normalize_advantage: bool = preset("normalize_advantage", True)
+    optimizer: str = preset("optimizer", "adam")
+    learning_rate: float = preset("learning_rate", 3e-4)
+    optimizer_eps: float = preset("optimizer_eps", 1e-5)
+    epochs: int = preset("epochs", 10)
+    minibatch_size: int = preset("minibatch_size", 64)
+    # Floored at 1e-3: a ratio clip of exactly 0 (the end of lin_X) would freeze the policy.
+    clip_range: float | str = field(default=0.2, metadata=scheduled(
+        "PPO's clip range epsilon of the probability ratio", floor=1e-3))
+    clip_decay_steps: int = field(default=0, metadata=doc(
+        "decay the clip range linearly to 0 over this many env steps counted from 0 (not "
+        "relative to the run: clip_range: lin_X is); 0 = off"))
 
-    def default_transform(self) -> pgrad.GradientTransform:
-        # The clip range reaches the chain through the context, evaluated each update from its
-        # schedule (agents/schedules.py); the chain reports PPO's surrogate and approx_kl.
-        return pgrad.chain(pgrad.clip_ratio("clip_range"), pgrad.mean_steps(), name=self.name)
+    def validate(self) -> None:
+        super().validate()
+        self.validate_schedules({"clip_range": (0, 1)}, positive_start=True)
+        if schedules.bounds(self.clip_range, "clip_range")[0] >= 1:
+            raise ValueError(f"clip_range must be in (0, 1); got {self.clip_range}")
+        if int(self.clip_decay_steps) < 0:
+            raise ValueError(f"clip_decay_steps must be >= 0; got {self.clip_decay_steps}")
+
+    def absolute_decays(self) -> dict[str, int]:
+        return {**super().absolute_decays(), "clip_range": int(self.clip_decay_steps)}
+
+
+def ppo_chain(cfg: PPOConfig):
+    """``chain(clip_ratio("clip_range"), mean_steps())``: the clip range reaches the chain
+    through the context, evaluated each update from its schedule (agents/schedules.py); the
+    chain reports PPO's surrogate and approx_kl."""
+    import pgrad
+
+    return pgrad.chain(pgrad.clip_ratio("clip_range"), pgrad.mean_steps(), name="ppo")
+
+
+ALGORITHMS = (Algorithm("ppo", "PPO", PPOConfig, chain=ppo_chain,
+                        summary="proximal policy optimisation: the clipped-ratio chain over "
+                                "epochs of minibatches"),)

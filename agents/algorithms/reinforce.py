@@ -10,19 +10,35 @@ observation when there is a baseline, else counts as the end), and the chain
 
 from __future__ import annotations
 
-import pgrad
-from agents.base import ActorCriticAgent
-from agents.catalog.configs import ReinforceConfig
+from dataclasses import dataclass, field
+
+from agents.catalog.declare import Algorithm
+from agents.config import ActorCriticConfig, doc, preset
 
 
-class Reinforce(ActorCriticAgent):
-    """REINFORCE with optional baseline. See ``agents/__init__.py`` for the interface."""
+@dataclass
+class ReinforceConfig(ActorCriticConfig):
+    """REINFORCE hyperparameters (every field of the actor-critic agent; REINFORCE's defaults)."""
 
-    Config = ReinforceConfig
-    cfg: ReinforceConfig
-    name = "reinforce"
+    rollout: str = preset("rollout", "episodes")
+    standardize: bool = field(default=True, metadata=doc(
+        "standardise the weights (returns or advantages) over each batch in the default chain"))
+    optimizer: str = preset("optimizer", "adam")
+    learning_rate: float = preset("learning_rate", 3e-3)
+    optimizer_eps: float = preset("optimizer_eps", 1e-7)
+    max_grad_norm: float = preset("max_grad_norm", 1.0)
 
-    def default_transform(self) -> pgrad.GradientTransform:
-        key = "advantages" if self.cfg.baseline else "returns"
-        return pgrad.chain(pgrad.weight_by(key, standardize=self.cfg.standardize),
-                           pgrad.mean_steps(), name=self.name)
+
+def reinforce_chain(cfg: ReinforceConfig):
+    """``chain(weight_by(key, standardize), mean_steps())``, ``key`` the advantages with a
+    baseline, else the returns."""
+    import pgrad
+
+    key = "advantages" if cfg.baseline else "returns"
+    return pgrad.chain(pgrad.weight_by(key, standardize=cfg.standardize), pgrad.mean_steps(),
+                       name="reinforce")
+
+
+ALGORITHMS = (Algorithm("reinforce", "Reinforce", ReinforceConfig, chain=reinforce_chain,
+                        summary="Monte-Carlo policy gradient over whole episodes, optional "
+                                "baseline"),)

@@ -313,8 +313,7 @@ def restore(agent: Agent, directory: str | Path, acting_only: bool = False,
 
 
 def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
-         acting_only: bool = False, registry: Callable[[str], type] | None = None,
-         **overrides: Any) -> Any:
+         acting_only: bool = False, registry: Callable[[str], type], **overrides: Any) -> Any:
     """The agent saved in ``path`` (``agent.save`` or a training run directory), restored: an
     :class:`agents.base.ActorCriticAgent` of the recorded kind.
 
@@ -327,13 +326,11 @@ def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
         imported from the directory).
       acting_only: restore only what acting needs (networks, normaliser statistics); then a
         custom chain need not be passed.
-      registry: name -> agent class (default ``agents.get``).
+      registry: name -> agent class (``agents.get``; ``agents.load`` passes it: the classes
+        sit above persistence).
       **overrides: hyperparameters to change on loading (e.g. ``num_envs=1`` for acting; the
         user's own ``encoder=`` if the agent was built with one).
     """
-    if registry is None:
-        from agents.catalog.registry import get as default_registry
-        registry = default_registry
     record = read_description(path)
     try:
         cls = registry(str(record["agent"]))

@@ -78,6 +78,11 @@ class MinibatchStep:
         self.transform, self.transform_state = parts.transform, parts.transform_state
         #: Keys the targets part added to the batch (trace time): they join the chain's context.
         self.extra_keys: tuple[str, ...] = ()
+        #: Called after each applied policy step (TRPO's line search), or None.
+        self.policy_step = parts.policy_step
+        if self.policy_step is not None and parts.net.recurrent:
+            raise ValueError("a line search (TRPO) needs a feed-forward policy: leave "
+                             "recurrent unset.")
         # Terms a schedule can switch on: left out of the graph when constantly 0.
         self.clip_values = schedules.may_be_positive(parts.cfg.clip_range_vf, "clip_range_vf")
         self.entropy_bonus = schedules.may_be_positive(parts.cfg.ent_coef, "ent_coef")
@@ -108,6 +113,8 @@ class MinibatchStep:
         if not self.folded:
             keys.append("pg_grad_norm")
         keys += ["grad_norm", "nonfinite_skipped", "path_fused"]
+        if self.policy_step is not None:
+            keys += list(self.policy_step.keys)
         if fused and form.needs_norms:
             keys.append("step_norm_mean")
         structure = tf.nest.pack_sequence_as(
@@ -118,6 +125,16 @@ class MinibatchStep:
         """``[N]`` log-probs; ``actions`` may be ``(actions, action masks)``."""
         actions, action_mask = actions if isinstance(actions, tuple) else (actions, None)
         return self.head.distribution(self.net.params(obs), action_mask).log_prob(actions)
+
+    def _evaluator(self, mb: dict) -> Callable[[], tuple]:
+        """``() -> (distribution, [M] log-probs)`` of the minibatch under the current weights."""
+        mask = mb.get("action_mask")
+
+        def evaluate():
+            dist = self.head.distribution(self.net.params(mb["obs"]), mask)
+            return dist, dist.log_prob(mb["actions"])
+
+        return evaluate
 
     def __call__(self, mb: dict, scalars: dict) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """One gradient step on a minibatch of flat ``[M, ...]`` tensors.
@@ -232,8 +249,15 @@ class MinibatchStep:
         if "grad_norm" in out.metrics:  # the policy gradient's own (not when folded)
             metrics["pg_grad_norm"] = out.metrics["grad_norm"]
         metrics.update(reported)
+        if self.policy_step is not None:  # the weights before the step, for its line search
+            before = [tf.identity(v) for v in policy_vars]
+            evaluate = self._evaluator(mb)
+            old = evaluate()
         applied = pgrad.apply_updates(self.optimizer, grads, all_vars,
                                       condition=tf.logical_and(finite, tf.logical_not(stop)))
+        if self.policy_step is not None:
+            metrics.update(self.policy_step(policy_vars, before, evaluate, adv,
+                                            mb["behaviour_log_probs"], old))
         # A skipped update leaves the transform state as it was, too.
         old = self.transform_state.read()
         self.transform_state.write(tf.nest.map_structure(

@@ -61,6 +61,8 @@ class UpdateParts:
         (:mod:`agents.update.targets`).
       values_from_acting: the rollouts carry ``V(o_t)`` from the acting call and the update uses
         them instead of its own value pass.
+      policy_step: a part called after each applied policy step, or None (TRPO's line search:
+        :class:`agents.update.line_search.BacktrackingLineSearch`).
     """
 
     cfg: Any
@@ -77,3 +79,4 @@ class UpdateParts:
     budget: Callable[[], int | None]
     targets: Any
     values_from_acting: bool
+    policy_step: Any = None

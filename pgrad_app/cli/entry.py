@@ -30,7 +30,7 @@ def run(program: str, argv: list[str] | None = None) -> int:
     The arguments are parsed first, before TensorFlow is imported (silence() imports it): a
     mistyped flag or ``--help`` is answered at once, not after TensorFlow's seconds of start-up
     (``pgrad-train --help`` lists every agent's hyperparameters from their config dataclasses,
-    which are data: :mod:`agents.catalog.configs`).
+    which are data: the algorithms' declarations, :mod:`agents.catalog.declare`).
     """
     from pgrad_app.errors import run_cli
 

@@ -1,6 +1,6 @@
 """The asynchronous actor-learner on Ray: IMPALA's actors stream trajectories, no barrier.
 
-:func:`distribute` gives an :class:`agents.algorithms.impala.IMPALA` (or APPO) agent an
+:func:`distribute` gives an :class:`agents.learners.actor_learner.IMPALA` (or APPO) agent an
 :class:`AsyncSource` of N :class:`TrajectoryActor` Ray actors. Each actor owns ``num_envs``
 envs (actor ``k``'s sub-env ``i`` is seeded ``seed + k * num_envs + i``) and a copy of the
 agent whose numpy mirror acts. The learner keeps up to ``queue_size`` collect requests in flight
@@ -133,7 +133,7 @@ class TrajectoryActor:
 
 
 class AsyncSource:
-    """The source of :class:`agents.algorithms.impala.IMPALA` over :class:`TrajectoryActor` Ray
+    """The source of :class:`agents.learners.actor_learner.IMPALA` over :class:`TrajectoryActor` Ray
     actors.
 
     Args:
@@ -150,7 +150,7 @@ class AsyncSource:
                  max_restarts: int = MAX_RESTARTS, actors: list | None = None):
         import ray
 
-        from agents.algorithms.impala import Batch
+        from agents.learners.actor_learner import Batch
 
         self._ray, self._batch, self.agent = ray, Batch, agent
         self.max_restarts = int(max_restarts)

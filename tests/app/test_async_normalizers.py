@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 import agents
-from agents.algorithms.impala import IMPALA, Batch
+from agents.learners.actor_learner import IMPALA, Batch
 from pgrad.rl.normalize import _RunningMeanStd
 from pgrad_app.distributed.async_learner import TrajectoryActor, merge_statistics
 

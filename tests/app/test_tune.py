@@ -74,8 +74,12 @@ def test_shipped_spaces_load_for_every_agent_and_ship_as_package_data():
     for name in agents.names():
         space = search_spaces.load(name, agents.get(name).Config)
         assert {"learning_rate", "hidden"} & set(space.keys), name
+        if search_spaces.declared_space(name) is not None:  # carried by its declaration
+            assert not search_spaces.path_for(name).exists(), name
+            continue
         rel = search_spaces.path_for(name).relative_to(ROOT / "pgrad_app").as_posix()
         assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
+    assert search_spaces.declared_space("trpo") is not None
 
 
 def test_a_space_samples_typed_values_for_the_config(tmp_path):
@@ -312,10 +316,15 @@ def test_a_study_prunes_the_hopeless_branch_and_best_yaml_trains(tmp_path, capsy
 
 
 def test_a_setting_that_fails_validation_is_a_pruned_trial_with_its_reason(tmp_path, capsys):
+    # Each value is valid on its own (the space passes its up-front check), but the pair the
+    # seeded sampler draws first (n_steps 5 with minibatch_size 112) is not: 112 does not divide
+    # 5 x 16 = 80 rollout steps.
     space = write(tmp_path / "space.yaml",
-                  "minibatch_size: {type: categorical, choices: [7]}\n")  # divides no 80 steps
+                  "n_steps: {type: categorical, choices: [5, 7]}\n"
+                  "minibatch_size: {type: categorical, choices: [80, 112]}\n")
     url = f"sqlite:///{tmp_path / 'elsewhere.db'}"  # any SQLAlchemy URL (--storage)
     code, out, err = tune_main(*TINY, "--steps", 400, "--n-evaluations", 1, "--n-trials", 1,
+                               "--seed", 3,
                                "--space", space, "--results", tmp_path / "r", "--storage", url,
                                "--study-name", "mine", capsys=capsys)
     assert code == 1 and "no trial completed" in err, err

@@ -124,31 +124,53 @@ class Space:
                         if f.name != "key"} for p in self.params}
 
 
+def declared_space(agent_name: str) -> tuple[str, dict] | None:
+    """``(label, entries)`` of the space the algorithm's declaration carries
+    (``Algorithm.search_space``), or None: it has none (its space is the shipped file)."""
+    from agents.catalog import registry
+
+    try:
+        declaration = registry.declaration(agent_name)
+    except ValueError:
+        return None
+    if declaration.search_space is None:
+        return None
+    return (f"{declaration.config.__module__} (the search_space of {declaration.name!r})",
+            dict(declaration.search_space))
+
+
 def path_for(agent_name: str) -> Path:
     """The shipped space of ``agent_name`` (it may not exist)."""
     return SPACE_DIR / f"{agent_name.lower()}.yaml"
 
 
 def load(agent_name: str, config_cls: type, path: str | Path | None = None) -> Space:
-    """Reads and checks the space of ``agent_name`` (``path``, else the shipped file).
+    """Reads and checks the space of ``agent_name``: ``path``, else the one its declaration
+    carries, else the shipped file.
 
     Raises:
       UserError: no such file, malformed YAML, or an entry that is not a valid sampling rule for
         its ``Config`` field; the message names the file and the key.
     """
     if path is None:
-        path = path_for(agent_name)
-        if not path.is_file():
-            raise UserError(f"no search space ships for agent {agent_name!r} ({path}); "
-                            "give one with --space FILE (docs/tuning.md).")
-    raw = yamlfile.load_yaml(path)
+        declared = declared_space(agent_name)
+        if declared is not None:
+            label, raw = declared
+        else:
+            path = path_for(agent_name)
+            if not path.is_file():
+                raise UserError(f"no search space ships for agent {agent_name!r} ({path}); "
+                                "give one with --space FILE (docs/tuning.md).")
+            label, raw = str(path), yamlfile.load_yaml(path)
+    else:
+        label, raw = str(path), yamlfile.load_yaml(path)
     if not raw:
-        raise UserError(f"{path}: the search space is empty; give at least one hyperparameter.")
+        raise UserError(f"{label}: the search space is empty; give at least one hyperparameter.")
     types = field_types(config_cls)
     params = []
     for key, spec in raw.items():
         key = str(key)
-        where = f"{path}: {key}"
+        where = f"{label}: {key}"
         if key not in types:
             if key in config_lib.RUN_KEYS:
                 raise UserError(f"{where}: a run setting, not a hyperparameter (pgrad-tune sets "
@@ -156,7 +178,7 @@ def load(agent_name: str, config_cls: type, path: str | Path | None = None) -> S
             hint = suggest(key, types) or f" Known: {', '.join(types)}."
             raise UserError(f"{where}: unknown hyperparameter of {agent_name}.{hint}")
         params.append(_param(key, spec, types[key], where))
-    return Space(tuple(params), str(path))
+    return Space(tuple(params), label)
 
 
 def _number(value: Any, tp: type, where: str) -> float | int:
