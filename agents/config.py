@@ -195,13 +195,15 @@ class ActorCriticConfig:
             if constant:
                 if points[0] < lo or (open_lo and points[0] <= lo) or (
                         hi is not None and points[0] > hi):
-                    raise ValueError(f"{name} must be in {where}; got {value}")
+                    raise ValueError(f"{name} must be {'in ' if hi is not None else ''}{where}; "
+                                     f"got {value}")
                 continue
             shown = value if schedules.is_data(value) else f"{value!r} -> {points}"
             if positive_start and not points[0] > 0:
                 raise ValueError(f"{name} must be > 0 at the start of the run; got {shown}")
             if any(p < lo or (hi is not None and p > hi) for p in points):
-                raise ValueError(f"{name} must stay in {where} over the run; got {shown}")
+                raise ValueError(f"{name} must stay {'in ' if hi is not None else ''}{where} over "
+                                 f"the run; got {shown}")
 
     def absolute_decays(self) -> dict[str, int]:
         """``{scheduled field: env steps}`` of the legacy linear decays over absolute env steps."""

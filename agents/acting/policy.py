@@ -101,11 +101,11 @@ def act(mirror: Any, head: ActionHead, layout: ObsLayout, action_space: gym.Spac
     ``state`` ``[N, S]`` (None: zeros) and ``episode_start`` ``[N]`` for a ``recurrent`` policy.
     """
     obs = layout.preprocess(obs_batch)
-    if action_masks is None:
-        action_masks = layout.action_mask(obs_batch)
+    where = "predict/act(action_masks=...)"
+    if action_masks is None:  # the observation's own mask, checked as a passed one
+        action_masks, where = layout.action_mask(obs_batch), "the observation's 'action_mask'"
     rows = len(layout.split(obs)[0])
-    legal = masks.given_mask(action_masks, action_space, rows,
-                             "predict/act(action_masks=...)")
+    legal = masks.given_mask(action_masks, action_space, rows, where)
     if obs_norm is not None:
         obs = layout.with_vector(obs, obs_norm(layout.vector(obs)))
     if recurrent:

@@ -164,12 +164,13 @@ class ObsLayout:
         return image
 
     def action_mask(self, raw_obs: Any) -> np.ndarray | None:
-        """``[N, n]`` bool: the ``action_mask`` key of a batch of raw Dict observations, or None
+        """``[N, n]``: the ``action_mask`` key of a batch of raw Dict observations as given (its
+        values unchecked: :func:`pgrad.rl.masks.given_mask` refuses NaN, strings, 2s), or None
         when the space has no such key."""
         if not self.has_mask_key:
             return None
         mask = np.asarray(raw_obs[MASK_KEY])
-        return mask.reshape(mask.shape[0], -1).astype(bool, copy=False)
+        return mask.reshape(mask.shape[0], -1)
 
     @property
     def images(self) -> list[Part]:

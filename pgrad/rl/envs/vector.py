@@ -240,7 +240,9 @@ def _check_obs_size(env_id, max_obs_dim: int, kwargs: dict) -> None:
         env.close()
     if dim > max_obs_dim:
         raise ValueError(f"env {env_name(env_id)!r}: observation space {space} flattens to "
-                         f"{dim:,} values; the MLP policies take at most {max_obs_dim:,}.")
+                         f"{dim:,} values; every policy (MLP, CNN or other encoder) takes at "
+                         f"most {max_obs_dim:,}: make it smaller with an env wrapper (images: "
+                         "gymnasium.wrappers.ResizeObservation, GrayscaleObservation).")
 
 
 def _space_of(env_id, kwargs: dict) -> str:
