@@ -30,7 +30,7 @@ def test_validation_checks_both_ends_of_a_schedule():
     agents.A2C.Config(learning_rate="lin_1e-3").validate()
     for bad, match in ((dict(learning_rate="lin_0"), "learning_rate must be > 0 at the start"),
                        (dict(learning_rate="lin_1e-3_-1"), r"learning_rate must stay in \[0"),
-                       (dict(ent_coef="lin_-0.1"), "ent_coef must stay in"),
+                       (dict(ent_coef="lin_-0.1"), "ent_coef must stay >= 0 over the run"),
                        (dict(learning_rate=lambda p: float("nan")), "must stay finite"),
                        (dict(learning_rate="lin_1e-3", lr_decay_steps=100), "two decays")):
         with pytest.raises(ValueError, match=match):
