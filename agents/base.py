@@ -206,7 +206,11 @@ class ActorCriticAgent(ActingMethods):
         return (VALUES_FROM_ACTING and bool(getattr(self.mirror, "fused_values", False))
                 and self.update_targets.on_policy)
 
-    def _collect(self, policy_fn) -> tuple[rollout.Trajectory, list]:
+    def _collect(self, policy_fn, updates: int = 0) -> tuple[rollout.Trajectory, list]:
+        if self.cfg.rollout == "groups":  # each group's seed from (seed, update): resumable
+            groups = self.cfg.num_envs // self.cfg.group_size
+            seeds = np.random.default_rng([self.seed, updates, 1]).integers(2**31 - 1, size=groups)
+            return self.collector.collect_groups(policy_fn, seeds.tolist())
         if self.cfg.rollout == "episodes":
             return self.collector.collect_episodes(policy_fn, self.cfg.batch_steps)
         return self.collector.collect(policy_fn, self.cfg.n_steps)
@@ -223,7 +227,7 @@ class ActorCriticAgent(ActingMethods):
                  if self.net.recurrent else None)
         if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
             policy_fn, perturbed = self._adversarial().wrap(policy_fn)
-        traj, episodes = self._collect(policy_fn)
+        traj, episodes = self._collect(policy_fn, updates)
         if self.cfg.adversarial_epsilon > 0:
             traj = adversarial.replace_observations(traj, perturbed)
         taken = self.collector.env_steps - before

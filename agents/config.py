@@ -18,7 +18,7 @@ from agents import schedules
 
 _T = TypeVar("_T")
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
-ROLLOUTS = ("steps", "episodes")
+ROLLOUTS = ("steps", "episodes", "groups")
 RECURRENT = ("", "lstm", "gru")
 #: Sizes past which a setting is refused as a mistake (a typo such as num_envs=100000).
 MAX_ENVS = 4096
@@ -61,7 +61,12 @@ class ActorCriticConfig:
         "policy acts on one half of the envs while a thread steps the other; same rollouts as "
         "'sync', faster where a core would idle; feed-forward policies without normalize_obs)"))
     rollout: str = field(default="steps", metadata=doc(
-        "'steps' (n_steps per env per update) or 'episodes' (whole episodes, >= batch_steps)"))
+        "'steps' (n_steps per env per update), 'episodes' (whole episodes, >= batch_steps) or "
+        "'groups' (one episode per env, envs reset in groups of group_size with one seed: a "
+        "shared prompt; the GRPO family)"))
+    group_size: int = field(default=1, metadata=doc(
+        "with rollout 'groups': envs per group (TRL's num_generations), reset with one seed so "
+        "they share a prompt; num_envs must be a multiple of it"))
     n_steps: int = field(default=5, metadata=doc(
         "with rollout 'steps': rollout length per env between updates"))
     batch_steps: int = field(default=1000, metadata=doc(
@@ -211,7 +216,7 @@ class ActorCriticConfig:
                 "critic_learning_rate": int(self.lr_decay_steps)}
 
     def steps_per_update(self) -> int:
-        """Env steps per update (nominal for whole-episode rollouts)."""
+        """Env steps per update (nominal for whole-episode and group rollouts: batch_steps)."""
         return self.n_steps * self.num_envs if self.rollout == "steps" else self.batch_steps
 
     def validate(self) -> None:
@@ -239,10 +244,21 @@ class ActorCriticConfig:
             need(not (on and self.vector_mode == "overlap"), f"vector_mode 'overlap' acts on half "
                  f"the envs at a time, which {what} does not allow; use vector_mode 'sync'")
         need(self.rollout in ROLLOUTS, f"rollout must be one of {ROLLOUTS}; got {self.rollout!r}")
+        if self.rollout == "groups":
+            g = self.group_size
+            need(isinstance(g, int) and not isinstance(g, bool) and g >= 1,
+                 f"group_size must be an int >= 1; got {g!r}")
+            need(self.num_envs % g == 0, f"group_size {g} must divide num_envs {self.num_envs} "
+                 "(each group is group_size envs sharing a prompt)")
+            need(self.vector_mode in ("sync", "async"), "rollout 'groups' resets each env with "
+                 f"its group's seed: vector_mode must be 'sync' or 'async'; got "
+                 f"{self.vector_mode!r}")
+            need(not self.recurrent, "rollout 'groups' needs a feed-forward or Transformer "
+                 f"policy; got recurrent={self.recurrent!r}")
         need(int(self.n_steps) >= 1, f"n_steps must be >= 1; got {self.n_steps}")
         need(int(self.batch_steps) >= 1, f"batch_steps must be >= 1; got {self.batch_steps}")
         need(self.steps_per_update() <= MAX_BATCH_STEPS,
-             f"{'batch_steps' if self.rollout == 'episodes' else 'n_steps x num_envs'} must be "
+             f"{'n_steps x num_envs' if self.rollout == 'steps' else 'batch_steps'} must be "
              f"<= {MAX_BATCH_STEPS:,} env steps per update; got {self.steps_per_update():,}")
         need(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}")
         need(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1]; got {self.gae_lambda}")

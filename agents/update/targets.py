@@ -15,6 +15,9 @@ adds to the update's batch (the chain's context), fixed over its epochs.
   terminations; ``returns = advantages + values``.
 * :class:`VTraceTargets`: V-trace (IMPALA/APPO, :func:`pgrad.vtrace`), whose target policy is the
   learner's; ``extra`` carries those log-probs as ``proximal_log_probs`` (APPO's decoupled clip).
+* :class:`GroupTargets`: group-relative advantages of whole completions (the GRPO family, on
+  group rollouts: ``rollout="groups"``); ``extra`` carries the sequence context
+  (``sequence_ids``, ``completion_mask``) the chain's per-sequence terms read.
 """
 
 from __future__ import annotations
@@ -84,3 +87,52 @@ class VTraceTargets:
                            behaviour_log_probs, target, self.gamma, rho_bar=self.rho_bar,
                            c_bar=self.c_bar, pg_rho_bar=self.pg_rho_bar, lambda_=self.gae_lambda)
         return out.q_estimates - tf.cast(values, tf.float32), out.vs, {PROXIMAL_KEY: target}
+
+
+class GroupTargets:
+    """The GRPO family's targets on a group rollout (``[T, B]``, env ``b``'s first episode is
+    completion ``b``; envs ``g G .. g G + G - 1`` share a prompt).
+
+    Each completion's reward is the sum of its episode's rewards ``R_b``; its advantage is
+    :func:`pgrad.rl.group_advantages.group_advantages` of ``R`` (``kind="grpo"``: ``(R_b -
+    mean_g R) / (std_g R + eps)``, the std as ``scale_rewards`` says) or
+    :func:`~pgrad.rl.group_advantages.rloo_advantages` (``kind="rloo"``: ``R_b`` minus the mean
+    of the other ``G - 1``), on every one of its tokens; rows after the episode ended get 0
+    (the rollout's mask drops them). ``returns`` is ``R_b`` on each token (no critic reads it).
+
+    Args:
+      group_size: ``G``.
+      kind: ``"grpo"`` or ``"rloo"``.
+      scale_rewards: with ``"grpo"``: ``"group"``, ``"batch"`` or ``"none"`` (TRL's).
+      normalize: with ``"rloo"``: standardise the advantages over the batch (TRL's
+        ``normalize_advantages``).
+    """
+
+    on_policy = True
+
+    def __init__(self, group_size: int, kind: str = "grpo", scale_rewards: str = "group",
+                 normalize: bool = False):
+        if kind not in ("grpo", "rloo"):
+            raise ValueError(f"GroupTargets: kind must be 'grpo' or 'rloo'; got {kind!r}.")
+        self.group_size, self.kind = int(group_size), kind
+        self.scale_rewards, self.normalize = scale_rewards, normalize
+
+    def __call__(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
+                 values: tf.Tensor, next_values: tf.Tensor,
+                 behaviour_log_probs: tf.Tensor | None = None,
+                 learner_log_probs: Callable[[], tf.Tensor] | None = None
+                 ) -> tuple[tf.Tensor, tf.Tensor, dict]:
+        from pgrad.rl.group_advantages import group_advantages, rloo_advantages
+
+        rewards = tf.cast(rewards, tf.float32)
+        done = tf.cast(tf.maximum(tf.cast(terminated, tf.float32),
+                                  tf.cast(truncated, tf.float32)), tf.float32)
+        live = tf.cast(tf.equal(tf.cumsum(done, axis=0, exclusive=True), 0.0), tf.float32)
+        total = tf.reduce_sum(rewards * live, axis=0)  # [B] R_b
+        if self.kind == "grpo":
+            adv = group_advantages(total, self.group_size, self.scale_rewards)
+        else:
+            adv = rloo_advantages(total, self.group_size, self.normalize)
+        ids = tf.broadcast_to(tf.range(tf.shape(rewards)[1])[None], tf.shape(rewards))  # [T, B]
+        return (live * adv[None], live * total[None],
+                {"sequence_ids": ids, "completion_mask": live})

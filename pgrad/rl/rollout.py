@@ -33,7 +33,7 @@ Collector's stepping interface). Their public names are importable from here too
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -168,8 +168,8 @@ class Collector:
                            f"{_where(where)}: "
                            f"{describe_failure(err, self.envs.single_observation_space)}") from err
 
-    def reset(self, seed: int | None = None) -> None:
-        """Resets every sub-env (sub-env i gets ``seed + i``)."""
+    def reset(self, seed: int | Sequence[int] | None = None) -> None:
+        """Resets every sub-env (sub-env i gets ``seed + i``, or ``seed[i]`` for a list)."""
         where = f"reset (env step {self.env_steps})"
         obs, info = self.env_call(where, self.envs.reset, seed=seed)
         flat = self.preprocessed(obs, where)
@@ -313,6 +313,49 @@ class Collector:
         out in ``Trajectory.mask``)."""
         return whole_episodes(lambda: self._step(policy_fn), self.layout, self.num_envs,
                               self.name, min_steps, max_vector_steps)
+
+    def collect_groups(self, policy_fn: PolicyFn, group_seeds: Sequence[int],
+                       max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:
+        """One episode per env, the envs reset in groups that share a seed (the GRPO family).
+
+        Env ``i`` is reset with ``group_seeds[i // G]`` (``G = B / len(group_seeds)``
+        consecutive envs per group: a token task's group shares one prompt); every env's part
+        of the batch is its first episode. Steps an env takes after that episode ended (its
+        autoreset, while the others finish) are masked out (``Trajectory.mask``) and their
+        episodes and successes are not reported; the next call resets every env again.
+
+        Returns:
+          ``(Trajectory [T, B] with its mask, episodes)``: ``T`` is the longest episode.
+        """
+        seeds = [int(s) for s in group_seeds]
+        if not seeds or self.num_envs % len(seeds):
+            raise ValueError(f"collect_groups: {len(seeds)} group seeds do not divide "
+                             f"{self.num_envs} envs.")
+        size = self.num_envs // len(seeds)
+        self.reset(seed=[s for s in seeds for _ in range(size)])
+        steps: list[tuple] = []
+        masks: list[np.ndarray] = []
+        episodes: list = []
+        open_ = np.ones(self.num_envs, bool)
+        while open_.any():
+            if len(masks) >= max_vector_steps:
+                raise ValueError(f"env {self.name!r}: episodes did not end within "
+                                 f"{max_vector_steps} vector steps; group rollouts need "
+                                 "episodes that end (add a TimeLimit).")
+            reported = len(self.successes)
+            parts, eps = self._step(policy_fn)
+            ended = np.flatnonzero(parts[3] | parts[4])
+            first = open_[ended]  # which of the episodes that ended are a batch's episode
+            if len(eps) == len(ended):  # RecordEpisodeStatistics: one per ended env, in order
+                eps = [e for e, keep in zip(eps, first) if keep]
+            new = self.successes[reported:]
+            if len(new) == len(ended):  # every ended env reported is_success
+                self.successes[reported:] = [v for v, keep in zip(new, first) if keep]
+            steps.append(parts)
+            masks.append(open_.astype(np.float32))
+            episodes.extend(eps)
+            open_[ended] = False
+        return self._trajectory(steps, np.stack(masks)), episodes
 
     def _trajectory(self, steps: list[tuple], mask, frames: FrameBuffer | None = None,
                     last_obs=None) -> Trajectory:

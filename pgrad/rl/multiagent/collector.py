@@ -12,6 +12,7 @@ frames) -- so ``learn(total_steps)`` and ``episodes.csv``'s ``step`` read in gam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ class RowsCollector(Collector):
         self.live = np.ones(self.num_envs, bool)
         self._live_steps: list[np.ndarray] = []
 
-    def reset(self, seed: int | None = None) -> None:
+    def reset(self, seed: int | Sequence[int] | None = None) -> None:
         super().reset(seed)
         rows: Any = self.envs.unwrapped  # the AgentRowsVectorEnv
         self.live = np.array(rows.live, dtype=np.bool_)

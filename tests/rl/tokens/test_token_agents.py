@@ -1,6 +1,7 @@
 """Token tasks through pgrad's agents and command, with no other code: PPO (the "auto" encoder:
 the Transformer) updates on pgrad/Reversal-v0 (by factory and by id, guarded), a user's module
-trains with pgrad-train, and a reward function that raises ends the run with one line, keeping the checkpoints."""
+trains with pgrad-train, and a reward function that raises ends the run with one line, keeping
+the checkpoints."""
 
 from __future__ import annotations
 
