@@ -8,6 +8,7 @@ per-round ratios, so machine load shared by both sides cancels.
 from __future__ import annotations
 
 import resource
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -56,6 +57,17 @@ def rounds(fn: Callable[[], object], calls: int) -> Callable[[], None]:
             fn()
 
     return run
+
+
+def timed_process(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Runs ``argv`` to the end, output captured: ``(result, wall s, CPU s)``, the CPU of the
+    whole process and its own children (which machine load inflates far less than the wall)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return done, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def peak_rss_mb() -> float:

@@ -7,13 +7,11 @@ reports; without SB3 the SB3 figures are marked skipped.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-from pgrad_app.perf.common import figure
+from pgrad_app.perf.common import figure, timed_process
 
 
 def sb3_available() -> bool:
@@ -28,16 +26,8 @@ def train_run(side: str, spec: dict) -> dict:
     run, exit), which is what a user waits for from either ``pgrad-train`` or a script calling
     SB3's ``learn``; and ``process_cpu_s``, that whole process's CPU time (its own children
     included), which machine load inflates far less than the wall."""
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "pgrad_app.perf.side_by_side", side,
-                          json.dumps(spec)],
-                         capture_output=True, text=True)
-    process_wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    process_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out, process_wall, process_cpu = timed_process(
+        [sys.executable, "-m", "pgrad_app.perf.side_by_side", side, json.dumps(spec)])
     if out.returncode != 0:
         raise RuntimeError(f"{side} run {spec} failed:\n{out.stderr[-3000:]}")
     return {**json.loads(out.stdout.strip().splitlines()[-1]),

@@ -101,7 +101,6 @@ def command_run(spec: dict) -> dict:
     (start-up, export and plot included), its CPU, and the training loop's own wall
     (``loop_wall_s``, in the last checkpoint's meta)."""
     import resource
-    import subprocess
     import sys
     import tempfile
     from pathlib import Path
@@ -115,13 +114,9 @@ def command_run(spec: dict) -> dict:
     target = spec.get("target")
     if target is not None:
         argv += ["--stop-at-return", str(target)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pgrad_app", "train", *argv],
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    from pgrad_app.perf.common import timed_process
+
+    done, wall, cpu = timed_process([sys.executable, "-m", "pgrad_app", "train", *argv])
     if done.returncode != 0:
         raise RuntimeError(f"pgrad-train failed ({done.returncode}): {done.stderr[-2000:]}")
     latest = sorted((out / "checkpoints").glob("step-*"))[-1]
@@ -140,7 +135,8 @@ def command_run(spec: dict) -> dict:
             "updates": int(meta["updates"]), "updates_csv_rows": rows, "tensorboard_bytes": tb,
             # The command's own process (this one only waits for it): the largest waited-for
             # child's peak, and this process has no other child.
-            "peak_rss_mb": round(after.ru_maxrss / 1024, 1)}
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                                   1)}
 
 
 def sb3_run(spec: dict) -> dict:

@@ -3,8 +3,7 @@ std of return and length, success rates, optionally under observation attacks.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pgrad._lazy import lazy_getattr
 
 #: The public names of this room, by the module that defines them (imported on first use).
 _HOME = {
@@ -17,10 +16,4 @@ _HOME = {
 
 __all__ = sorted(_HOME)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _HOME)

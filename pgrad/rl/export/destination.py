@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pgrad.rl.storage.checkpoint import file_sha256
 from pgrad.rl.storage.files import fsync_dir, temp_path, write_json_atomic
 
 #: The suffix of the record beside each file pgrad writes: ``.NAME.pgrad-export``.
@@ -43,14 +44,6 @@ def record_path(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}{RECORD_SUFFIX}")
 
 
-def _digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
 def written_by_pgrad(path: str | os.PathLike) -> bool:
     """Whether the file ``path`` is one pgrad wrote, unchanged since (its record matches)."""
     path = Path(path)
@@ -60,7 +53,7 @@ def written_by_pgrad(path: str | os.PathLike) -> bool:
             return False
         if path.stat().st_size != record.get("size"):
             return False
-        return _digest(path) == record.get("sha256")
+        return file_sha256(path) == record.get("sha256")
     except (OSError, ValueError):
         return False
 

@@ -92,7 +92,8 @@ def nonfinite_tensors(prefix: str | Path) -> list[str]:
     return bad
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 hex digest of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -184,7 +185,7 @@ class CheckpointStore:
             for p in sorted(tmp.iterdir()):
                 with open(p, "rb+") as f:
                     os.fsync(f.fileno())
-                files[p.name] = _sha256(p)
+                files[p.name] = file_sha256(p)
             record = dict(meta, step=int(step), files=files, finite=True)
             record[META_DIGEST] = _meta_digest(record)
             _write_json(tmp / META, record)
@@ -233,7 +234,7 @@ class CheckpointStore:
             p = path / name
             if not p.is_file():
                 raise ValueError(f"missing file {name}")
-            if _sha256(p) != digest:
+            if file_sha256(p) != digest:
                 raise ValueError(f"checksum mismatch in {name}")
         return meta
 
