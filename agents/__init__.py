@@ -126,7 +126,7 @@ def load(path: Any, **kwargs: Any) -> ActorCriticAgent:
 
 
 def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
-         transform: pgrad.GradientTransform | None = None, *,
+         transform: pgrad.GradientTransform | Any = None, *,
          env_kwargs: dict | None = None, env_wrapper: Any = None,
          **hyperparameters: Any) -> ActorCriticAgent:
     """``get(name)`` built with its ``Config(**hyperparameters)`` (unknown keys: TypeError).
@@ -141,8 +141,10 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
     ``agents.load``
     rebuild the same env. Stable-Baselines3's names work too: ``n_envs``, ``batch_size``,
     ``n_epochs``, ``policy_kwargs=dict(net_arch=[64, 64], activation_fn=...)`` map onto pgrad's
-    fields (``tensorboard_log`` too, above); ``verbose`` and the like are refused with pgrad's way
-    (:mod:`agents.catalog.sb3_names`, docs/migration.md).
+    fields (``tensorboard_log`` too, above); ``verbose=0/1/2`` as SB3's (0 quiet, 1 progress, 2
+    also a line of metrics per update); ``device`` and the like are refused with pgrad's way
+    (:mod:`agents.catalog.sb3_names`, docs/migration.md). ``transform`` may also be a plain
+    ``fn(grads, **context)`` (per-step gradients in; per-step results are averaged).
     """
     import dataclasses
 
@@ -155,6 +157,7 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
         raise TypeError(f"agents.make applies the hyperparameters it is given; the tuned ones: "
                         f"agents.make({name!r}, env, **pgrad_app.tuned({name!r}, env)).")
     tensorboard_log = hyperparameters.pop("tensorboard_log", None)
+    verbose = hyperparameters.pop("verbose", None)  # SB3's 0/1/2: what learn shows
     from agents.base import agent_class
 
     cls = agent_class(name)
@@ -166,7 +169,8 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
         elif isinstance(env_id, gym.Env):
             hyperparameters["num_envs"] = 1
     env = env_source(env_id, env_kwargs, env_wrapper)
-    agent = cls(cls.Config(**hyperparameters), env_id=env, seed=seed, transform=transform)
+    agent = cls(cls.Config(**hyperparameters), env_id=env, seed=seed, transform=transform,
+                verbose=verbose)
     if tensorboard_log is not None:
         agent.tensorboard_log = str(tensorboard_log)
     return agent

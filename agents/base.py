@@ -83,8 +83,21 @@ class ActorCriticAgent(ActingMethods):
     #: (:class:`agents.logger.TensorBoardLog`; as Stable-Baselines3's ``tensorboard_log``).
     tensorboard_log: str | None = None
 
-    def __init__(self, cfg: ActorCriticConfig, env_id: Any = "CartPole-v1", seed: int = 0,
-                 transform: pgrad.GradientTransform | None = None):
+    def __init__(self, cfg: ActorCriticConfig | str | None = None, env_id: Any = "CartPole-v1",
+                 seed: int = 0, transform: pgrad.GradientTransform | Any = None, *,
+                 verbose: int | None = None, **sb3: Any):
+        if not isinstance(cfg, self.Config) or sb3:  # SB3's form: Cls("MlpPolicy", env, ...)
+            from agents.catalog import sb3_names
+
+            cfg, env_id, rest = sb3_names.constructor(type(self), cfg, env_id, sb3)
+            seed = rest.get("seed", seed)
+            if rest.get("tensorboard_log") is not None:
+                self.tensorboard_log = str(rest["tensorboard_log"])
+        from agents.catalog.sb3_names import verbosity
+
+        #: SB3's ``verbose``: None (not given: progress shown), 0 quiet, 1 progress, 2 progress
+        #: and a line of metrics per update (what ``learn`` shows unless told).
+        self.verbose = verbosity(verbose)
         if not isinstance(cfg, self.Config):
             raise TypeError(f"{type(self).__name__} needs a {self.Config.__qualname__}; "
                             f"got {type(cfg).__name__}.")
@@ -128,10 +141,14 @@ class ActorCriticAgent(ActingMethods):
                 self.schedules.start("critic_learning_rate"), epsilon=1e-5)
             self.critic_optimizer.build(self.net.value_only_variables)
         self.custom_transform = transform is not None
+        if callable(transform) and not isinstance(transform, pgrad.GradientTransform):
+            # a plain fn(grads, **context), as pgrad-train --transform module:fn takes it
+            name = str(getattr(transform, "__name__", "transform"))
+            transform = pgrad.chain(pgrad.from_function(transform, name=name), name=name)
         self.transform = transform if transform is not None else self.default_transform()
         if not isinstance(self.transform, pgrad.GradientTransform):
-            raise TypeError(f"transform must be a pgrad.GradientTransform; got "
-                            f"{type(self.transform).__name__}.")
+            raise TypeError(f"transform must be a pgrad.GradientTransform or a function "
+                            f"fn(grads, **context); got {type(self.transform).__name__}.")
         self.transform_state = TransformState(self.transform.init(self.net.policy_variables))
         self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
         self.updates_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
@@ -335,7 +352,7 @@ class ActorCriticAgent(ActingMethods):
         return persistence.load(path, registry=agent_class, **kwargs)
 
     def learn(self, total_steps: int | None = None, callbacks: Any = None,
-              progress: bool = True, *, total_timesteps: int | None = None,
+              progress: bool | None = None, *, total_timesteps: int | None = None,
               progress_bar: bool | None = None, callback: Any = None, **sb3: Any
               ) -> ActorCriticAgent:
         """Trains for ``total_steps`` more env steps (the counters continue, as
@@ -346,7 +363,8 @@ class ActorCriticAgent(ActingMethods):
           callbacks: a :class:`agents.learning.Callback`, a plain ``fn(loop) -> bool | None``
             called after every update (``False`` stops), or a list of them
             (:mod:`agents.callbacks`: evaluation, checkpoints, stop at a return).
-          progress: a progress bar on stderr.
+          progress: a progress bar on stderr; None: as the agent's ``verbose`` says (shown
+            unless it is 0; 2 adds a line of metrics per update).
           total_timesteps, progress_bar, callback: Stable-Baselines3's names of the three.
         """
         from agents.catalog import sb3_names
@@ -354,6 +372,7 @@ class ActorCriticAgent(ActingMethods):
 
         total_steps, callbacks, progress = sb3_names.learn_arguments(
             total_steps, callbacks, progress, total_timesteps, progress_bar, callback, sb3)
+        progress, callbacks = sb3_names.verbose_learning(self.verbose, progress, callbacks)
         if int(total_steps) < 0:
             raise ValueError(f"total_steps must be >= 0; got {total_steps}.")
         if self.tensorboard_log is not None:  # after the user's (an EvalCallback's rows)

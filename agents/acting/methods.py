@@ -122,6 +122,7 @@ class ActingMethods:
         sb3-contrib's ``MaskablePPO.predict``; a Dict observation's ``action_mask`` key is used
         without it. Bad input is a one-line ValueError (:func:`agents.acting.policy.predict`).
         """
+        check_not_env_output(obs, self.observation_space)
         return acting.predict(self._act, self.observation_space, obs, state, episode_start,
                               deterministic, action_masks)
 
@@ -159,3 +160,18 @@ class ActingMethods:
         return acting.acting_state(self.mirror, self.obs_norm, self.reward_norm,
                                    [self.seed, updates],
                                    self.rollout_state if self.net.recurrent else None)
+
+
+def check_not_env_output(obs: Any, space: gym.Space) -> None:
+    """Refuses what ``env.reset()`` / ``env.step()`` return whole (a tuple ending in the info
+    dict) given as an observation, in one line. A Tuple space's observation of as many parts is
+    left to the space's own checks."""
+    if not isinstance(obs, tuple) or len(obs) not in (2, 5) or not isinstance(obs[-1], dict):
+        return
+    if isinstance(space, gym.spaces.Tuple) and len(space) == len(obs):
+        return  # a Tuple observation of that many parts: leave it to the space's checks
+    if len(obs) == 2:
+        raise ValueError("predict got the (obs, info) pair env.reset() returns; pass the "
+                         "observation: obs, info = env.reset(); agent.predict(obs).")
+    raise ValueError("predict got the (obs, reward, terminated, truncated, info) env.step() "
+                     "returns; pass the observation: obs, *_ = env.step(action).")

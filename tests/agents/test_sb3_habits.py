@@ -1,0 +1,191 @@
+"""Stable-Baselines3 habits on pgrad's agents: ``verbose``, ``Cls("MlpPolicy", env, **sb3)``,
+``predict`` on what ``env.reset()`` returns, a plain function as ``transform=``, one-file
+``save("x.zip")``, and vector envs in Gymnasium's default NEXT_STEP autoreset."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import agents
+import pgrad
+from agents.catalog import sb3_names
+
+
+def weights(agent) -> list[np.ndarray]:
+    return [v.numpy() for v in agent.net.variables]
+
+
+def assert_same_weights(a, b, rtol=1e-5, atol=1e-6):
+    for x, y in zip(weights(a), weights(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+# -- verbose ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verbose", [0, 1, 2])
+def test_verbose_means_what_sb3_s_does(verbose, capsys):
+    agent = agents.PPO("MlpPolicy", "CartPole-v1", verbose=verbose, n_steps=16, batch_size=8)
+    try:
+        assert agent.verbose == verbose
+        agent.learn(32)
+        err = capsys.readouterr().err
+    finally:
+        agent.close()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    updates = [ln for ln in lines if ln.startswith("update ")]
+    if verbose == 0:
+        assert lines == []
+    elif verbose == 1:  # progress (off a terminal: a line per 10% of the run), no metrics
+        assert any(ln.startswith("step ") for ln in lines) and updates == []
+    else:  # progress and one line of metrics per update
+        assert [u.split()[:4] for u in updates] == [["update", "1", "step", "16"],
+                                                     ["update", "2", "step", "32"]]
+        assert "policy_loss" in updates[0] and "grad_norm" in updates[0]
+
+
+def test_verbose_in_make_and_with_a_config_and_progress_overrides(capsys):
+    ppo = agents.get("ppo")
+    agent = ppo(ppo.Config(n_steps=16, minibatch_size=16, num_envs=1), "CartPole-v1", verbose=1)
+    try:
+        assert agent.verbose == 1
+        agent.learn(16, progress=False)  # an explicit progress wins
+        assert capsys.readouterr().err == ""
+    finally:
+        agent.close()
+    agent = agents.make("a2c", "CartPole-v1", n_steps=8, verbose=0)
+    try:
+        assert agent.verbose == 0
+        agent.learn(16)
+        assert capsys.readouterr().err == ""
+    finally:
+        agent.close()
+    for bad in (3, -1, "1", True):
+        with pytest.raises(ValueError, match="verbose must be 0 .*, 1 .* or 2"):
+            agents.make("a2c", "CartPole-v1", verbose=bad)
+
+
+# -- the SB3 constructor ----------------------------------------------------------------------
+
+
+def test_sb3_constructor_equals_the_config_form():
+    env = gym.make("CartPole-v1")
+    sb3 = agents.PPO("MlpPolicy", env, n_steps=32, batch_size=16, n_epochs=2, ent_coef=0.01,
+                     learning_rate=1e-3, gamma=0.98, gae_lambda=0.9, clip_range=0.1,
+                     policy_kwargs=dict(net_arch=[32, 32]), seed=3, verbose=0)
+    cfg = agents.PPOConfig(num_envs=1, n_steps=32, minibatch_size=16, epochs=2, ent_coef=0.01,
+                           learning_rate=1e-3, gamma=0.98, gae_lambda=0.9, clip_range=0.1,
+                           hidden=(32, 32), encoder="mlp")
+    ours = agents.PPO(cfg, env_id="CartPole-v1", seed=3)
+    try:
+        assert sb3.cfg == cfg and sb3.seed == 3
+        sb3.step()
+        ours.step()
+        assert_same_weights(sb3, ours, rtol=0, atol=0)
+    finally:
+        sb3.close()
+        ours.close()
+
+
+def test_sb3_constructor_keywords_and_other_classes():
+    a2c = agents.A2C(policy="MlpPolicy", env="CartPole-v1", n_steps=5, tensorboard_log=None)
+    try:
+        assert isinstance(a2c, agents.A2C) and a2c.cfg.n_steps == 5
+        assert a2c.cfg.encoder == "mlp" and a2c.cfg.num_envs == a2c.Config().num_envs
+    finally:
+        a2c.close()
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2,
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    ppo = agents.PPO("MultiInputPolicy", envs, n_steps=8, batch_size=8)
+    try:
+        assert ppo.cfg.num_envs == 2 and ppo.cfg.encoder == "auto"
+    finally:
+        ppo.close()
+
+
+def test_policy_names_and_refusals():
+    assert {k: sb3_names.encoder_of(k) for k in sb3_names.POLICIES} == {
+        "MlpPolicy": "mlp", "CnnPolicy": "nature_cnn", "MultiInputPolicy": "auto"}
+    with pytest.raises(TypeError, match="policy 'LnMlpPolicy': pgrad takes 'MlpPolicy'.*"
+                                        "Cls\\(Cls.Config\\(...\\), env_id=...\\)"):
+        agents.PPO("LnMlpPolicy", "CartPole-v1")
+    with pytest.raises(ValueError, match="nature_cnn"):  # a CNN on vector observations
+        agents.PPO("CnnPolicy", "CartPole-v1")
+    with pytest.raises(TypeError, match="dataclasses.replace\\(cfg, n_steps=...\\)"):
+        agents.PPO(agents.PPOConfig(), "CartPole-v1", n_steps=8)
+    with pytest.raises(TypeError, match="device is Stable-Baselines3's; pgrad: "):
+        agents.PPO("MlpPolicy", "CartPole-v1", device="cpu")
+    with pytest.raises(TypeError, match="Config.*unexpected keyword argument 'nonsense'"):
+        agents.PPO("MlpPolicy", "CartPole-v1", nonsense=1)
+    with pytest.raises(TypeError, match="policy given twice"):
+        agents.PPO("MlpPolicy", "CartPole-v1", policy="MlpPolicy")
+
+
+# -- predict on env.reset()'s pair ------------------------------------------------------------
+
+
+def test_predict_on_the_reset_pair_says_to_pass_the_observation():
+    env = gym.make("CartPole-v1")
+    agent = agents.make("ppo", "CartPole-v1", num_envs=1)
+    try:
+        with pytest.raises(ValueError, match="^predict got the \\(obs, info\\) pair "
+                                             "env.reset\\(\\) returns; pass the observation: "
+                                             "obs, info = "):
+            agent.predict(env.reset(seed=0))
+        with pytest.raises(ValueError, match="env.step\\(\\) returns; pass the observation"):
+            agent.predict(env.step(0))
+        obs, _ = env.reset(seed=0)
+        action, state = agent.predict(obs)
+        assert env.action_space.contains(action.item()) and state is None
+    finally:
+        agent.close()
+
+
+# -- a plain function as the transform --------------------------------------------------------
+
+
+def doubled_advantage_weights(grads, advantages, **context):
+    """``2 A_t grad log pi_t`` per step (per-step results: averaged over the steps)."""
+    del context
+    return [2.0 * g * tf.reshape(advantages, [-1] + [1] * (g.shape.rank - 1)) for g in grads]
+
+
+def test_a_plain_function_transform_equals_its_chain():
+    kw = dict(n_steps=8, num_envs=2, seed=1)
+    by_fn = agents.make("a2c", "CartPole-v1", transform=doubled_advantage_weights, **kw)
+    by_chain = agents.make("a2c", "CartPole-v1", transform=pgrad.chain(
+        pgrad.weight_by("advantages"), pgrad.scale(2.0), pgrad.mean_steps()), **kw)
+    plain = agents.make("a2c", "CartPole-v1", **kw)  # the default chain: without the 2
+    try:
+        assert by_fn.transform.name == "doubled_advantage_weights"
+        start = weights(by_fn)
+        for agent in (by_fn, by_chain, plain):
+            agent.step()
+        # the function runs on the materialised per-step path, the chain on the fused one
+        assert by_fn.updater.step.transform.fused_form() is None
+        assert by_chain.updater.step.transform.fused_form() is not None
+        assert_same_weights(by_fn, by_chain)
+        moved = [np.abs(b - a).max() for a, b in zip(start, weights(by_fn))]
+        moved_plain = [np.abs(b - a).max() for a, b in zip(start, weights(plain))]
+        assert max(abs(m - p) for m, p in zip(moved, moved_plain)) > 1e-6
+    finally:
+        for agent in (by_fn, by_chain, plain):
+            agent.close()
+
+
+def test_transform_of_another_kind_is_one_line():
+    with pytest.raises(TypeError, match="transform must be a pgrad.GradientTransform or a "
+                                        "function fn\\(grads, \\*\\*context\\); got int"):
+        agents.make("a2c", "CartPole-v1", transform=3)
+
+
+def test_dataclass_fields_unchanged_by_sb3_names():
+    """The SB3 names map onto fields; the Config classes themselves are untouched."""
+    fields = {f.name for f in dataclasses.fields(agents.PPOConfig)}
+    assert {"minibatch_size", "epochs", "hidden"} <= fields
+    assert not {"batch_size", "n_epochs", "policy_kwargs", "verbose"} & fields
