@@ -6,6 +6,7 @@
     python scripts/bench.py --only command_overhead --steps 5000       # pgrad-train vs learn
     python scripts/bench.py --only ppo_minatar_vs_sb3                  # opt-in, PPO MinAtar, 500k
     python scripts/bench.py --only ppo_atari_rss_vs_sb3 --steps 2048   # opt-in, peak RSS (<= 8192)
+    python scripts/bench.py --only grpo_vs_trl --rounds 4              # opt-in, GRPO vs TRL
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. Each figure runs in a fresh process, whose peak memory (VmHWM)
@@ -23,7 +24,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pgrad_app.perf import async_scaling, collection, conv_figures, gradients, sb3, scaling, speed
+from pgrad_app.perf import (
+    async_scaling,
+    collection,
+    conv_figures,
+    gradients,
+    grpo_trl,
+    sb3,
+    scaling,
+    speed,
+)
 from pgrad_app.perf.common import peak_rss_mb
 
 FIGURES: dict[str, Callable] = {
@@ -42,6 +52,7 @@ FIGURES: dict[str, Callable] = {
     "collection_envpool_halfcheetah": collection.collection_cheetah,
     "a2c_cartpole": sb3.a2c_cartpole,
     "ray_scaling": scaling.ray_scaling,
+    "transformer_cached_acting": grpo_trl.cached_acting,
 }
 #: Figures run only when named with --only (long).
 OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
@@ -50,7 +61,8 @@ OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "naive_acting_ratio": collection.naive_acting_ratio,
                                "async_scaling": async_scaling.async_scaling,
                                "ppo_minatar_vs_sb3": sb3.ppo_minatar_vs_sb3,
-                               "ppo_atari_rss_vs_sb3": sb3.ppo_atari_rss_vs_sb3}
+                               "ppo_atari_rss_vs_sb3": sb3.ppo_atari_rss_vs_sb3,
+                               "grpo_vs_trl": grpo_trl.grpo_vs_trl}
 
 
 #: The figures run side by side with SB3 in rounds (``--rounds``: sb3.side_by_side_vs_sb3).
@@ -67,11 +79,16 @@ def run_figure(name: str, args) -> list[dict]:
         kwargs = {} if args.steps is None else {"steps": args.steps}  # else the figure's own
         if name in SB3_SIDE_BY_SIDE:
             kwargs["rounds"] = args.rounds
+    elif name == "grpo_vs_trl":  # --steps: timed updates per run; --rounds > 1 overrides
+        kwargs = {"rounds": args.rounds if args.rounds > 1 else grpo_trl.ROUNDS,
+                  **({} if args.steps is None else {"steps": args.steps})}
     elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
         kwargs = {"steps": 8192 if args.steps is None else min(args.steps, 8192)}
     repeats = args.repeats
     if name == "conv_ratios":  # a NatureCNN gradient at T=256 is ~100x a CartPole one
         repeats = max(3, repeats // 8)
+    elif name == "transformer_cached_acting":  # a round is a batch's 6 acting calls per side
+        repeats = max(3, repeats // 2)
     out = fn(repeats, **kwargs)
     out = out if isinstance(out, list) else [out]
     for r in out:
