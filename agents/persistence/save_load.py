@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents import schedules
+from agents.persistence import archive
 from pgrad.rl.storage import named_code
 from pgrad.rl.storage.checkpoint import CheckpointStore
 from pgrad.rl.storage.dirlock import RUN_MARKER, DirectoryInUse, DirectoryLock
@@ -158,7 +159,8 @@ def export(agent: Agent, path: str | Path) -> Path:
 
 
 def save(agent: Agent, path: str | Path) -> Path:
-    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it.
+    """Saves ``agent`` into directory ``path`` (see the module docstring); returns it. A path
+    ending in ``.zip`` is one file instead: this directory zipped (:mod:`.archive`).
 
     Only a new or empty directory, or one an earlier ``agent.save`` wrote, is saved into, under
     the lock a training holds on its run directory (:mod:`pgrad.rl.storage.dirlock`).
@@ -169,6 +171,8 @@ def save(agent: Agent, path: str | Path) -> Path:
         (nothing saved).
       pgrad.rl.storage.checkpoint.CheckpointWriteError: the checkpoint could not be written.
     """
+    if archive.is_zip_name(path):  # one file: the directory below, zipped and swapped in
+        return archive.save_zip(agent, path, save)
     given, path = path, Path(path).absolute()
     check_save_target(path)
     if path.exists() and path.resolve() == Path.cwd().resolve():
@@ -243,13 +247,14 @@ def read_description(path: str | Path) -> dict[str, Any]:
     Raises:
       ValueError: no ``agent.json``, or one that is not a pgrad agent record.
     """
-    file = Path(path) / AGENT_FILE
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path} holds no saved agent (no {AGENT_FILE}).") from None
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
+    with archive.readable(path) as where:
+        file = where / AGENT_FILE
+        try:
+            data = json.loads(file.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"{path} holds no saved agent (no {AGENT_FILE}).") from None
+        except (OSError, ValueError) as err:
+            raise ValueError(f"cannot read {Path(path) / AGENT_FILE}: {err}") from None
     if not isinstance(data, dict) or "agent" not in data or "hyperparameters" not in data:
         raise ValueError(f"{file} is not a pgrad agent record.")
     return data
@@ -314,11 +319,22 @@ def restore(agent: Agent, directory: str | Path, acting_only: bool = False,
 
 def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
          acting_only: bool = False, registry: Callable[[str], type], **overrides: Any) -> Any:
+    """:func:`load_directory` of ``path``, or of a ``.zip`` save extracted (``path`` itself, or
+    ``path.zip`` when ``path`` does not exist: :mod:`.archive`)."""
+    with archive.readable(path) as where:
+        return load_directory(path, where, env_id=env_id, transform=transform,
+                              acting_only=acting_only, registry=registry, **overrides)
+
+
+def load_directory(path: str | Path, where: Path, *, env_id: Any = None, transform: Any = None,
+                   acting_only: bool = False, registry: Callable[[str], type],
+                   **overrides: Any) -> Any:
     """The agent saved in ``path`` (``agent.save`` or a training run directory), restored: an
     :class:`agents.base.ActorCriticAgent` of the recorded kind.
 
     Args:
-      path: the directory.
+      path: the directory (as the user named it: the errors say it).
+      where: the directory read (``path``, or a zip save's extracted copy).
       env_id: build the agent on this env instead of the recorded one (an id, a factory, an
         env instance; needed when the record has none, e.g. an env factory; the recorded id's
         options and Gymnasium wrappers are rebuilt).
@@ -331,7 +347,7 @@ def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
       **overrides: hyperparameters to change on loading (e.g. ``num_envs=1`` for acting; the
         user's own ``encoder=`` if the agent was built with one).
     """
-    record = read_description(path)
+    record = read_description(where)
     try:
         cls = registry(str(record["agent"]))
     except (KeyError, ValueError) as err:
@@ -366,7 +382,7 @@ def load(path: str | Path, *, env_id: Any = None, transform: Any = None,
                          "imports code named by a saved agent).")
     agent = cls(cfg, env_id=env, seed=int(record.get("seed", 0)), transform=transform)
     try:
-        meta, _ = restore(agent, Path(path) / CHECKPOINTS, acting_only=acting_only)
+        meta, _ = restore(agent, Path(where) / CHECKPOINTS, acting_only=acting_only)
         agent.learn_stats.load_meta(meta)
     except Exception:
         agent.close()

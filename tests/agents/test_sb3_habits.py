@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import zipfile
 
 import gymnasium as gym
 import numpy as np
@@ -189,3 +190,76 @@ def test_dataclass_fields_unchanged_by_sb3_names():
     fields = {f.name for f in dataclasses.fields(agents.PPOConfig)}
     assert {"minibatch_size", "epochs", "hidden"} <= fields
     assert not {"batch_size", "n_epochs", "policy_kwargs", "verbose"} & fields
+
+
+# -- save("x.zip"): one file ------------------------------------------------------------------
+
+
+def test_zip_save_is_one_file_that_loads_back_exactly(tmp_path):
+    agent = agents.make("ppo", "CartPole-v1", num_envs=2, n_steps=16, minibatch_size=8,
+                        epochs=2, seed=4)
+    try:
+        agent.step()
+        assert agent.save(tmp_path / "x.zip") == tmp_path / "x.zip"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["x.zip"]  # nothing left beside
+        assert (tmp_path / "x.zip").is_file()
+        with zipfile.ZipFile(tmp_path / "x.zip") as zf:
+            names = zf.namelist()
+        assert "agent.json" in names and any(n.startswith("checkpoints/") for n in names)
+        assert any(n.startswith("policy/") for n in names) and ".pgrad-lock" not in names
+        assert agents.PPO.load(tmp_path / "x.zip").env_steps == 32
+        loaded = [agents.load(tmp_path / "x.zip"), agents.load(str(tmp_path / "x"))]
+        try:
+            for other in loaded:
+                assert other.env_steps == agent.env_steps and other.cfg == agent.cfg
+                assert_same_weights(other, agent, rtol=0, atol=0)
+                opt = [v.numpy() for v in agent.optimizer.variables]
+                for a, b in zip(opt, [v.numpy() for v in other.optimizer.variables], strict=True):
+                    np.testing.assert_array_equal(a, b)
+            # a continued step equals the original's (each from its env's reset by the seed, as
+            # a loaded agent's env starts)
+            agent.collector.reset(seed=agent.seed)
+            agent.step()
+            for other in loaded:
+                other.step()
+                assert other.env_steps == agent.env_steps
+                assert_same_weights(other, agent, rtol=0, atol=0)
+        finally:
+            for other in loaded:
+                other.close()
+        agent.save(tmp_path / "dir")  # directory saves as before
+        assert (tmp_path / "dir" / "agent.json").is_file()
+        again = agents.load(tmp_path / "dir")
+        assert again.env_steps == agent.env_steps
+        again.close()
+    finally:
+        agent.close()
+
+
+def test_a_failing_zip_save_leaves_the_previous_file(tmp_path, monkeypatch):
+    from agents.persistence import archive
+
+    agent = agents.make("a2c", "CartPole-v1", num_envs=1, n_steps=8)
+    try:
+        agent.save(tmp_path / "x.zip")
+        before = (tmp_path / "x.zip").read_bytes()
+        agent.step()
+
+        def broken(directory, handle):
+            handle.write(b"PK half a zip")
+            raise OSError("disk full")
+
+        monkeypatch.setattr(archive, "write_zip", broken)
+        with pytest.raises(OSError, match="disk full"):
+            agent.save(tmp_path / "x.zip")
+        assert (tmp_path / "x.zip").read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["x.zip"]
+        monkeypatch.undo()
+        restored = agents.load(tmp_path / "x.zip")
+        assert restored.env_steps == 0
+        restored.close()
+    finally:
+        agent.close()
+    (tmp_path / "bad.zip").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="bad.zip/agent.json: .*Not a directory"):
+        agents.load(tmp_path / "bad.zip")
