@@ -63,11 +63,11 @@ AGENTS = [agents.A2C, agents.Reinforce, agents.PPO, agents.NPG]
 
 
 def test_registry():
-    assert agents.names() == ["a2c", "appo", "grpo", "impala", "npg", "ppo", "reinforce",
-                             "rloo", "trpo"]
+    assert agents.names() == ["a2c", "appo", "grpo", "impala", "ippo", "mappo", "npg", "ppo",
+                             "reinforce", "rloo", "trpo"]
     assert agents.get("A2C") is agents.A2C and agents.get("reinforce") is agents.Reinforce
     with pytest.raises(ValueError, match="unknown agent 'sac'; known agents: a2c, appo, grpo, "
-                                         "impala, npg, ppo, reinforce"):
+                                         "impala, ippo, mappo, npg, ppo, reinforce"):
         agents.get("sac")
 
 

@@ -82,8 +82,8 @@ def test_an_algorithm_in_one_module_is_found_everywhere(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     out = r.stdout
     assert r.returncode == 0, r.stderr[-3000:]
-    assert ("NAMES ['a2c', 'appo', 'grpo', 'impala', 'npg', 'ppo', 'reinforce', 'rloo', 'trpo', "
-            "'vpg'] False" in out)  # found without TensorFlow
+    assert ("NAMES ['a2c', 'appo', 'grpo', 'impala', 'ippo', 'mappo', 'npg', 'ppo', 'reinforce', "
+            "'rloo', 'trpo', 'vpg'] False" in out)  # found without TensorFlow
     assert "  vpg:\n" in out and "    n_steps=32" in out  # pgrad-train --help lists its config
     assert "| `vpg` | `agents.VPG` | `VPGConfig` |" in out  # the docs' table
     assert "TRAIN 0" in out, r.stderr[-3000:]

@@ -63,7 +63,8 @@ def test_the_agents_configs_are_data_and_the_agents_load_on_first_use():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.stdout.splitlines() == [
-        "False ['a2c', 'appo', 'grpo', 'impala', 'npg', 'ppo', 'reinforce', 'rloo', 'trpo']",
+        "False ['a2c', 'appo', 'grpo', 'impala', 'ippo', 'mappo', 'npg', 'ppo', 'reinforce', "
+        "'rloo', 'trpo']",
         "False 64 0.2"
     ], r.stderr
     import agents  # here TensorFlow may load: the classes come on first use, with their configs

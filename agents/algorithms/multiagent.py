@@ -1,0 +1,100 @@
+"""Many agents: PPO on the agent rows of a PettingZoo game, with one policy for every agent.
+
+* ``ippo`` -- independent PPO (de Witt et al. 2020): each agent's step is a row of the batch
+  (:mod:`pgrad.rl.multiagent`), actor and critic read the agent's own observation, and the
+  parameters are shared by all agents.
+* ``mappo`` -- multi-agent PPO (Yu et al. 2022): the same, with a centralised critic reading
+  the game's global ``state()`` (the agents' observations end to end where it has none) while
+  the actor reads its own observation; ``critic_input="state_and_obs"`` (the default) gives
+  the critic MAPPO's agent-specific global state, the state beside the agent's observation.
+
+The agents take a PettingZoo ``ParallelEnv`` / ``AECEnv`` factory, an instance, or its
+``"module:factory"`` name (``pgrad-train --algo ippo --env mpe2.simple_spread_v3:parallel_env``)
+and build the rows themselves (:mod:`agents.learners.multiagent`). ``num_envs`` counts copies of
+the game; each update takes ``n_steps x n_agents x num_envs`` rows in ``num_minibatches``
+minibatches; env steps count steps of the game (BenchMARL's frames).
+
+Defaults are the MAPPO paper's for MPE (its ``train_mpe.sh`` / ``config.py``): learning rate
+7e-4, 10 epochs, clip 0.2, entropy 0.01, gamma 0.99, GAE 0.95, gradient norm 10, 64-unit
+layers; smaller batches than its 128 threads (8 copies, 50 steps, 4 minibatches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agents.algorithms.ppo import PPOConfig, ppo_chain
+from agents.catalog.declare import Algorithm
+from agents.config import doc, preset
+
+#: How the critic of ``mappo`` reads a row (:class:`MAPPOConfig.critic_input`).
+CRITIC_INPUTS = ("state_and_obs", "state")
+
+
+@dataclass
+class IPPOConfig(PPOConfig):
+    """IPPO hyperparameters: PPO's fields, ``num_envs`` counting copies of the game."""
+
+    num_envs: int = field(default=8, metadata=doc(
+        "copies of the game (B); the agent steps n_agents x B rows"))
+    n_steps: int = preset("n_steps", 50)
+    epochs: int = preset("epochs", 10)
+    minibatch_size: int = field(default=0, metadata=doc(
+        "must stay 0: the rows per minibatch follow from num_minibatches"))
+    num_minibatches: int = field(default=4, metadata=doc(
+        "minibatches per epoch over the n_steps x n_agents x num_envs rows (MAPPO's "
+        "num_mini_batch); must divide them"))
+    learning_rate: float | str = preset("learning_rate", 7e-4)
+    ent_coef: float | str = preset("ent_coef", 0.01)
+    max_grad_norm: float = preset("max_grad_norm", 10.0)
+    agent_id: bool = field(default=False, metadata=doc(
+        "append each agent's index, one-hot, to its observation"))
+
+    def validate(self) -> None:
+        super().validate()
+        # The agent's update runs on a copy counting rows (agents.learners.multiagent), marked
+        if int(self.minibatch_size) != 0 and not getattr(self, "counts_rows", False):
+            raise ValueError(f"minibatch_size must be 0 for agents on rows (their count depends "
+                             f"on the game's agents); set num_minibatches instead; got "
+                             f"{self.minibatch_size}")
+        if not 1 <= int(self.num_minibatches) <= 10_000:
+            raise ValueError(f"num_minibatches must be in [1, 10000]; got {self.num_minibatches}")
+        if self.rollout != "steps":
+            raise ValueError(f"agents on rows collect rollout='steps'; got {self.rollout!r}")
+        if self.recurrent:
+            raise ValueError(f"agents on rows take feed-forward policies: recurrent must be ''; "
+                             f"got {self.recurrent!r}")
+        if self.vector_mode != "sync":
+            raise ValueError(f"agents on rows step their copies in this process: vector_mode "
+                             f"must be 'sync'; got {self.vector_mode!r}")
+
+
+@dataclass
+class MAPPOConfig(IPPOConfig):
+    """MAPPO hyperparameters: IPPO's, and what the centralised critic reads."""
+
+    critic_input: str = field(default="state_and_obs", metadata=doc(
+        "what the critic reads: 'state_and_obs' (the global state beside the agent's own "
+        "observation: MAPPO's agent-specific global state) or 'state' (the state alone, with "
+        "the agent's one-hot if agent_id)"))
+
+    def validate(self) -> None:
+        super().validate()
+        if self.critic_input not in CRITIC_INPUTS:
+            raise ValueError(f"critic_input must be one of {CRITIC_INPUTS}; got "
+                             f"{self.critic_input!r}")
+        own = getattr(self.encoder, "mappo_columns", False)  # the agent's own, for its update
+        if not own and (not isinstance(self.encoder, str) or self.encoder not in ("auto", "mlp")):
+            raise ValueError(f"mappo builds its own actor and critic MLPs (hidden widths, "
+                             f"activation): encoder must be 'auto' or 'mlp'; got {self.encoder!r}")
+
+
+_LEARNER = "agents.learners.multiagent"
+
+ALGORITHMS = (
+    Algorithm("ippo", "IPPO", IPPOConfig, chain=ppo_chain, agent=f"{_LEARNER}:IPPO",
+              summary="PPO on the agent rows of a PettingZoo game, parameters shared by all "
+                      "agents"),
+    Algorithm("mappo", "MAPPO", MAPPOConfig, chain=ppo_chain, agent=f"{_LEARNER}:MAPPO",
+              summary="IPPO with a centralised critic reading the game's global state"),
+)

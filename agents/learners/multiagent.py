@@ -1,0 +1,261 @@
+"""The ``ippo`` and ``mappo`` agents: the actor-critic agent on the agent rows of a PettingZoo game.
+
+What they are (configs, defaults): :mod:`agents.algorithms.multiagent`. Here, what they change
+in the actor-critic agent, and nothing else:
+
+* the env: the PettingZoo game (a factory, an instance, ``"module:factory"``, or agent rows
+  built already) becomes ``num_envs`` copies of agent rows (:func:`pgrad.rl.multiagent.
+  make_agent_rows`; MAPPO's rows also observe the copy's state,
+  :class:`pgrad.rl.multiagent.central.StateRowsVectorEnv`), collected by the
+  :class:`~pgrad.rl.multiagent.collector.RowsCollector` (live steps first, dead ones masked);
+* the update's config (:attr:`IPPO.rows_cfg`): ``num_envs`` rows, not copies, and minibatches
+  of ``n_steps x rows / num_minibatches``; the agent's own :attr:`cfg` keeps the user's values
+  (saved with the agent, and ``steps_per_update`` in steps of the game);
+* MAPPO's network: the actor's MLP reads the row's own columns, the critic's MLP the state
+  (and the own columns with ``critic_input="state_and_obs"``), each through the network
+  builder's own-encoder hook (:class:`ColumnsMLP`), followed by one output layer each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Any
+
+import gymnasium as gym
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents.algorithms.multiagent import IPPOConfig, MAPPOConfig
+from agents.algorithms.ppo import ppo_chain
+from agents.base import ActorCriticAgent
+from pgrad.rl import multiagent
+from pgrad.rl.envs.recipe import EnvRecipe
+from pgrad.rl.models.dense import mlp
+from pgrad.rl.multiagent.central import StateRowsVectorEnv
+from pgrad.rl.multiagent.statistics import AgentEpisodeStatistics
+
+__all__ = ["IPPO", "MAPPO", "ColumnsMLP", "game_source"]
+
+
+def _import_factory(spec: str, who: str) -> Any:
+    module, sep, attr = spec.rpartition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{who} trains on PettingZoo games: pass a factory, a game, or its "
+                         f"'module:factory' name (e.g. 'mpe2.simple_spread_v3:parallel_env'); "
+                         f"got {spec!r}.")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except ImportError as err:
+        raise ValueError(f"env {spec!r}: importing {module!r} failed: {err}") from None
+    except AttributeError:
+        raise ValueError(f"env {spec!r}: module {module!r} has no {attr!r}.") from None
+    if not callable(factory):
+        raise ValueError(f"env {spec!r}: {attr!r} is not a factory (a function returning a "
+                         f"PettingZoo game); got {type(factory).__name__}.")
+    return factory
+
+
+def game_source(env_id: Any, who: str = "this agent") -> tuple[Any, Any, str | None]:
+    """``(what builds the game: a factory or one instance, what rebuilds it for evaluation and
+    loading or None, why it cannot be rebuilt or None)``.
+
+    ``env_id``: a ``"module:factory"`` name, an :class:`~pgrad.rl.envs.recipe.EnvRecipe` of one
+    with keyword options (no wrappers), a factory, or a PettingZoo game instance.
+    """
+    if isinstance(env_id, EnvRecipe):
+        if env_id.wrappers:
+            raise ValueError(f"{who}: Gymnasium wrappers do not apply to PettingZoo games; "
+                             f"wrap the game in its factory instead.")
+        base, source, why = game_source(env_id.env, who)
+        if env_id.kwargs and not multiagent.is_pettingzoo(base):
+            return functools.partial(base, **env_id.kwargs), env_id, why
+        return base, env_id, why
+    if isinstance(env_id, str):
+        return _import_factory(env_id, who), env_id, None
+    if multiagent.is_pettingzoo(env_id):
+        return env_id, None, ("a PettingZoo game instance cannot be built again: pass its "
+                              "factory or 'module:factory' name instead")
+    if isinstance(env_id, (gym.Env, gym.vector.VectorEnv)):
+        raise TypeError(f"{who} trains on PettingZoo games; got a Gymnasium env "
+                        f"({type(env_id).__name__}): train it with a single-agent algorithm.")
+    if callable(env_id):
+        return env_id, env_id, None
+    raise TypeError(f"{who} trains on PettingZoo games: pass a factory, a game, or its "
+                    f"'module:factory' name; got {type(env_id).__name__}.")
+
+
+class ColumnsMLP(keras.layers.Layer):
+    """``[N, D] -> [N, hidden[-1]]``: the MLP of the given columns of a row.
+
+    Args:
+      columns: ``[K]`` the columns it reads.
+      hidden, activation, seed, ortho_init: as :func:`pgrad.rl.models.dense.mlp`.
+    """
+
+    def __init__(self, columns: np.ndarray, hidden: tuple, activation: str, seed: int,
+                 ortho_init: bool, name: str):
+        super().__init__(name=name)
+        self.columns = [int(c) for c in columns]
+        self.mlp = (mlp(len(self.columns), hidden, None, activation, name=f"{name}_mlp",
+                        seed=seed, ortho_init=ortho_init) if hidden else None)
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        x = tf.gather(x, self.columns, axis=1)  # [N, K]
+        return x if self.mlp is None else self.mlp(x)
+
+
+class _ActorThenCritic:
+    """The own-encoder hook of :func:`pgrad.rl.models.networks.actor_critic` with
+    ``share_encoder=False``: called once for the actor's encoder, then once for the critic's."""
+
+    __name__ = "mappo_columns"
+    mappo_columns = True  # MAPPOConfig.validate takes it as the encoder
+
+    def __init__(self, parts: list[tuple[np.ndarray, str]], cfg: Any, seed: int):
+        self._parts, self._cfg, self._seed, self._calls = parts, cfg, seed, 0
+
+    def __call__(self, space: gym.Space) -> ColumnsMLP:
+        if self._calls >= len(self._parts):
+            raise RuntimeError("mappo's encoders were asked for a third time; the network "
+                               "builds one for the actor and one for the critic")
+        columns, name = self._parts[self._calls]
+        self._calls += 1
+        return ColumnsMLP(columns, tuple(self._cfg.hidden), self._cfg.activation,
+                          self._seed + 1000 * self._calls, bool(self._cfg.ortho_init), name)
+
+
+class IPPO(ActorCriticAgent):
+    """PPO on agent rows, parameters shared by all agents (:mod:`agents.algorithms.multiagent`).
+
+    Args: as :class:`agents.base.ActorCriticAgent`; ``env_id`` a PettingZoo game's factory,
+      instance or ``"module:factory"`` name, or agent rows (from :func:`pgrad.rl.multiagent.
+      make_agent_rows`; ``num_envs`` then follows their copies).
+    """
+
+    Config: type = IPPOConfig
+    name = "ippo"
+
+    def __init__(self, cfg: IPPOConfig | str | None = None, env_id: Any = None, seed: int = 0,
+                 transform: Any = None, *, verbose: int | None = None, **sb3: Any):
+        if not isinstance(cfg, self.Config) or sb3:  # SB3's form: Cls("MlpPolicy", env, ...)
+            from agents.catalog import sb3_names
+
+            cfg, env_id, rest = sb3_names.constructor(type(self), cfg, env_id, sb3)
+            seed = rest.get("seed", seed)
+            if rest.get("tensorboard_log") is not None:
+                self.tensorboard_log = str(rest["tensorboard_log"])
+        if not isinstance(cfg, self.Config):
+            raise TypeError(f"{type(self).__name__} needs a {self.Config.__qualname__}; "
+                            f"got {type(cfg).__name__}.")
+        cfg.validate()
+        self.seed = int(seed)  # the critic's and actor's MLPs are seeded from it
+        rows, source, why, cfg = self._make_rows(cfg, env_id)
+        try:
+            rows_cfg = self._rows_config(cfg, rows)
+        except Exception:
+            rows.close()
+            raise
+        super().__init__(rows_cfg, env_id=rows, seed=seed, transform=transform,
+                         verbose=verbose)
+        #: The config the update runs on (``num_envs`` rows); :attr:`cfg` is the user's.
+        self.rows_cfg, self.cfg = rows_cfg, cfg
+        self.env_id, self.env_unbuildable = source, why
+        self.env_name = self.collector.name = (source if isinstance(source, str)
+                                               else rows.unwrapped.name)
+        multiagent.use_agent_rows(self)
+
+    # -- the rows --------------------------------------------------------------------------------
+
+    def _build_rows(self, game: Any, cfg: IPPOConfig) -> gym.vector.VectorEnv:
+        return multiagent.make_agent_rows(game, cfg.num_envs, agent_id=cfg.agent_id)
+
+    def _make_rows(self, cfg: IPPOConfig, env_id: Any) -> tuple:
+        """``(rows, source, why not rebuildable, cfg)`` (``cfg.num_envs`` set to the copies of
+        rows built already)."""
+        if multiagent.is_agent_rows(env_id):
+            rows = env_id
+            if not isinstance(rows, AgentEpisodeStatistics):
+                rows = AgentEpisodeStatistics(rows)
+            copies = int(rows.unwrapped.num_games)
+            if cfg.num_envs not in (copies, rows.num_envs):
+                raise ValueError(f"{self.name}: the agent rows have {copies} copies; num_envs="
+                                 f"{cfg.num_envs} differs.")
+            self._check_rows(rows.unwrapped, cfg)
+            why = ("agent rows built already cannot be built again: pass the game's factory or "
+                   "'module:factory' name instead")
+            return rows, None, why, dataclasses.replace(cfg, num_envs=copies)
+        game, source, why = game_source(env_id, self.name)
+        return self._build_rows(game, cfg), source, why, cfg
+
+    def _check_rows(self, rows: Any, cfg: IPPOConfig) -> None:
+        if bool(rows.agent_id) != bool(cfg.agent_id):
+            raise ValueError(f"{self.name}: agent_id={cfg.agent_id} but the agent rows were "
+                             f"built with agent_id={rows.agent_id}.")
+
+    def _rows_config(self, cfg: IPPOConfig, rows: gym.vector.VectorEnv) -> IPPOConfig:
+        """The update's config: ``num_envs`` rows, minibatches of rows."""
+        batch = int(cfg.n_steps) * rows.num_envs
+        if batch % int(cfg.num_minibatches):
+            raise ValueError(f"num_minibatches {cfg.num_minibatches} must divide the "
+                             f"{batch} rows of an update (n_steps {cfg.n_steps} x "
+                             f"{rows.unwrapped.n_agents} agents x {cfg.num_envs} copies).")
+        size = batch // int(cfg.num_minibatches)
+        out = dataclasses.replace(cfg, num_envs=rows.num_envs,
+                                  minibatch_size=0 if size == batch else size)
+        out.counts_rows = True  # type: ignore[attr-defined]  (IPPOConfig.validate)
+        return out
+
+    # -- what the declaration would give a declared agent ------------------------------------------
+
+    def default_transform(self) -> Any:
+        """PPO's chain: ``chain(clip_ratio("clip_range"), mean_steps())``."""
+        return ppo_chain(self.cfg)
+
+    def steps_per_update(self) -> int:
+        """Env steps per update, in steps of the game: ``n_steps x num_envs`` copies."""
+        return int(self.cfg.n_steps) * int(self.cfg.num_envs)
+
+
+class MAPPO(IPPO):
+    """IPPO with a centralised critic reading the copy's global state (module docstring)."""
+
+    Config: type = MAPPOConfig
+    name = "mappo"
+
+    def _build_rows(self, game: Any, cfg: IPPOConfig) -> gym.vector.VectorEnv:
+        return AgentEpisodeStatistics(StateRowsVectorEnv(game, cfg.num_envs,
+                                                         agent_id=cfg.agent_id))
+
+    def _check_rows(self, rows: Any, cfg: IPPOConfig) -> None:
+        super()._check_rows(rows, cfg)
+        if not isinstance(rows, StateRowsVectorEnv):
+            raise ValueError(f"{self.name}'s critic reads the state: build its rows with "
+                             "pgrad.rl.multiagent.central.StateRowsVectorEnv, or pass the game.")
+
+    def _rows_config(self, cfg: IPPOConfig, rows: gym.vector.VectorEnv) -> IPPOConfig:
+        rows_cfg = super()._rows_config(cfg, rows)
+        env = rows.unwrapped
+        own = env.own_columns
+        if cfg.critic_input == "state":  # the state, and the one-hot with agent_id
+            critic = np.concatenate([own[env.obs_dim:], env.state_columns])
+        else:
+            critic = np.arange(env.single_observation_space.shape[0])
+        builder = _ActorThenCritic([(own, "actor_columns"), (critic, "critic_columns")],
+                                   cfg, seed=self.seed + 7000)
+        out = dataclasses.replace(rows_cfg, encoder=builder, share_encoder=False,
+                                  shared_trunk=False)
+        out.counts_rows = True  # type: ignore[attr-defined]
+        return out
+
+    @property
+    def critic_columns(self) -> list[int]:
+        """The row columns the critic reads."""
+        return list(self.net.critic_encoder.own.columns)
+
+    @property
+    def actor_columns(self) -> list[int]:
+        """The row columns the actor reads."""
+        return list(self.net.encoder.own.columns)
