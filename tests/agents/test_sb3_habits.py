@@ -263,3 +263,76 @@ def test_a_failing_zip_save_leaves_the_previous_file(tmp_path, monkeypatch):
     (tmp_path / "bad.zip").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="bad.zip/agent.json: .*Not a directory"):
         agents.load(tmp_path / "bad.zip")
+
+
+# -- vector envs in Gymnasium's default NEXT_STEP autoreset -----------------------------------
+
+
+def rollouts(agent, count: int = 3, steps: int = 40) -> list:
+    """``count`` collected rollouts (the agent's acting, updates between them)."""
+    out = []
+    for k in range(count):
+        traj, episodes = agent.collector.collect(agent.acting_fn(np.random.default_rng(k)), steps)
+        out.append((traj, episodes))
+        agent.step()
+    return out
+
+
+def assert_same_rollouts(a, b):
+    assert len(a) == len(b)
+    for (ta, ea), (tb, eb) in zip(a, b):
+        assert [e[1:] for e in ea] == [e[1:] for e in eb] and len(ea) > 0
+        for name in ("observations", "actions", "rewards", "terminated", "truncated",
+                     "log_probs", "next_observations"):
+            np.testing.assert_array_equal(getattr(ta, name), getattr(tb, name), err_msg=name)
+
+
+def sync_envs(mode, n=3):
+    return gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, autoreset_mode=mode)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_next_step_sync_env_collects_as_same_step(recorded):
+    next_env = sync_envs("NextStep")
+    if recorded:  # the user's own episode statistics inside: they stay right
+        next_env = gym.wrappers.vector.RecordEpisodeStatistics(next_env)
+    kw = dict(n_steps=8, seed=5)
+    nxt = agents.make("a2c", next_env, **kw)
+    same = agents.make("a2c", sync_envs(gym.vector.AutoresetMode.SAME_STEP), **kw)
+    try:
+        assert nxt.collector.envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+        got, want = rollouts(nxt), rollouts(same)
+        assert_same_rollouts(got, want)
+        # no reset step is a transition: each step after an episode's end continues from the
+        # reset observation, never from the final one
+        traj = got[0][0]
+        ended = np.argwhere((traj.terminated + traj.truncated)[:-1] > 0)
+        assert len(ended) > 0
+        for t, b in ended:
+            assert not np.array_equal(traj.observations[t + 1, b], traj.next_observations[t, b])
+        assert_same_weights(nxt, same, rtol=0, atol=0)
+    finally:
+        nxt.close()
+        same.close()
+
+
+def test_make_vec_from_an_id_is_rebuilt_in_same_step():
+    made = gym.make_vec("CartPole-v1", num_envs=4)  # CartPoleVectorEnv: NEXT_STEP only
+    agent = agents.make("ppo", made, n_steps=32, seed=0)
+    ours = agents.make("ppo", "CartPole-v1", num_envs=4, n_steps=32, seed=0)
+    try:
+        assert agent.cfg.num_envs == 4
+        assert_same_rollouts(rollouts(agent, steps=32), rollouts(ours, steps=32))
+    finally:
+        agent.close()
+        ours.close()
+
+
+def test_a_next_step_env_that_cannot_convert_is_one_line():
+    made = gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("CartPole-v1", num_envs=2))
+    with pytest.raises(ValueError, match="autoreset mode NEXT_STEP; pgrad collects with "
+                                         "SAME_STEP .*AutoresetMode.SAME_STEP"):
+        agents.make("a2c", made)
+    disabled = sync_envs(gym.vector.AutoresetMode.DISABLED, 2)
+    with pytest.raises(ValueError, match="autoreset mode DISABLED"):
+        agents.make("a2c", disabled)

@@ -21,7 +21,8 @@ Any env a user has: an id, a factory or an :class:`~pgrad.rl.envs.recipe.EnvReci
 factory with options and wrappers, built again in evaluation, in another process or from a saved
 record: :mod:`pgrad.rl.envs.recipe`, whose names are importable from here too).
 :func:`make_vec_env` also takes a ``gymnasium.Env`` instance (one env) or a
-``gymnasium.vector.VectorEnv`` (in ``SAME_STEP`` autoreset mode).
+``gymnasium.vector.VectorEnv`` (in ``SAME_STEP`` autoreset mode, or Gymnasium's default
+``NEXT_STEP``, converted: :mod:`pgrad.rl.envs.same_step`).
 """
 
 from __future__ import annotations
@@ -186,13 +187,12 @@ def _vector_of_instance(env: Any, num_envs: int, mode: str) -> gym.vector.Vector
         if env.num_envs != num_envs:
             raise ValueError(f"the VectorEnv has {env.num_envs} envs but num_envs={num_envs}; "
                              f"set num_envs={env.num_envs} (agents.make sets it for you).")
-        found = env.metadata.get("autoreset_mode")
-        if found != same_step:
-            raise ValueError(
-                f"the VectorEnv resets in autoreset mode {getattr(found, 'name', found)}; pgrad "
-                "collects with SAME_STEP (a final observation beside the reset one): build it "
-                "with gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode."
-                "SAME_STEP), or pass the env id and num_envs instead.")
+        if env.metadata.get("autoreset_mode") != same_step:
+            # Gymnasium's default NEXT_STEP: reset in the same step (no reset step reaches the
+            # rollout), or built again from its id; else a ValueError (pgrad.rl.envs.same_step)
+            from pgrad.rl.envs.same_step import same_step as in_same_step
+
+            env = in_same_step(env)
         if _has_episode_statistics(env):
             return env
         return gym.wrappers.vector.RecordEpisodeStatistics(env)
