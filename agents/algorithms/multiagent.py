@@ -51,12 +51,13 @@ class IPPOConfig(PPOConfig):
         "append each agent's index, one-hot, to its observation"))
 
     def validate(self) -> None:
-        super().validate()
-        # The agent's update runs on a copy counting rows (agents.learners.multiagent), marked
+        # First (PPO's check reads it in copies). The agent's update runs on a copy of the
+        # config counting rows (agents.learners.multiagent), marked so.
         if int(self.minibatch_size) != 0 and not getattr(self, "counts_rows", False):
             raise ValueError(f"minibatch_size must be 0 for agents on rows (their count depends "
                              f"on the game's agents); set num_minibatches instead; got "
                              f"{self.minibatch_size}")
+        super().validate()
         if not 1 <= int(self.num_minibatches) <= 10_000:
             raise ValueError(f"num_minibatches must be in [1, 10000]; got {self.num_minibatches}")
         if self.rollout != "steps":

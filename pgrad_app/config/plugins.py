@@ -107,8 +107,10 @@ def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
     """Checks a Gymnasium env id (``EnvId`` or ``module:EnvId``) and returns the bare id.
 
     ``module:EnvId`` imports the module first, as ``gymnasium.make`` does, so that it can
-    register its envs. With ``forbid_dir`` (a run directory whose config named the env), a
-    module found inside that directory is refused instead of imported.
+    register its envs. ``module:factory`` (no registered id, a callable of the module: a
+    PettingZoo game's factory, which the ippo / mappo agents build) is returned as it is.
+    With ``forbid_dir`` (a run directory whose config named the env), a module found inside
+    that directory is refused instead of imported.
 
     Raises:
       UserError: the module cannot be imported or the id is not registered (with close matches).
@@ -120,7 +122,9 @@ def resolve_env(spec: str, forbid_dir: str | Path | None = None) -> str:
         module, env_id = spec.split(":", 1)
         if forbid_dir is not None:
             _refuse_inside(module, Path(forbid_dir), f"env {spec}")
-        _import_module(module, f"--env {spec}")
+        imported = _import_module(module, f"--env {spec}")
+        if env_id not in gym.registry and callable(getattr(imported, env_id, None)):
+            return spec  # module:factory (a PettingZoo game's): the agent builds it
     from pgrad.rl.envs.vector import ensure_registered
 
     try:  # ALE/..., MinAtar/...: their packages register them on import
