@@ -85,6 +85,9 @@ class MinibatchStep:
                              "recurrent unset.")
         # Terms a schedule can switch on: left out of the graph when constantly 0.
         self.clip_values = schedules.may_be_positive(parts.cfg.clip_range_vf, "clip_range_vf")
+        #: :mod:`agents.update_hook`'s observer (sees each step's batch and results), or None:
+        #: then nothing is added to the update.
+        self.observer: Any = None
         self.entropy_bonus = schedules.may_be_positive(parts.cfg.ent_coef, "ent_coef")
 
     @property
@@ -168,6 +171,8 @@ class MinibatchStep:
                    "old_values": mb["values"], "rewards": mb["rewards"],
                    "behaviour_log_probs": mb["behaviour_log_probs"], **scalars}
         context.update({k: mb[k] for k in self.extra_keys})  # the targets part's (V-trace's)
+        if self.observer is not None:
+            self.observer.batch(mb, context)
 
         # Recurrent: the rows are env-major sequences of L steps (whole env rollouts, or pieces
         # of them from their stored states: agents/update/compiled.py).
@@ -258,6 +263,8 @@ class MinibatchStep:
         if self.policy_step is not None:
             metrics.update(self.policy_step(policy_vars, before, evaluate, adv,
                                             mb["behaviour_log_probs"], old))
+        if self.observer is not None:
+            self.observer.result(out.grads, grad_norm, applied)
         # A skipped update leaves the transform state as it was, too.
         old = self.transform_state.read()
         self.transform_state.write(tf.nest.map_structure(
