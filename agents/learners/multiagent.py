@@ -208,6 +208,29 @@ class IPPO(ActorCriticAgent):
         out.counts_rows = True  # type: ignore[attr-defined]  (IPPOConfig.validate)
         return out
 
+    # -- evaluation ------------------------------------------------------------------------------
+
+    def evaluate_team(self, episodes: int = 10, deterministic: bool = True,
+                      seed: int | None = None) -> dict[str, Any]:
+        """The team's return over ``episodes`` fresh episodes of the game (one per copy of new
+        agent rows; :func:`pgrad.rl.multiagent.evaluate.team_episodes`): ``return_mean`` is
+        the mean over episodes of the mean over agents of each agent's return. ``seed``: the
+        first episode's (default: pgrad's evaluation seed, the agent's seed + 10,000)."""
+        from pgrad.rl.evaluation.evaluate_policy import eval_seed
+        from pgrad.rl.multiagent.evaluate import team_episodes
+
+        if self.env_id is None:
+            raise ValueError(f"{self.name}: {self.env_unbuildable}.")
+        if not 1 <= int(episodes) <= 10_000:
+            raise ValueError(f"episodes must be in [1, 10000]; got {episodes}.")
+        game, _, _ = game_source(self.env_id, self.name)
+        rows = self._build_rows(game, dataclasses.replace(self.cfg, num_envs=int(episodes)))
+        try:
+            return team_episodes(lambda obs, masks: self.act(obs, deterministic, masks), rows,
+                                 eval_seed(self.seed) if seed is None else int(seed))
+        finally:
+            rows.close()
+
     # -- what the declaration would give a declared agent ------------------------------------------
 
     def default_transform(self) -> Any:

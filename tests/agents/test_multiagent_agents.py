@@ -171,3 +171,61 @@ def test_gymnasium_env_and_bad_critic_input_are_refused():
         agents.make("ippo", gym.make("CartPole-v1"), seed=0, **TINY)
     with pytest.raises(ValueError, match="critic_input must be one of"):
         agents.make("mappo", SPREAD, critic_input="joint", **TINY)
+
+
+def test_evaluate_team_equals_a_plain_loop_over_the_game():
+    """The team return of greedy episodes, against a loop over the PettingZoo game itself."""
+    agent = agents.make("ippo", SPREAD, seed=0, **TINY)
+    try:
+        agent.step()
+        got = agent.evaluate_team(3, seed=5)
+        teams = []
+        for ep in range(3):
+            env = spread()
+            obs, _ = env.reset(seed=5 + ep)
+            total = dict.fromkeys(env.possible_agents, 0.0)
+            while env.agents:
+                names = list(env.agents)
+                acts = agent.act(np.stack([obs[a] for a in names]), deterministic=True)
+                obs, rew, _, _, _ = env.step({a: int(x) for a, x in zip(names, acts)})
+                for a, r in rew.items():
+                    total[a] += r
+            teams.append(np.mean(list(total.values())))
+        assert got["episodes"] == 3 and got["length_mean"] == 25
+        np.testing.assert_allclose(got["return_mean"], np.mean(teams), rtol=1e-6)
+        np.testing.assert_allclose(got["return_std"], np.std(teams), rtol=1e-5)
+        np.testing.assert_allclose(np.mean(list(got["agent_return_mean"].values())),
+                                   got["return_mean"], rtol=1e-6)
+    finally:
+        agent.close()
+
+
+def random_team_return(episodes: int, seed: int) -> float:
+    """The uniform random policy's mean team return on episodes ``seed .. seed + episodes``."""
+    rng = np.random.default_rng(seed)
+    teams = []
+    for ep in range(episodes):
+        env = spread()
+        env.reset(seed=seed + ep)
+        total = dict.fromkeys(env.possible_agents, 0.0)
+        while env.agents:
+            _, rew, _, _, _ = env.step({a: int(rng.integers(5)) for a in env.agents})
+            for a, r in rew.items():
+                total[a] += r
+        teams.append(np.mean(list(total.values())))
+    return float(np.mean(teams))
+
+
+@pytest.mark.slow
+def test_ippo_beats_random_on_simple_spread():
+    """IPPO's defaults, 40k env steps (about 40 s here): the greedy team return on 50 fresh
+    episodes, measured -21.9 after 50k on seed 0, against the uniform random policy's -27.0
+    on the same episodes' seeds (its std over episodes is about 7, over 50 of them ~1)."""
+    agent = agents.make("ippo", SPREAD, seed=0)
+    try:
+        agent.learn(40_000, progress=False)
+        trained = agent.evaluate_team(50)["return_mean"]  # seeds 10,000 ..
+    finally:
+        agent.close()
+    random = random_team_return(50, 10_000)
+    assert trained > random + 3.0, (trained, random)
