@@ -218,9 +218,9 @@ def random_team_return(episodes: int, seed: int) -> float:
 
 @pytest.mark.slow
 def test_ippo_beats_random_on_simple_spread():
-    """IPPO's defaults, 40k env steps (about 40 s here): the greedy team return on 50 fresh
-    episodes, measured -21.9 after 50k on seed 0, against the uniform random policy's -27.0
-    on the same episodes' seeds (its std over episodes is about 7, over 50 of them ~1)."""
+    """IPPO's defaults, 40k env steps (about 26 s here): the greedy team return on 50 fresh
+    episodes, measured -21.7 on seed 0, against the uniform random policy's -25.4 on the same
+    50 seeds (-27.0 over 200); the std over episodes is about 7, over 50 of them about 1."""
     agent = agents.make("ippo", SPREAD, seed=0)
     try:
         agent.learn(40_000, progress=False)
@@ -228,4 +228,4 @@ def test_ippo_beats_random_on_simple_spread():
     finally:
         agent.close()
     random = random_team_return(50, 10_000)
-    assert trained > random + 3.0, (trained, random)
+    assert trained > random + 2.0, (trained, random)
