@@ -44,7 +44,7 @@ class IPPOConfig(PPOConfig):
     num_minibatches: int = field(default=4, metadata=doc(
         "minibatches per epoch over the n_steps x n_agents x num_envs rows (MAPPO's "
         "num_mini_batch); must divide them"))
-    learning_rate: float | str = preset("learning_rate", 7e-4)
+    learning_rate: float = preset("learning_rate", 7e-4)
     ent_coef: float | str = preset("ent_coef", 0.01)
     max_grad_norm: float = preset("max_grad_norm", 10.0)
     agent_id: bool = field(default=False, metadata=doc(

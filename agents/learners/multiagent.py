@@ -150,42 +150,42 @@ class IPPO(ActorCriticAgent):
         if not isinstance(cfg, self.Config):
             raise TypeError(f"{type(self).__name__} needs a {self.Config.__qualname__}; "
                             f"got {type(cfg).__name__}.")
-        cfg.validate()
+        user: Any = cfg
+        user.validate()
         self.seed = int(seed)  # the critic's and actor's MLPs are seeded from it
-        rows, source, why, cfg = self._make_rows(cfg, env_id)
+        rows, source, why, user = self._make_rows(user, env_id)
         try:
-            rows_cfg = self._rows_config(cfg, rows)
+            rows_cfg = self._rows_config(user, rows)
         except Exception:
             rows.close()
             raise
         super().__init__(rows_cfg, env_id=rows, seed=seed, transform=transform,
                          verbose=verbose)
         #: The config the update runs on (``num_envs`` rows); :attr:`cfg` is the user's.
-        self.rows_cfg, self.cfg = rows_cfg, cfg
+        self.rows_cfg, self.cfg = rows_cfg, user
         self.env_id, self.env_unbuildable = source, why
-        self.env_name = self.collector.name = (source if isinstance(source, str)
-                                               else rows.unwrapped.name)
+        self.env_name = self.collector.name = str(source if isinstance(source, str)
+                                                   else rows.unwrapped.name)
         multiagent.use_agent_rows(self)
 
     # -- the rows --------------------------------------------------------------------------------
 
-    def _build_rows(self, game: Any, cfg: IPPOConfig) -> gym.vector.VectorEnv:
+    def _build_rows(self, game: Any, cfg: Any) -> Any:
         return multiagent.make_agent_rows(game, cfg.num_envs, agent_id=cfg.agent_id)
 
-    def _make_rows(self, cfg: IPPOConfig, env_id: Any) -> tuple:
+    def _make_rows(self, cfg: Any, env_id: Any) -> tuple:
         """``(rows, source, why not rebuildable, cfg)`` (``cfg.num_envs`` set to the copies of
         rows built already)."""
         if multiagent.is_agent_rows(env_id):
-            rows = env_id
-            if not isinstance(rows, AgentEpisodeStatistics):
-                rows = AgentEpisodeStatistics(rows)
+            rows: Any = (env_id if isinstance(env_id, AgentEpisodeStatistics)
+                         else AgentEpisodeStatistics(env_id))
             copies = int(rows.unwrapped.num_games)
             if cfg.num_envs not in (copies, rows.num_envs):
                 raise ValueError(f"{self.name}: the agent rows have {copies} copies; num_envs="
                                  f"{cfg.num_envs} differs.")
             self._check_rows(rows.unwrapped, cfg)
-            why = ("agent rows built already cannot be built again: pass the game's factory or "
-                   "'module:factory' name instead")
+            why: str | None = ("agent rows built already cannot be built again: pass the "
+                               "game's factory or 'module:factory' name instead")
             return rows, None, why, dataclasses.replace(cfg, num_envs=copies)
         game, source, why = game_source(env_id, self.name)
         return self._build_rows(game, cfg), source, why, cfg
@@ -195,7 +195,7 @@ class IPPO(ActorCriticAgent):
             raise ValueError(f"{self.name}: agent_id={cfg.agent_id} but the agent rows were "
                              f"built with agent_id={rows.agent_id}.")
 
-    def _rows_config(self, cfg: IPPOConfig, rows: gym.vector.VectorEnv) -> IPPOConfig:
+    def _rows_config(self, cfg: Any, rows: Any) -> Any:
         """The update's config: ``num_envs`` rows, minibatches of rows."""
         batch = int(cfg.n_steps) * rows.num_envs
         if batch % int(cfg.num_minibatches):
@@ -205,7 +205,7 @@ class IPPO(ActorCriticAgent):
         size = batch // int(cfg.num_minibatches)
         out = dataclasses.replace(cfg, num_envs=rows.num_envs,
                                   minibatch_size=0 if size == batch else size)
-        out.counts_rows = True  # type: ignore[attr-defined]  (IPPOConfig.validate)
+        setattr(out, "counts_rows", True)  # noqa: B010 (read by IPPOConfig.validate)
         return out
 
     # -- evaluation ------------------------------------------------------------------------------
@@ -235,7 +235,8 @@ class IPPO(ActorCriticAgent):
 
     def default_transform(self) -> Any:
         """PPO's chain: ``chain(clip_ratio("clip_range"), mean_steps())``."""
-        return ppo_chain(self.cfg)
+        cfg: Any = self.cfg
+        return ppo_chain(cfg)
 
     def steps_per_update(self) -> int:
         """Env steps per update, in steps of the game: ``n_steps x num_envs`` copies."""
@@ -248,37 +249,39 @@ class MAPPO(IPPO):
     Config: type = MAPPOConfig
     name = "mappo"
 
-    def _build_rows(self, game: Any, cfg: IPPOConfig) -> gym.vector.VectorEnv:
+    def _build_rows(self, game: Any, cfg: Any) -> Any:
         return AgentEpisodeStatistics(StateRowsVectorEnv(game, cfg.num_envs,
                                                          agent_id=cfg.agent_id))
 
-    def _check_rows(self, rows: Any, cfg: IPPOConfig) -> None:
+    def _check_rows(self, rows: Any, cfg: Any) -> None:
         super()._check_rows(rows, cfg)
         if not isinstance(rows, StateRowsVectorEnv):
             raise ValueError(f"{self.name}'s critic reads the state: build its rows with "
                              "pgrad.rl.multiagent.central.StateRowsVectorEnv, or pass the game.")
 
-    def _rows_config(self, cfg: IPPOConfig, rows: gym.vector.VectorEnv) -> IPPOConfig:
+    def _rows_config(self, cfg: Any, rows: Any) -> Any:
         rows_cfg = super()._rows_config(cfg, rows)
         env = rows.unwrapped
         own = env.own_columns
         if cfg.critic_input == "state":  # the state, and the one-hot with agent_id
             critic = np.concatenate([own[env.obs_dim:], env.state_columns])
         else:
-            critic = np.arange(env.single_observation_space.shape[0])
+            critic = np.arange(env.own_dim + env.state_dim)
         builder = _ActorThenCritic([(own, "actor_columns"), (critic, "critic_columns")],
                                    cfg, seed=self.seed + 7000)
         out = dataclasses.replace(rows_cfg, encoder=builder, share_encoder=False,
                                   shared_trunk=False)
-        out.counts_rows = True  # type: ignore[attr-defined]
+        setattr(out, "counts_rows", True)  # noqa: B010
         return out
 
     @property
     def critic_columns(self) -> list[int]:
         """The row columns the critic reads."""
-        return list(self.net.critic_encoder.own.columns)
+        encoder: Any = self.net.critic_encoder
+        return list(encoder.own.columns)
 
     @property
     def actor_columns(self) -> list[int]:
         """The row columns the actor reads."""
-        return list(self.net.encoder.own.columns)
+        encoder: Any = self.net.encoder
+        return list(encoder.own.columns)

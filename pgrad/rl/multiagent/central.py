@@ -82,10 +82,10 @@ class StateRowsVectorEnv(AgentRowsVectorEnv):
         self.games = [_KeepsFinalState(g) for g in self.games]
         n = self.n_agents
         #: ``d (+ n)``: the columns of the agent's own observation (and one-hot).
-        self.own_dim = int(self.single_observation_space.shape[0])
+        own: Any = self.single_observation_space  # the rows' Box
+        self.own_dim = int(own.shape[0])
         self.state_dim = _state_size(self.games[0]._game, n, self.obs_dim)
         inf = np.full(self.state_dim, np.inf, np.float32)
-        own = self.single_observation_space
         self.single_observation_space = gym.spaces.Box(
             np.concatenate([own.low, -inf]), np.concatenate([own.high, inf]), dtype=np.float32)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
