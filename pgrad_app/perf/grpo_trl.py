@@ -50,7 +50,8 @@ TRL_SCRIPT = Path(__file__).with_name("trl_grpo_side.py")
 #: d_model, written out for GPT-2's ``n_inner``).
 SPEC = {"d_model": 64, "num_heads": 4, "num_layers": 2, "ffn_dim": 256, "group_size": 8,
         "num_envs": 64, "min_digits": 3, "max_digits": 5, "warmup": 3, "steps": 30, "seed": 0,
-        "learning_rate": 1e-3, "loss_type": "dapo", "epsilon": 0.2, "max_grad_norm": 1.0}
+        "learning_rate": 1e-3, "loss_type": "dapo", "epsilon": 0.2, "max_grad_norm": 1.0,
+        "threads": 0}
 #: Rounds of ``grpo_vs_trl`` unless ``--rounds`` says more than 1.
 ROUNDS = 4
 GOAL = ">= 1 x TRL's tokens/s"
@@ -85,6 +86,11 @@ def pgrad_side(spec: dict) -> dict:
     if unknown:
         raise ValueError(f"grpo_trl: unknown spec keys {unknown}; known: {sorted(SPEC)}")
     s = {**SPEC, **spec}
+    if s["threads"]:  # before TensorFlow runs anything
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(int(s["threads"]))
+        tf.config.threading.set_inter_op_parallelism_threads(int(s["threads"]))
     agent = make_agent(s)
     for _ in range(s["warmup"]):
         agent.step()
@@ -134,9 +140,11 @@ def trl_missing(trl_python: Path | None = None) -> str | None:
 
 
 def grpo_vs_trl(repeats: int, steps: int | None = None, rounds: int = ROUNDS,
-                trl_python: Path | None = None) -> dict:
+                trl_python: Path | None = None, threads: int = 0) -> dict:
     """pgrad's tokens/s over TRL's on Reversal, in ``rounds`` rounds of one run per side (the
-    order reversed every other round); the value is the median of the rounds' ratios."""
+    order reversed every other round); the value is the median of the rounds' ratios.
+    ``threads`` > 0 caps both sides' thread pools (TensorFlow's intra- and inter-op, torch's
+    ``set_num_threads``); 0 leaves each framework's default (one per core)."""
     del repeats
     python = Path(trl_python or TRL_PYTHON)
     reason = trl_missing(python)
@@ -144,7 +152,8 @@ def grpo_vs_trl(repeats: int, steps: int | None = None, rounds: int = ROUNDS,
         return figure("grpo_vs_trl", float("nan"), GOAL, False, skipped=reason)
     if rounds < 1:
         raise ValueError(f"grpo_vs_trl: rounds must be >= 1; got {rounds}")
-    spec = dict(SPEC) if steps is None else {**SPEC, "steps": int(steps)}
+    spec = {**SPEC, "threads": int(threads),
+            **({} if steps is None else {"steps": int(steps)})}
     runs: dict[str, list[dict]] = {"pgrad": [], "trl": []}
     ratios, cpu_ratios = [], []
     load = [os.getloadavg()[0]]

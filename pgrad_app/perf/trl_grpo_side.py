@@ -16,7 +16,8 @@ over the longer of the two (1 exactly for the exact answer). One generation per 
 samples ``group_size`` completions of ``num_envs / group_size`` prompts (at most
 ``max_completion_length`` tokens, stopping at the end-of-sequence or the pad token, as pgrad's
 env does), scores them and takes one Adam step on them -- what one pgrad GRPO update does.
-float32 throughout (``bf16=False``; GRPOConfig's default is bf16).
+float32 throughout (``bf16=False``; GRPOConfig's default is bf16); ``threads`` > 0 caps
+torch's threads (0: torch's default, one per core).
 
 ``warmup`` steps run untimed; the next ``steps`` are timed from the end of the warm-up's last
 optimizer step to the end of the last one. Prints one JSON line: ``tokens`` (the completion
@@ -40,7 +41,7 @@ PAD, EOS = "<pad>", "<eos>"
 DEFAULTS = {"d_model": 64, "num_heads": 4, "num_layers": 2, "ffn_dim": 256, "group_size": 8,
             "num_envs": 64, "min_digits": 3, "max_digits": 5, "warmup": 3, "steps": 20,
             "seed": 0, "learning_rate": 1e-3, "loss_type": "dapo", "epsilon": 0.2,
-            "max_grad_norm": 1.0, "prompts": 4096}
+            "max_grad_norm": 1.0, "threads": 0, "prompts": 4096}
 
 
 def partial_credit(completion: str, answer: str) -> float:
@@ -77,6 +78,9 @@ def reversal_prompts(n: int, low: int, high: int, seed: int) -> dict[str, list[s
 
 
 def run(spec: dict) -> dict:
+    unknown = sorted(set(spec) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"trl_grpo_side: unknown spec keys {unknown}; known: {sorted(DEFAULTS)}")
     import torch
     import transformers
     import trl
@@ -85,10 +89,9 @@ def run(spec: dict) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     s = {**DEFAULTS, **spec}
-    unknown = sorted(set(spec) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"trl_grpo_side: unknown spec keys {unknown}; known: {sorted(DEFAULTS)}")
     torch.manual_seed(s["seed"])
+    if s["threads"]:  # else torch's default, one per core
+        torch.set_num_threads(int(s["threads"]))
     tokenizer = char_tokenizer()
     max_new = s["max_digits"] + 1  # the answer and the end-of-sequence token (pgrad's env)
     prompt_len = s["max_digits"] + 1

@@ -70,18 +70,31 @@ def test_rounds_alternate_the_sides_and_the_value_is_the_median_ratio(monkeypatc
 
     def fake_run(side, spec, trl_python):
         order.append(side)
-        assert trl_python == python and spec["steps"] == 7
+        assert trl_python == python and spec["steps"] == 7 and spec["threads"] == 1
         return {"side": side, "tokens": next(tokens_per_s[side]), "wall_s": 1.0,
                 "cpu_s": 2.0, "params": 5}
 
     monkeypatch.setattr(grpo_trl, "side_run", fake_run)
-    out = grpo_trl.grpo_vs_trl(0, steps=7, rounds=3, trl_python=python)
+    out = grpo_trl.grpo_vs_trl(0, steps=7, rounds=3, trl_python=python, threads=1)
     assert order == ["pgrad", "trl", "trl", "pgrad", "pgrad", "trl"]
     assert out["value"] == 2.0 and out["met"] is True  # median of 3, 1, 2
     assert out["details"]["round_ratios"] == [3.0, 1.0, 2.0]
     assert out["details"]["tokens_per_s"] == {"pgrad": 200.0, "trl": 100.0}
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         grpo_trl.grpo_vs_trl(0, rounds=0, trl_python=python)
+
+
+@pytest.mark.skipif(grpo_trl.trl_missing() is not None, reason="no TRL interpreter")
+def test_trl_side_runs_a_tiny_budget_under_its_own_interpreter():
+    spec = {**TINY, "threads": 1, "prompts": 16}
+    out = grpo_trl.side_run("trl", spec)
+    assert out["side"] == "trl" and out["completions"] == 2 * 8 and out["torch_threads"] == 1
+    assert out["completions"] <= out["tokens"] <= 6 * out["completions"]
+    d, f, v = 16, 32, 14  # GPT-2: the head tied to the token embedding
+    block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * f + f) + (f * d + d)
+    assert out["params"] == (v + 12) * d + block + 2 * d
+    with pytest.raises(RuntimeError, match="unknown spec keys"):
+        grpo_trl.side_run("trl", {"bogus": 1})
 
 
 def test_side_run_names_a_failed_run(tmp_path):
