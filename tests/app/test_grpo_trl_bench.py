@@ -97,6 +97,26 @@ def test_trl_side_runs_a_tiny_budget_under_its_own_interpreter():
         grpo_trl.side_run("trl", {"bogus": 1})
 
 
+@pytest.mark.parametrize("argv, want", [
+    ([], {"rounds": grpo_trl.ROUNDS}), (["--rounds", "6", "--steps", "12"], {"rounds": 6,
+                                                                            "steps": 12})])
+def test_the_bench_command_lists_and_passes_its_settings(monkeypatch, argv, want):
+    from pgrad_app.cli.bench import build_parser
+    from pgrad_app.perf import driver
+
+    seen = {}
+
+    def fake(repeats, **kwargs):
+        seen.update(kwargs)
+        return {"name": "grpo_vs_trl", "details": {}}
+
+    assert "grpo_vs_trl" in driver.OPT_IN and "transformer_cached_acting" in driver.FIGURES
+    monkeypatch.setitem(driver.OPT_IN, "grpo_vs_trl", fake)
+    out = driver.run_figure("grpo_vs_trl", build_parser().parse_args(["--only", "grpo_vs_trl",
+                                                                      *argv]))
+    assert seen == want and out[0]["details"]["figure_process_peak_rss_mb"] > 0
+
+
 def test_side_run_names_a_failed_run(tmp_path):
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 'no trl here' >&2\nexit 3\n")
