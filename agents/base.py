@@ -101,6 +101,7 @@ class ActorCriticAgent(ActingMethods):
         if not isinstance(cfg, self.Config):
             raise TypeError(f"{type(self).__name__} needs a {self.Config.__qualname__}; "
                             f"got {type(cfg).__name__}.")
+        assert isinstance(cfg, ActorCriticConfig)  # for the type checker: checked just above
         cfg.validate()
         self.cfg, self.seed = cfg, int(seed)
         self.env_name = rollout.env_name(env_id)

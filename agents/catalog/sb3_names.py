@@ -100,9 +100,9 @@ def _policy_kwargs(kw: dict[str, Any], fields: set[str]) -> dict[str, Any]:
 hyperparameters = hyperparameters_of
 
 
-def learn_arguments(total_steps: int | None, callbacks: Any, progress: bool,
+def learn_arguments(total_steps: int | None, callbacks: Any, progress: bool | None,
                     total_timesteps: int | None, progress_bar: bool | None, callback: Any,
-                    unknown: dict[str, Any]) -> tuple[int, Any, bool]:
+                    unknown: dict[str, Any]) -> tuple[int, Any, bool | None]:
     """``learn``'s ``(total_steps, callbacks, progress)`` from pgrad's or Stable-Baselines3's
     names of them; an argument given under both names, a missing ``total_steps`` or another
     keyword is a TypeError (an SB3 one names pgrad's way)."""

@@ -105,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     mode = "deterministic" if r["deterministic"] else "sampled (--stochastic)"
     print(f"{r['env']}: {r['episodes']} episodes ({mode} actions, {r['source']}, "
           f"seeds {r['seed']}..{r['seed'] + r['episodes'] - 1})")
-    print(f"return {r['return_mean']:.2f} ± {r['return_std']:.2f}")
+    print(f"return {r['return_mean']:.2f} ± {r['return_std']:.2f}"
+          + ("  (the team's: the mean over agents; each: " + ", ".join(
+              f"{k} {v:.2f}" for k, v in r["agent_return_mean"].items()) + ")"
+             if "agent_return_mean" in r else ""))
     print(f"length {r['length_mean']:.1f} ± {r['length_std']:.1f}")
     print(f"wrote {r['written']}"
           + (f"; videos in {args.video}" if args.video else ""))

@@ -50,16 +50,18 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     return saved
 
 
-def checkpoint_agent(run_dir: Path, values: dict, env_id: str):
+def checkpoint_agent(run_dir: Path, values: dict, env_id: str, one_env: bool = True):
     """A fresh agent of the run's kind on ``env_id`` with the newest good checkpoint's networks
-    and normaliser statistics (what acting needs)."""
+    and normaliser statistics (what acting needs); on one env unless ``one_env`` is false (the
+    run's own count: a game of many agents sizes its update by it)."""
     import agents
     from agents.persistence.save_load import restore
     from pgrad_app.config.settings import build, split_keys
 
     agent_cls = agents.get(str(values.get("agent")))
     _, hyper = split_keys(values, agent_cls.Config, str(RunLayout(run_dir).config))
-    cfg = build(agent_cls.Config, dict(hyper, num_envs=1, vector_mode="sync"), {})
+    cfg = build(agent_cls.Config, dict(hyper, **({"num_envs": 1} if one_env else {}),
+                                       vector_mode="sync"), {})
     try:
         agent = agent_cls(cfg, env_id=env_id, seed=int(values.get("seed", 0)))
     except ValueError as err:  # EnvError too: the env failed while being created
@@ -208,6 +210,20 @@ def evaluate_run(
         check_same_spaces(bare_id, env_source(resolve_env(trained_on, forbid_dir=run_dir),
                                               values.get("env_kwargs"), values.get("env_wrapper"),
                                               forbid_dir=run_dir))
+    team = _team_evaluation(run_dir, values, bare_id, episodes, deterministic, seed, attack,
+                            video_dir)
+    if team is not None:  # a game of many agents (ippo, mappo): the team's return
+        result = {"run": str(run_dir), **team, "env": env_spec, "source": "checkpoint"}
+        written = RunLayout(run_dir).evaluation_of(variant_name(
+            deterministic, None, None if own else env_spec, None, None))
+        result["written"] = str(written)
+        if write:
+            try:
+                write_json_atomic(written, result)
+            except OSError as err:
+                raise RunError(f"cannot write {written}: {err.strerror or err}; the results "
+                               f"were not saved: {_headline(result)}.") from None
+        return result
     _check_creates(bare_id)
     tracked = write and attack is None and values.get("track") == "wandb"
     if tracked:  # the tracked run gets the result too: its login checked before the work
@@ -324,6 +340,35 @@ def _build(env_id, **kwargs):
     from pgrad.rl.envs.recipe import EnvRecipe, make_env
 
     return env_id(**kwargs) if isinstance(env_id, EnvRecipe) else make_env(env_id, **kwargs)
+
+
+def _team_evaluation(run_dir: Path, values: dict, env: Any, episodes: int, deterministic: bool,
+                     seed: int | None, attack: str | None, video_dir: Any) -> dict | None:
+    """The team's evaluation (``agent.evaluate_team``) of a run whose agent plays a game of
+    many agents, or None: the run's agent is a single-agent one."""
+    import agents
+
+    try:
+        cls = agents.get(values.get("agent", ""))
+    except ValueError:
+        return None
+    if not hasattr(cls, "evaluate_team"):
+        return None
+    if attack is not None or video_dir is not None:
+        raise UserError(f"{run_dir}: a game of many agents is evaluated for its team's return "
+                        "only (no --attack, no --video).")
+    agent = checkpoint_agent(run_dir, values, env, one_env=False)
+    from pgrad.rl.evaluation.evaluate_policy import eval_seed
+
+    first = eval_seed(int(values.get("seed", 0))) if seed is None else int(seed)
+    try:
+        result = agent.evaluate_team(episodes, deterministic, first)
+        result.setdefault("length_std", 0.0)
+        return {**result, "deterministic": bool(deterministic), "seed": first}
+    except ValueError as err:
+        raise UserError(one_line(err)) from None
+    finally:
+        agent.close()
 
 
 def _check_creates(env_id: str) -> None:

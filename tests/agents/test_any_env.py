@@ -134,8 +134,9 @@ def test_a_vector_env_instance():
     finally:
         agent.close()
     with pytest.raises(ValueError, match="autoreset mode NEXT_STEP; pgrad collects with "
-                                         "SAME_STEP"):
-        agents.make("a2c", gym.make_vec("CartPole-v1", 2))
+                                         "SAME_STEP"):  # a vector env of its own kind, wrapped
+        agents.make("a2c", gym.wrappers.vector.RecordEpisodeStatistics(
+            gym.make_vec("CartPole-v1", 2)))
 
 
 def test_env_kwargs_need_an_id():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import agents
+import agents.base  # noqa: F401  (monkeypatched below)
 import pgrad
 from agents.update import compiled as update
 from agents.update import minibatch as update_lib

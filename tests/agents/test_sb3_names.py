@@ -30,8 +30,6 @@ def test_sb3_names_without_a_pgrad_field_point_to_pgrad_s_way():
     with pytest.raises(TypeError, match="tb_log_name is Stable-Baselines3's; pgrad: .*"
                                         "tensorboard_log=DIR"):
         agents.make("ppo", tb_log_name="x")
-    with pytest.raises(TypeError, match="progress=False"):
-        agents.make("ppo", verbose=1)
     with pytest.raises(ValueError, match="keys pi and vf only"):
         agents.make("ppo", policy_kwargs=dict(net_arch=dict(pi=[64], qf=[128])))
     with pytest.raises(ValueError, match="supports tanh and relu"):
