@@ -92,10 +92,22 @@ class MAPPOConfig(IPPOConfig):
 
 _LEARNER = "agents.learners.multiagent"
 
+#: pgrad-tune's space: the MAPPO paper's MPE knobs (Yu et al. 2022, appendix) around its values.
+SEARCH_SPACE = {
+    "learning_rate": {"type": "log_float", "low": 1e-4, "high": 3e-3},
+    "epochs": {"type": "categorical", "choices": [5, 10, 15]},
+    "num_minibatches": {"type": "categorical", "choices": [1, 2, 4]},
+    "clip_range": {"type": "categorical", "choices": [0.1, 0.2, 0.3]},
+    "ent_coef": {"type": "log_float", "low": 1e-4, "high": 0.05},
+    "hidden": {"type": "categorical", "choices": [[64, 64], [128, 128]]},
+}
+
 ALGORITHMS = (
     Algorithm("ippo", "IPPO", IPPOConfig, chain=ppo_chain, agent=f"{_LEARNER}:IPPO",
+              search_space=SEARCH_SPACE,
               summary="PPO on the agent rows of a PettingZoo game, parameters shared by all "
                       "agents"),
     Algorithm("mappo", "MAPPO", MAPPOConfig, chain=ppo_chain, agent=f"{_LEARNER}:MAPPO",
+              search_space=SEARCH_SPACE,
               summary="IPPO with a centralised critic reading the game's global state"),
 )

@@ -85,8 +85,8 @@ class MinibatchStep:
                              "recurrent unset.")
         # Terms a schedule can switch on: left out of the graph when constantly 0.
         self.clip_values = schedules.may_be_positive(parts.cfg.clip_range_vf, "clip_range_vf")
-        #: :mod:`agents.update_hook`'s observer (sees each step's batch and results), or None:
-        #: then nothing is added to the update.
+        #: :mod:`agents.inspection.update_hook`'s observer (sees each step's batch and results),
+        #: or None: then nothing is added to the update.
         self.observer: Any = None
         self.entropy_bonus = schedules.may_be_positive(parts.cfg.ent_coef, "ent_coef")
 

@@ -1,5 +1,6 @@
-"""See an update (agents/update_hook.py): the hook sees each minibatch step's batch, the chain's
-per-step weights and the gradient norms, checked against tape gradients, and changes nothing."""
+"""See an update (agents/inspection/update_hook.py): the hook sees each minibatch step's batch,
+the chain's per-step weights and the gradient norms, checked against tape gradients, and changes
+nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import update_hook
+from agents.inspection import update_hook
 from pgrad.transforms.chain import flatten
 
 

@@ -153,7 +153,7 @@ BAD = [
     (["--set", "gama=0.9"], "unknown key 'gama'. Did you mean 'gamma'?"),
     (["--set", "hidden=wide"], "--set hidden: expected a list"),
     (["--agent", "sac"],
-     "unknown agent 'sac'; known agents: a2c, appo, impala, npg, ppo, reinforce"),
+     "unknown agent 'sac'; known agents: a2c, appo, grpo, impala, ippo, mappo, npg, ppo"),
     (["--transform", "no_such_module_xyz:fn"], "cannot import module 'no_such_module_xyz'"),
     (["--transform", "user_tf:tf"], "expected a GradientTransform"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),

@@ -3,7 +3,7 @@ std of return and length, success rates, optionally under observation attacks.
 """
 from __future__ import annotations
 
-from pgrad._lazy import lazy_getattr
+from pgrad.rl._lazy import lazy_getattr
 
 #: The public names of this room, by the module that defines them (imported on first use).
 _HOME = {

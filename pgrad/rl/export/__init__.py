@@ -4,7 +4,7 @@ deployment (TFLite, ONNX).
 """
 from __future__ import annotations
 
-from pgrad._lazy import lazy_getattr
+from pgrad.rl._lazy import lazy_getattr
 
 #: The public names of this room, by the module that defines them (imported on first use).
 _HOME = {

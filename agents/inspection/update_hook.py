@@ -7,8 +7,8 @@ Usage::
         for t in view.transforms:
             print(view.update, view.minibatch, t.name, t.after[:4])
 
-    agent.learn(10_000, callbacks=agents.update_hook.SeeUpdate(show))
-    with agents.update_hook.watch(agent, show):  # or around steps by hand
+    agent.learn(10_000, callbacks=agents.inspection.update_hook.SeeUpdate(show))
+    with agents.inspection.update_hook.watch(agent, show):  # or around steps by hand
         agent.step()
 
 How: while a hook is on, the agent's update is a second compiled update built from the same
