@@ -218,11 +218,7 @@ def evaluate_run(
             deterministic, None, None if own else env_spec, None, None))
         result["written"] = str(written)
         if write:
-            try:
-                write_json_atomic(written, result)
-            except OSError as err:
-                raise RunError(f"cannot write {written}: {err.strerror or err}; the results "
-                               f"were not saved: {_headline(result)}.") from None
+            _save_result(written, result)
         return result
     _check_creates(bare_id)
     tracked = write and attack is None and values.get("track") == "wandb"
@@ -279,11 +275,7 @@ def evaluate_run(
         deterministic, video_dir, None if own else env_spec, attack, render))
     result["written"] = str(written)
     if write:
-        try:
-            write_json_atomic(written, result)
-        except OSError as err:  # nothing was printed yet: the results go in the error line
-            raise RunError(f"cannot write {written}: {err.strerror or err}; the results were "
-                           f"not saved: {_headline(result)}.") from None
+        _save_result(written, result)
         if tracked:
             from pgrad_app.run.tracking import log_evaluation
 
@@ -340,6 +332,16 @@ def _build(env_id, **kwargs):
     from pgrad.rl.envs.recipe import EnvRecipe, make_env
 
     return env_id(**kwargs) if isinstance(env_id, EnvRecipe) else make_env(env_id, **kwargs)
+
+
+def _save_result(written: Path, result: dict) -> None:
+    """Writes an evaluation's JSON; an OS error is one line that carries the results (nothing
+    was printed yet)."""
+    try:
+        write_json_atomic(written, result)
+    except OSError as err:
+        raise RunError(f"cannot write {written}: {err.strerror or err}; the results were not "
+                       f"saved: {_headline(result)}.") from None
 
 
 def _team_evaluation(run_dir: Path, values: dict, env: Any, episodes: int, deterministic: bool,
