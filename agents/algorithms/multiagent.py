@@ -30,6 +30,10 @@ from agents.config import doc, preset
 #: How the critic of ``mappo`` reads a row (:class:`MAPPOConfig.critic_input`).
 CRITIC_INPUTS = ("state_and_obs", "state")
 
+#: How a step's weight is assigned (:attr:`IPPOConfig.credit`): "gae", the advantage of the
+#: agent's own critic; "coma", COMA's counterfactual advantage (docs/multiagent/credit.md).
+CREDITS = ("gae", "coma")
+
 
 @dataclass
 class IPPOConfig(PPOConfig):
@@ -49,6 +53,10 @@ class IPPOConfig(PPOConfig):
     max_grad_norm: float = preset("max_grad_norm", 10.0)
     agent_id: bool = field(default=False, metadata=doc(
         "append each agent's index, one-hot, to its observation"))
+    credit: str = field(default="gae", metadata=doc(
+        "each step's weight: 'gae' (the GAE advantage of the agent's critic) or 'coma' (COMA's "
+        "counterfactual advantage from a centralised Q critic: the chain "
+        "counterfactual_advantage('clip_range'), mean_steps())"))
 
     def validate(self) -> None:
         # First (PPO's check reads it in copies). The agent's update runs on a copy of the
@@ -68,6 +76,8 @@ class IPPOConfig(PPOConfig):
         if self.vector_mode != "sync":
             raise ValueError(f"agents on rows step their copies in this process: vector_mode "
                              f"must be 'sync'; got {self.vector_mode!r}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit must be one of {CREDITS}; got {self.credit!r}")
 
 
 @dataclass
@@ -90,6 +100,20 @@ class MAPPOConfig(IPPOConfig):
                              f"activation): encoder must be 'auto' or 'mlp'; got {self.encoder!r}")
 
 
+def rows_chain(cfg: IPPOConfig):
+    """PPO's chain, or with ``credit="coma"`` PPO's clip on COMA's counterfactual advantage:
+    ``chain(counterfactual_advantage("clip_range", standardize=normalize_advantage),
+    mean_steps())`` (:mod:`pgrad.transforms.counterfactual`)."""
+    if getattr(cfg, "credit", "gae") != "coma":
+        return ppo_chain(cfg)
+    import pgrad
+    from pgrad.transforms.counterfactual import counterfactual_advantage
+
+    return pgrad.chain(counterfactual_advantage("clip_range",
+                                                standardize=bool(cfg.normalize_advantage)),
+                       pgrad.mean_steps(), name="ppo_coma")
+
+
 _LEARNER = "agents.learners.multiagent"
 
 #: pgrad-tune's space: the MAPPO paper's MPE knobs (Yu et al. 2022, appendix) around its values.
@@ -103,11 +127,11 @@ SEARCH_SPACE = {
 }
 
 ALGORITHMS = (
-    Algorithm("ippo", "IPPO", IPPOConfig, chain=ppo_chain, agent=f"{_LEARNER}:IPPO",
+    Algorithm("ippo", "IPPO", IPPOConfig, chain=rows_chain, agent=f"{_LEARNER}:IPPO",
               search_space=SEARCH_SPACE,
               summary="PPO on the agent rows of a PettingZoo game, parameters shared by all "
                       "agents"),
-    Algorithm("mappo", "MAPPO", MAPPOConfig, chain=ppo_chain, agent=f"{_LEARNER}:MAPPO",
+    Algorithm("mappo", "MAPPO", MAPPOConfig, chain=rows_chain, agent=f"{_LEARNER}:MAPPO",
               search_space=SEARCH_SPACE,
               summary="IPPO with a centralised critic reading the game's global state"),
 )

@@ -28,8 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents.algorithms.multiagent import IPPOConfig, MAPPOConfig
-from agents.algorithms.ppo import ppo_chain
+from agents.algorithms.multiagent import IPPOConfig, MAPPOConfig, rows_chain
 from agents.base import ActorCriticAgent
 from pgrad.rl import multiagent
 from pgrad.rl.envs.recipe import EnvRecipe
@@ -234,9 +233,34 @@ class IPPO(ActorCriticAgent):
     # -- what the declaration would give a declared agent ------------------------------------------
 
     def default_transform(self) -> Any:
-        """PPO's chain: ``chain(clip_ratio("clip_range"), mean_steps())``."""
+        """PPO's chain: ``chain(clip_ratio("clip_range"), mean_steps())``; with
+        ``credit="coma"`` the clip on COMA's advantage (:func:`~agents.algorithms.multiagent.
+        rows_chain`)."""
         cfg: Any = self.cfg
-        return ppo_chain(cfg)
+        return rows_chain(cfg)
+
+    # -- credit="coma": COMA's critic beside the update (agents/learners/counterfactual.py) -------
+
+    def make_targets(self) -> Any:
+        """GAE(lambda); with ``credit="coma"`` also the rollout's Q values, the acting policy's
+        probabilities and the taken actions for the chain (:class:`CounterfactualCredit`)."""
+        if getattr(self.cfg, "credit", "gae") != "coma":
+            return super().make_targets()
+        from agents.learners.counterfactual import CounterfactualCredit
+
+        self.credit = CounterfactualCredit(self)
+        return self.credit.targets
+
+    def _update_on(self, traj: Any, updates: int, base: int, taken: int,
+                   recurrent: tuple | None = None, fixed_shape: bool = True) -> dict[str, Any]:
+        credit = getattr(self, "credit", None)
+        extra = {} if credit is None else credit.prepare(self, traj, updates)
+        return {**super()._update_on(traj, updates, base, taken, recurrent, fixed_shape),
+                **extra}
+
+    def trackables(self) -> dict[str, Any]:
+        credit = getattr(self, "credit", None)
+        return {**super().trackables(), **({} if credit is None else credit.critic.trackables())}
 
     def steps_per_update(self) -> int:
         """Env steps per update, in steps of the game: ``n_steps x num_envs`` copies."""
