@@ -57,6 +57,19 @@ class IPPOConfig(PPOConfig):
         "each step's weight: 'gae' (the GAE advantage of the agent's critic) or 'coma' (COMA's "
         "counterfactual advantage from a centralised Q critic: the chain "
         "counterfactual_advantage('clip_range'), mean_steps())"))
+    self_play: bool = field(default=False, metadata=doc(
+        "two-player games: the learner plays one seat (alternating) against the latest policy "
+        "or a snapshot from a pool of past ones; only its rows enter the update "
+        "(docs/multiagent/self_play.md)"))
+    pool_size: int = field(default=10, metadata=doc(
+        "self_play: past snapshots kept as opponents (the newest replaces the oldest)"))
+    snapshot_interval: int = field(default=10, metadata=doc(
+        "self_play: updates between snapshots added to the pool (the first at update 0)"))
+    latest_prob: float = field(default=0.5, metadata=doc(
+        "self_play: probability a game's opponent is the latest policy, not a snapshot"))
+    anchor_update: int = field(default=20, metadata=doc(
+        "self_play: the update whose policy is kept as the fixed earlier opponent of "
+        "evaluation (0: the initial policy)"))
 
     def validate(self) -> None:
         # First (PPO's check reads it in copies). The agent's update runs on a copy of the
@@ -78,6 +91,21 @@ class IPPOConfig(PPOConfig):
                              f"must be 'sync'; got {self.vector_mode!r}")
         if self.credit not in CREDITS:
             raise ValueError(f"credit must be one of {CREDITS}; got {self.credit!r}")
+        self.validate_self_play()
+
+    def validate_self_play(self) -> None:
+        """The self-play settings' ranges, and what self-play cannot run with."""
+        for name, low in (("pool_size", 1), ("snapshot_interval", 1), ("anchor_update", 0)):
+            if not low <= int(getattr(self, name)) <= 10**9:
+                raise ValueError(f"{name} must be in [{low}, 1e9]; got {getattr(self, name)}")
+        if not 0.0 <= float(self.latest_prob) <= 1.0:
+            raise ValueError(f"latest_prob must be in [0, 1]; got {self.latest_prob}")
+        if self.self_play and self.normalize_obs:
+            raise ValueError("self_play acts past snapshots on the observations as they are: "
+                             "normalize_obs must be False")
+        if self.self_play and self.credit != "gae":
+            raise ValueError(f"self_play updates on the learner's rows with credit='gae'; got "
+                             f"credit={self.credit!r}")
 
 
 @dataclass
@@ -91,6 +119,9 @@ class MAPPOConfig(IPPOConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.self_play:
+            raise ValueError("self_play runs on ippo (its opponents act through the numpy "
+                             "mirror of one MLP); mappo's critic reads the state: use ippo")
         if self.critic_input not in CRITIC_INPUTS:
             raise ValueError(f"critic_input must be one of {CRITIC_INPUTS}; got "
                              f"{self.critic_input!r}")

@@ -166,6 +166,8 @@ class IPPO(ActorCriticAgent):
         self.env_name = self.collector.name = str(source if isinstance(source, str)
                                                    else rows.unwrapped.name)
         multiagent.use_agent_rows(self)
+        #: The self-play part (``cfg.self_play``: :mod:`agents.learners.self_play`), or None.
+        self.self_play = self._make_self_play()
 
     # -- the rows --------------------------------------------------------------------------------
 
@@ -224,11 +226,36 @@ class IPPO(ActorCriticAgent):
             raise ValueError(f"episodes must be in [1, 10000]; got {episodes}.")
         game, _, _ = game_source(self.env_id, self.name)
         rows = self._build_rows(game, dataclasses.replace(self.cfg, num_envs=int(episodes)))
+        first = eval_seed(self.seed) if seed is None else int(seed)
         try:
-            return team_episodes(lambda obs, masks: self.act(obs, deterministic, masks), rows,
-                                 eval_seed(self.seed) if seed is None else int(seed))
+            result = team_episodes(lambda obs, masks: self.act(obs, deterministic, masks), rows,
+                                   first)
         finally:
             rows.close()
+        if self.self_play is not None:  # the learner against a random and an earlier policy
+            from agents.learners.self_play import evaluation_rows
+
+            result.update(self.self_play.evaluate(self, episodes, deterministic, first,
+                                                  evaluation_rows(self)))
+        return result
+
+    # -- self_play: the learner against a pool of past policies (agents/learners/self_play.py) --
+
+    def _make_self_play(self) -> Any:
+        if not getattr(self.cfg, "self_play", False):
+            return None
+        from agents.learners.self_play import SelfPlay
+
+        try:
+            return SelfPlay(self)
+        except Exception:
+            self.collector.close()
+            raise
+
+    def _collect(self, policy_fn: Any, updates: int = 0) -> tuple:
+        if getattr(self, "self_play", None) is not None:
+            return self.self_play.collect(self, policy_fn, updates)
+        return super()._collect(policy_fn, updates)
 
     # -- what the declaration would give a declared agent ------------------------------------------
 
@@ -260,7 +287,9 @@ class IPPO(ActorCriticAgent):
 
     def trackables(self) -> dict[str, Any]:
         credit = getattr(self, "credit", None)
-        return {**super().trackables(), **({} if credit is None else credit.critic.trackables())}
+        play = getattr(self, "self_play", None)
+        return {**super().trackables(), **({} if credit is None else credit.critic.trackables()),
+                **({} if play is None else play.trackables())}
 
     def steps_per_update(self) -> int:
         """Env steps per update, in steps of the game: ``n_steps x num_envs`` copies."""
