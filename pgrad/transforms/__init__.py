@@ -1,8 +1,8 @@
 """Transforms: what happens to per-step gradients between the tape and the optimizer.
 
 ``GradientTransform(init, update)`` and its per-step-scale subtype, ``chain``, the built-ins,
-importance weights, natural gradient and trust region, the GRPO family's per-token terms and
-normalisers, and a registry that rebuilds chains from JSON specs.
+importance weights, COMA's counterfactual advantage, natural gradient and trust region, the GRPO
+family's per-token terms and normalisers, and a registry that rebuilds chains from JSON specs.
 """
 
 from pgrad.transforms.base import (
@@ -36,6 +36,7 @@ from pgrad.transforms.builtins import (
     weight_by_running,
 )
 from pgrad.transforms.chain import Chain, chain, check_outputs, flatten, run_updates, state_metrics
+from pgrad.transforms.counterfactual import counterfactual_advantage, counterfactual_advantages
 from pgrad.transforms.importance import ImportanceState, importance_weight
 from pgrad.transforms.natural import (
     FisherState,
@@ -75,6 +76,7 @@ __all__ = [
     "Chain", "ClipState", "EmptyState", "FisherState", "FusedForm", "GradientTransform",
     "ImportanceState", "RatioState", "RunningStats", "StepScale", "TransformError", "chain",
     "check_outputs", "clip_by_global_norm", "clip_per_step", "clip_ratio", "context_value",
+    "counterfactual_advantage", "counterfactual_advantages",
     "empty_init", "flatten", "from_function", "global_norm", "identity", "importance_weight",
     "mean_steps", "natural_gradient", "natural_policy_gradient", "normalize_spec", "per_step_scale",
     "register_transform", "registered_transforms", "run_updates", "scale", "scale_rows",

@@ -18,7 +18,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pgrad.transforms import builtins, importance, natural, sequence, sequence_terms
+from pgrad.transforms import (
+    builtins,
+    counterfactual,
+    importance,
+    natural,
+    sequence,
+    sequence_terms,
+)
 from pgrad.transforms.base import GradientTransform
 from pgrad.transforms.chain import chain
 
@@ -117,6 +124,7 @@ for _f in (
     builtins.sum_steps,
     builtins.mean_steps,
     builtins.clip_ratio,
+    counterfactual.counterfactual_advantage,
     importance.importance_weight,
     natural.natural_gradient,
     natural.trust_region,

@@ -1,8 +1,8 @@
 """A cooperative game where credit assignment matters: ``n`` agents, one team reward.
 
-At every step each agent sees a private cue ``c_i``, one of ``k`` (one-hot), and picks an action
-``u_i`` among ``k``. Every agent receives the same team reward, the fraction of agents whose
-action matched their cue:
+At every step each agent sees a private cue ``c_i``, one of ``k`` (one-hot), and the fraction of
+the episode gone, ``t / episode_steps``, and picks an action ``u_i`` among ``k``. Every agent
+receives the same team reward, the fraction of agents whose action matched their cue:
 
     ``r_t = (1 / n) sum_i 1[u_i = c_i]``
 
@@ -15,7 +15,7 @@ other ``n - 1`` agents' random choices move it by about ``sqrt((n - 1) p (1 - p)
 baseline that sees only the state -- IPPO's ``V(o_i)``, MAPPO's ``V(s)`` (``s``: every cue) --
 cannot remove that noise from agent ``i``'s advantage; COMA's counterfactual baseline, which
 holds the others' actions at theirs, can (:mod:`pgrad.transforms.counterfactual`). The game's
-``state()`` is every cue, one-hot, end to end (``n k``).
+``state()`` is every cue, one-hot, end to end, and the fraction of the episode gone (``n k + 1``).
 
 Train on it as on any PettingZoo game::
 
@@ -51,9 +51,9 @@ class CueGame(ParallelEnv):
         self.n, self.k, self.episode_steps = int(n_agents), int(n_actions), int(episode_steps)
         self.possible_agents = [f"agent_{i}" for i in range(self.n)]
         self.agents: list[str] = []
-        self._obs_space = gym.spaces.Box(0.0, 1.0, (self.k,), np.float32)
+        self._obs_space = gym.spaces.Box(0.0, 1.0, (self.k + 1,), np.float32)
         self._act_space = gym.spaces.Discrete(self.k)
-        self.state_space = gym.spaces.Box(0.0, 1.0, (self.n * self.k,), np.float32)
+        self.state_space = gym.spaces.Box(0.0, 1.0, (self.n * self.k + 1,), np.float32)
         self.rng = np.random.default_rng()
         self.cues = np.zeros(self.n, np.int64)
         self.t = 0
@@ -67,11 +67,13 @@ class CueGame(ParallelEnv):
     def _draw(self) -> dict[str, np.ndarray]:
         self.cues = self.rng.integers(self.k, size=self.n)
         eye = np.eye(self.k, dtype=np.float32)
-        return {a: eye[c] for a, c in zip(self.possible_agents, self.cues)}
+        gone = np.float32(self.t / self.episode_steps)
+        return {a: np.append(eye[c], gone) for a, c in zip(self.possible_agents, self.cues)}
 
     def state(self) -> np.ndarray:
-        """``[n k]`` every agent's cue, one-hot, end to end."""
-        return np.eye(self.k, dtype=np.float32)[self.cues].reshape(-1)
+        """``[n k + 1]`` every agent's cue, one-hot, end to end, then ``t / episode_steps``."""
+        cues = np.eye(self.k, dtype=np.float32)[self.cues].reshape(-1)
+        return np.append(cues, np.float32(self.t / self.episode_steps))
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         if seed is not None:
@@ -90,7 +92,7 @@ class CueGame(ParallelEnv):
         self.t += 1
         done = self.t >= self.episode_steps
         agents = self.agents
-        obs = self._draw()
+        obs = self._draw()  # the final observation, where the episode ends
         rewards = {a: reward for a in agents}
         terms = {a: False for a in agents}
         truncs = {a: done for a in agents}
