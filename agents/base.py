@@ -31,6 +31,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import pgrad._quiet_tf  # noqa: F401  (first: TensorFlow loads without its start-up lines)
+
+# isort: split
 import keras
 import numpy as np
 import tensorflow as tf

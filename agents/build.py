@@ -14,6 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+
+import pgrad._quiet_tf  # noqa: F401  (first: TensorFlow loads without its start-up lines)
+
+# isort: split
 import keras
 
 import pgrad

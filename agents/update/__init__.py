@@ -2,3 +2,6 @@
 calling it, the minibatch loops, one minibatch step around the engine's policy gradient, the
 loss terms as pure functions, and opt-in per-step diagnostics.
 """
+
+# Its modules import TensorFlow: through pgrad first, so it loads without its start-up lines.
+import pgrad._quiet_tf  # noqa: F401,E402

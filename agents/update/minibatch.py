@@ -32,6 +32,11 @@ REPORTED = ("clip_fraction", "approx_kl", "policy_loss")
 #: ``min(pg_rho_bar, pi_prox / mu)``.
 PROXIMAL_KEY = targets.PROXIMAL_KEY
 
+#: A token policy's steps of whole completions (the GRPO family) take their log-probs from one
+#: causal pass per completion in a fused update (False: one pass per step's context; the
+#: tests compare the two).
+TOKEN_ROWS = True
+
 #: Shared features (encoder or trunk): the value from the policy's own forward pass
 #: (``net.params_and_value``), its loss in the engine's aux loss (False: a second pass for the
 #: value; the tests compare the two).
@@ -89,6 +94,8 @@ class MinibatchStep:
         #: or None: then nothing is added to the update.
         self.observer: Any = None
         self.entropy_bonus = schedules.may_be_positive(parts.cfg.ent_coef, "ent_coef")
+        #: A token policy's log-probs by completion (:meth:`_token_rows`), built on first use.
+        self.token_log_prob_fn: Callable[..., Any] | None = None
 
     @property
     def one_pass(self) -> bool:
@@ -123,6 +130,23 @@ class MinibatchStep:
         structure = tf.nest.pack_sequence_as(
             self.transform_state.template, [0.0] * len(self.transform_state.values))
         return keys + [metric_name(k) for k in self.transform.metrics(structure)]
+
+    def _token_rows(self, mb: dict, one_pass: bool) -> bool:
+        """The rows are a token policy's steps of whole completions (``sequence_ids`` from the
+        GRPO family's targets) and the chain needs only their weighted sum: their log-probs
+        then come from one causal pass per completion (:mod:`pgrad.rl.models.token_rows`;
+        exact: a row whose context is not its completion's prefix is read on its own).
+        A chain that asks for per-step gradients or norms keeps the row-by-row pass."""
+        from pgrad.rl.models import token_rows
+
+        form = self.transform.fused_form()
+        if (not TOKEN_ROWS or "sequence_ids" not in mb or "action_mask" in mb or one_pass
+                or form is None or form.needs_norms or self.cfg.engine_path == "full"
+                or not token_rows.is_token_policy(self.net)):
+            return False
+        if self.token_log_prob_fn is None:
+            self.token_log_prob_fn = token_rows.token_row_log_prob_fn(self.net, self.head)
+        return True
 
     def log_prob_only(self, obs, actions):
         """``[N]`` log-probs; ``actions`` may be ``(actions, action masks)``."""
@@ -199,6 +223,9 @@ class MinibatchStep:
 
             log_prob_fn = sequence_log_prob_fn
             inputs = (mb["obs"], mb["episode_starts"], mb["state0"], mb["actions"])
+        if self._token_rows(mb, one_pass):  # one causal pass per completion, not per token
+            log_prob_fn = self.token_log_prob_fn
+            inputs = (mb["obs"], mb["actions"], mb["sequence_ids"])
         if "action_mask" in mb:
             inputs += (mb["action_mask"],)
         aux = None

@@ -118,7 +118,8 @@ def reference_step(agent, cfg):
         loss = sequence_loss(agent.transform, log_probs=log_probs, **context)
     grads = tape.gradient(loss, variables)
     agent.collector.reset(seed=0)
-    return np.concatenate([(-cfg.learning_rate * g).numpy().ravel() for g in grads])
+    return np.concatenate([(-cfg.learning_rate * tf.convert_to_tensor(g)).numpy().ravel()
+                           for g in grads])
 
 
 @pytest.mark.parametrize("name, options", [
@@ -129,6 +130,11 @@ def reference_step(agent, cfg):
     ("grpo", {"loss_type": "gspo"}),
     ("grpo", {"loss_type": "cispo", "epsilon_high": 5.0}),
     ("rloo", {}),
+    # the Transformer policy: the update's one causal pass per completion against the tape
+    # through each token's own context
+    ("grpo", {"loss_type": "grpo", "encoder": "transformer"}),
+    ("grpo", {"loss_type": "gspo", "encoder": "transformer"}),
+    ("rloo", {"encoder": "transformer"}),
 ])
 def test_one_update_is_minus_lr_times_the_gradient_of_the_loss(name, options):
     cfg_kw = {**TINY, "optimizer": "sgd", "learning_rate": 0.5, "max_grad_norm": 0.0,

@@ -177,3 +177,16 @@ def test_the_agents_load_quietly():
     """)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
     assert proc.stderr == ""
+
+
+@pytest.mark.subprocess  # a fresh interpreter: TensorFlow loads in it
+@pytest.mark.parametrize("module", ["agents.update.minibatch", "agents.base"])
+def test_an_agents_module_imported_first_loads_quietly(module):
+    """A script that starts from one of the agents' modules (not ``import agents``) also
+    loads TensorFlow through pgrad: no start-up lines."""
+    proc = _run(f"""
+        import {module}
+        print("ok")
+    """)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert proc.stderr == ""
