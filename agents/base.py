@@ -238,6 +238,14 @@ class ActorCriticAgent(ActingMethods):
 
     def step(self) -> dict[str, Any]:
         """Collects one rollout and updates on it. See ``agents/__init__.py``."""
+        traj, episodes, updates, base, taken, recurrent = self._rollout()
+        metrics = self._update_on(traj, updates, base, taken, recurrent,
+                                  fixed_shape=traj.mask is None)
+        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+
+    def _rollout(self) -> tuple:
+        """The first half of :meth:`step`: one rollout on the current weights. Returns
+        ``(traj, episodes, updates, base, taken, recurrent)`` for :meth:`_update_on`."""
         updates = self._sync()
         rng = np.random.default_rng([self.seed, updates])
         base = self._env_steps  # == env_steps_var, without a TensorFlow call
@@ -254,18 +262,29 @@ class ActorCriticAgent(ActingMethods):
         taken = self.collector.env_steps - before
         recurrent = ((*start, self.rollout_state) if start is not None and self.net.recurrent
                      else None)
-        metrics = self._update_on(traj, updates, base, taken, recurrent,
-                                  fixed_shape=traj.mask is None)
-        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+        return traj, episodes, updates, base, taken, recurrent
 
     def _update_on(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
                    recurrent: tuple | None = None, fixed_shape: bool = True) -> dict[str, Any]:
         """The tail every agent's step shares: one compiled update on ``traj`` (``taken`` env
         steps after ``base``, update ``updates + 1``), the acting copy refreshed from its
         output, the counters advanced; returns the update's metrics."""
+        args = self._update_args(traj, updates, base, taken, recurrent)
+        return self._finish_update(self.updater(args, fixed_shape=fixed_shape), updates, base,
+                                   taken)
+
+    def _update_args(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
+                     recurrent: tuple | None = None) -> tuple:
+        """The compiled update's inputs for ``traj`` (its scheduled values at ``base + taken``);
+        a population (:mod:`agents.population`) calls many agents' updates in one graph."""
         scheduled = self.schedules.values(base + taken, self.budget, updates)
-        args = self.updater.inputs(traj, taken, scheduled, recurrent)
-        out, *step_norms = self.updater(args, fixed_shape=fixed_shape)
+        return self.updater.inputs(traj, taken, scheduled, recurrent)
+
+    def _finish_update(self, result: Any, updates: int, base: int, taken: int
+                       ) -> dict[str, Any]:
+        """After the compiled update returned ``result``: the acting copy refreshed from it,
+        the counters advanced; returns the update's metrics."""
+        out, *step_norms = result
         out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)
         keys = self.updater.metric_keys
         k = len(keys)

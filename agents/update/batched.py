@@ -1,0 +1,91 @@
+"""Many agents' compiled updates as one traced graph (a population: :mod:`agents.population`).
+
+:class:`BatchedUpdate` traces, inside ONE outer ``tf.function``, each agent's own update function
+(:meth:`agents.update.compiled.CompiledUpdate._update`, the very Python function a single agent's
+update traces) on that agent's own inputs. Nothing crosses between the agents' subgraphs: each
+reads and writes only its own variables (weights, optimizer slots, chain state, counters,
+normaliser statistics), so one call runs N independent updates. The call overhead (argument
+binding, the executor's start) is paid once per round instead of N times, and TensorFlow's
+inter-op executor is free to run the N subgraphs side by side on the machine's cores.
+
+Each agent's part computes what its own update computes, op for op; the tests compare the
+weights of a population with those of separately trained agents (tests/agents/
+test_population.py). What a single agent's :class:`agents.update.call.TracedUpdate` adds is
+kept where it matters: fixed shapes call a concrete function through its flat entry point, an
+update that needs autograph (a transform's ``if tensor:``) is traced again with it. XLA
+(``jit_compile``) is not used for the batched graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from agents.update.call import needs_autograph
+from pgrad.rl.flat_call import flat_caller
+
+
+class BatchedUpdate:
+    """One traced call that updates a chosen subset of ``updaters`` on their own inputs.
+
+    Args:
+      updaters: each agent's :class:`agents.update.compiled.CompiledUpdate`.
+
+    ``batched(rows, args, fixed_shape)`` with ``rows`` the agents' indices ``[n]``, ``args``
+    their :meth:`~agents.update.compiled.CompiledUpdate.inputs` (one tuple each) returns each
+    one's update result (``(out [K + P], *extra)``, as its own update returns it).
+    """
+
+    def __init__(self, updaters: Sequence[Any]):
+        self.updaters = list(updaters)
+        self.autograph = False
+        self._functions: dict[tuple, Any] = {}  # (rows, arg counts, varying) -> tf.function
+        self._concrete: dict[tuple, Any] = {}  # + shapes -> the concrete function's caller
+
+    def tracing_count(self) -> int:
+        """Traces of every outer function so far (one per subset and shape, never per call)."""
+        return sum(f.experimental_get_tracing_count() for f in self._functions.values())
+
+    def _function(self, rows: tuple[int, ...], counts: tuple[int, ...], varying: bool):
+        key = (rows, counts, varying)
+        fn = self._functions.get(key)
+        if fn is None:
+            updaters = [self.updaters[i] for i in rows]
+
+            def update_all(*flat):
+                out, at = [], 0
+                for updater, n in zip(updaters, counts):
+                    out.append(tuple(updater._update(*flat[at: at + n])))
+                    at += n
+                return tuple(out)
+
+            fn = self._functions[key] = tf.function(
+                update_all, autograph=self.autograph, reduce_retracing=varying)
+        return fn
+
+    def __call__(self, rows: Sequence[int], args: Sequence[tuple], fixed_shape: bool) -> list:
+        rows = tuple(int(i) for i in rows)
+        try:
+            return list(self._run(rows, args, fixed_shape))
+        except Exception as err:  # a transform that needs autograph: traced again with it
+            if self.autograph or not needs_autograph(err):
+                raise
+            self.autograph = True
+            self._functions.clear()
+            self._concrete.clear()
+            return list(self._run(rows, args, fixed_shape))
+
+    def _run(self, rows: tuple[int, ...], args: Sequence[tuple], fixed_shape: bool):
+        counts = tuple(len(a) for a in args)
+        flat = [x for a in args for x in a]
+        fn = self._function(rows, counts, not fixed_shape)
+        if not fixed_shape:  # whole-episode batches: a new shape each round (relaxed once)
+            return fn(*flat)
+        key = (rows, counts, tuple(None if x is None else tuple(x.shape) for x in flat))
+        call = self._concrete.get(key)
+        if call is None:
+            specs = [s for a, i in zip(args, rows) for s in self.updaters[i].io.signature(a)]
+            call = self._concrete[key] = flat_caller(fn.get_concrete_function(*specs))
+        return call(*flat)  # one tuple per agent, as the outer function returns them

@@ -1,0 +1,176 @@
+"""Populations (agents/population.py): N seeds in one process equal N single runs.
+
+Tolerance: a member's weights after its updates equal those of the same agent trained alone
+with its seed to 1e-6 (absolute; float32 round-off: measured 0 or 6e-8 after 3 A2C updates --
+the batched graph runs the same ops, possibly in another order across agents), and its episodes,
+counters and update counts are identical.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agents
+from agents.population import (
+    Population,
+    build_members,
+    check_memory,
+    check_seeds,
+)
+
+TOL = 1e-6
+SMALL = {"a2c": {"num_envs": 4},
+         "ppo": {"num_envs": 4, "n_steps": 32, "minibatch_size": 64, "epochs": 2},
+         "reinforce": {"num_envs": 2, "batch_steps": 20}}
+
+
+def _max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(x.numpy() - y.numpy())))
+               for x, y in zip(a.net.variables, b.net.variables))
+
+
+@pytest.mark.parametrize("algo,updates", [("a2c", 3), ("ppo", 2), ("reinforce", 2)])
+def test_a_population_equals_its_seeds_trained_alone(algo, updates):
+    seeds = [3, 4, 5] if algo == "a2c" else [3, 4]
+    kw = SMALL[algo]
+    episodes: dict[int, list] = {s: [] for s in seeds}
+
+    def recorder(seed):
+        return lambda loop: episodes[seed].extend(loop.new_episodes)
+
+    pop = Population(algo, "CartPole-v1", seeds=seeds, **kw)
+    steps = 120 if algo == "reinforce" else updates * pop.agents[0].steps_per_update()
+    assert pop.learn(steps, callbacks=recorder) is pop
+    try:
+        for seed, member in zip(seeds, pop.agents):
+            alone = agents.make(algo, "CartPole-v1", seed=seed, **kw)
+            own: list = []
+            alone.learn(steps, callbacks=lambda loop, own=own: own.extend(loop.new_episodes),
+                        progress=False)
+            assert member.env_steps == alone.env_steps
+            assert int(member.updates_var.numpy()) == int(alone.updates_var.numpy()) >= updates
+            assert _max_diff(member, alone) <= TOL
+            assert [(s, n) for s, _, n in episodes[seed]] == [(s, n) for s, _, n in own]
+            np.testing.assert_allclose([r for _, r, _ in episodes[seed]],
+                                       [r for _, r, _ in own])
+            alone.close()
+        if algo != "reinforce":  # fixed shapes: one trace of the outer graph for every round
+            assert pop.update.tracing_count() == 1
+        assert not pop.failures
+    finally:
+        pop.close()
+
+
+def test_members_share_nothing():
+    pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2)
+    a, b = pop.agents
+    try:
+        ids = lambda m: {id(v) for v in m.net.variables}  # noqa: E731
+        assert not ids(a) & ids(b)
+        assert a.optimizer is not b.optimizer and a.collector is not b.collector
+        assert _max_diff(a, b) > 0  # seeded apart
+    finally:
+        pop.close()
+
+
+@pytest.mark.parametrize("seeds,err,text", [
+    ([1, 2, 1], ValueError, "repeats seed(s) 1"),
+    ([], ValueError, "is empty"),
+    ("12", TypeError, "list of integer seeds"),
+    ([1, 2.5], TypeError, "seeds are integers"),
+    ([-1], ValueError, ">= 0"),
+])
+def test_bad_seed_lists_are_one_line(seeds, err, text):
+    with pytest.raises(err, match=None) as info:
+        check_seeds(seeds)
+    assert text in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unsupported_algorithms_and_settings_are_refused_naming_them():
+    with pytest.raises(ValueError, match="cannot train 'npg'"):
+        Population("npg", "CartPole-v1", seeds=[0, 1])
+    with pytest.raises(ValueError, match="recurrent='lstm'"):
+        Population("ppo", "CartPole-v1", seeds=[0, 1], recurrent="lstm", num_envs=2)
+    with pytest.raises(ValueError, match="vector_mode='async'"):
+        Population("a2c", "CartPole-v1", seeds=[0, 1], vector_mode="async", num_envs=2)
+
+
+class _Member:
+    closed = 0
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def close(self):
+        _Member.closed += 1
+
+
+def test_the_memory_estimate_refuses_before_building_the_rest():
+    line = check_memory(10, 2, 12.0, available=10_000.0)
+    assert line.startswith("10 seeds: about 12.0 MiB per seed")
+    with pytest.raises(MemoryError, match=r"more than the 0.01 GiB available: train at most"):
+        check_memory(5000, 2, 12.0, available=10.0)
+    built = []
+
+    def make(seed):
+        built.append(seed)
+        return _Member(seed)
+
+    _Member.closed = 0
+    with pytest.raises(MemoryError):
+        build_members(make, list(range(100)), available=0.001)
+    assert built == [0, 1] and _Member.closed == 2  # stopped after two, both closed
+
+
+class _CrashOnSeed(gym.Wrapper):
+    """CartPole whose sub-env reset with seed 21 fails at its 30th step."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.doomed, self.count = seed == 21, 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.count += 1
+        if self.doomed and self.count >= 30:
+            raise RuntimeError("the simulator lost its state")
+        return self.env.step(action)
+
+
+def _crashing_env():
+    return _CrashOnSeed(gym.make("CartPole-v1"))
+
+
+def test_one_seed_whose_env_crashes_stops_alone(capsys):
+    pop = Population("a2c", _crashing_env, seeds=[10, 20], num_envs=2)
+    try:
+        pop.learn(200)
+        assert list(pop.failures) == [20] and "the simulator lost its state" in pop.failures[20]
+        assert pop.agents[0].env_steps >= 200  # the other seed trained on to its total
+        assert 0 < pop.agents[1].env_steps < 200
+        err = capsys.readouterr().err
+        assert "warning: seed 20 stopped:" in err and "the other seeds go on" in err
+    finally:
+        pop.close()
+
+
+def test_callbacks_by_seed_and_a_member_that_stops_alone():
+    seen: dict[int, int] = {}
+
+    def count(seed):
+        def fn(loop):
+            seen[seed] = seen.get(seed, 0) + 1
+            return seed != 1 or seen[seed] < 2  # seed 1 stops after its 2nd update
+
+        return fn
+
+    pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2, n_steps=5)
+    try:
+        pop.learn(40, callbacks=count)
+        assert seen == {0: 4, 1: 2}
+        with pytest.raises(ValueError, match="outside the population"):
+            pop.learn(10, callbacks={7: count(7)})
+    finally:
+        pop.close()
