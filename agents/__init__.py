@@ -13,6 +13,9 @@ Usage::
     info = agent.step()                    # or by hand: one rollout + one update
     agent.close()
 
+    pop = agents.Population("a2c", "CartPole-v1", seeds=range(80, 90))  # many seeds, one process
+    pop.learn(100_000)                     # docs/populations.md
+
     AgentCls = agents.get("ppo")           # the class; AgentCls.Config is its dataclass
     agent = AgentCls(AgentCls.Config(num_envs=8), env_id="CartPole-v1", seed=0, transform=None)
 
@@ -77,12 +80,14 @@ if TYPE_CHECKING:
     from agents.base import ActorCriticAgent as Reinforce
     from agents.base import agent_class as get
     from agents.learners.actor_learner import APPO, IMPALA
+    from agents.population import Population
 
 # The agents import TensorFlow; their declarations (above) do not. So ``import agents`` is data
 # only and the classes load on first use: ``pgrad-train --help`` lists every agent's
 # hyperparameters without TensorFlow's seconds of start-up. ``agents.PPO`` is
 # ``agents.get("ppo")``: any declared algorithm's class name works.
-_LAZY = {"ActorCriticAgent": "agents.base", "get": "agents.base"}
+_LAZY = {"ActorCriticAgent": "agents.base", "get": "agents.base",
+         "Population": "agents.population"}
 _SUBMODULES = ("callbacks", "learning")
 
 
@@ -178,7 +183,7 @@ def make(name: str, env_id: Any = "CartPole-v1", seed: int = 0,
 
 __all__ = [
     "A2C", "A2CConfig", "APPO", "APPOConfig", "ActorCriticAgent", "ActorCriticConfig",
-    "Algorithm", "IMPALA", "IMPALAConfig", "NPG", "NPGConfig", "PPO", "PPOConfig", "Reinforce",
-    "ReinforceConfig", "callbacks", "config_class", "configs", "get", "learning", "load", "make",
-    "names", "register",
+    "Algorithm", "IMPALA", "IMPALAConfig", "NPG", "NPGConfig", "PPO", "PPOConfig", "Population",
+    "Reinforce", "ReinforceConfig", "callbacks", "config_class", "configs", "get", "learning",
+    "load", "make", "names", "register",
 ]

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--more-steps", type=int, metavar="N", help="with --resume: train N env steps more than "
         "the checkpoint holds (default: off; --total-steps gives the total instead)")
     add("--seed", type=int, help=f"random seed (default: {d['seed']})")
+    add("--seeds", nargs="+", metavar="SEED", help="train a population: these seeds (or "
+        "ranges A..B) in one process, each into OUT/seedS/ (docs/populations.md; default: off)")
     add("--out", metavar="DIR", help="run directory (default: runs/AGENT-ENV-seedSEED)")
     add("--num-envs", type=int, metavar="N",
         help="parallel envs (default: the agent's num_envs: 16 for a2c and npg, 8 for "
@@ -274,6 +276,12 @@ _startup_pid = os.getpid()
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from pgrad_app.run.population import is_population
+
+    if args.seeds is not None or is_population(args.resume):  # many seeds: their own module
+        from pgrad_app.cli import population
+
+        return population.main(args)
     from pgrad.rl.storage.files import write_atomic
     from pgrad_app.run import directory as rundir
     from pgrad_app.run.layout import RunLayout

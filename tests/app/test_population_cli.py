@@ -1,0 +1,118 @@
+"""pgrad-train --seeds: one run directory per seed, bad input in one line, resume per seed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from tests.cli_helpers import evaluate, one_error_line, popen_train, train
+
+SMALL = ("--agent", "a2c", "--env", "CartPole-v1", "--num-envs", "4", "--no-tuned", "--quiet")
+
+
+def _weights(run_dir):
+    import agents
+
+    agent = agents.load(run_dir)
+    try:
+        return [v.numpy() for v in agent.net.variables], agent.env_steps
+    finally:
+        agent.close()
+
+
+def test_seeds_write_the_run_directory_of_each_seed(tmp_path, capsys):
+    out = tmp_path / "pop"
+    code, stdout, err = train(*SMALL, "--seeds", "80..81", "--total-steps", "120", "--out", out,
+                              capsys=capsys)
+    assert code == 0, err
+    assert json.loads((out / "population.json").read_text())["runs"] == {
+        "80": "seed80", "81": "seed81"}
+    assert "2 of 2 seeds trained" in stdout
+    # the same run directory (and numbers) as pgrad-train --seed 80
+    code, _, err = train(*SMALL, "--seed", "80", "--total-steps", "120", "--out",
+                         tmp_path / "alone", capsys=capsys)
+    assert code == 0, err
+    for name in ("config.yaml", "episodes.csv", "updates.csv", "agent.json", "policy",
+                 "checkpoints", "learning_curve.png"):
+        assert (out / "seed80" / name).exists(), name
+    assert "seed: 81" in (out / "seed81" / "config.yaml").read_text()
+    (pw, ps), (aw, as_) = _weights(out / "seed80"), _weights(tmp_path / "alone")
+    assert ps == as_ == 120
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(pw, aw)) <= 1e-6
+    code, stdout, err = evaluate(out / "seed81", "--episodes", "2", capsys=capsys)
+    assert code == 0 and (out / "seed81" / "eval.json").is_file(), err
+
+
+@pytest.mark.parametrize("argv,text", [
+    (("--seeds", "1", "1"), "--seeds repeats seed(s) 1: each seed is one independent run"),
+    (("--seeds", "5..3"), "--seeds: the range 5..3 is empty"),
+    (("--seeds", "x"), "--seeds: 'x' is not a seed or a range"),
+    (("--seeds",), "--seeds"),
+    (("--seed", "1", "--seeds", "2", "3"), "--seed trains one seed and --seeds a population"),
+    (("--agent", "npg", "--seeds", "1", "2"), "a population cannot train 'npg'"),
+    (("--seeds", "1", "2", "--workers", "2"), "--workers is not available with --seeds"),
+])
+def test_bad_seed_input_is_one_line_and_writes_nothing(argv, text, tmp_path, capsys):
+    out = tmp_path / "pop"
+    code, _, err = train("--env", "CartPole-v1", "--total-steps", "100", "--out", out, *argv,
+                         capsys=capsys)
+    assert code == 2 and text in one_error_line(err)
+    assert not out.exists()
+
+
+def test_more_seeds_than_memory_is_refused_with_the_estimate(tmp_path, capsys, monkeypatch):
+    import agents.population as population
+
+    monkeypatch.setattr(population, "available_mb", lambda: 1.0)
+    out = tmp_path / "pop"
+    code, _, err = train(*SMALL, "--seeds", "1..40", "--total-steps", "100", "--out", out,
+                         capsys=capsys)
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("error: --seeds: 40 seeds: about ")
+    assert "MiB per seed" in line and "more than the 0.00 GiB available" in line
+    assert not out.exists()
+
+
+def _wait_for_checkpoints(dirs, proc, timeout=120):
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if all(len(list((d / "checkpoints").glob("step-*"))) >= 2 for d in dirs):
+            return
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.2)
+    raise AssertionError("no checkpoints")
+
+
+@pytest.mark.slow
+def test_an_interrupted_population_resumes_each_seed_from_its_own_checkpoint(tmp_path, capsys):
+    out = tmp_path / "pop"
+    proc = popen_train(*SMALL, "--seeds", "5", "6", "--total-steps", "1000000",
+                       "--checkpoint-every", "200", "--out", out)
+    _wait_for_checkpoints([out / "seed5", out / "seed6"], proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and f"--resume {out}" in err, err
+    # seed 6 killed one checkpoint earlier than seed 5: its newest one removed
+    newest = sorted((out / "seed6" / "checkpoints").glob("step-*"))[-1]
+    shutil.rmtree(newest)
+    steps = {s: json.loads(sorted((out / f"seed{s}" / "checkpoints").glob("step-*"))[-1]
+                           .joinpath("meta.json").read_text())["env_steps"] for s in (5, 6)}
+    assert steps[6] < steps[5]
+    total = max(steps.values()) + 80
+    for s in (5, 6):  # the same checkpoints, resumed alone
+        shutil.copytree(out / f"seed{s}", tmp_path / f"alone{s}")
+    code, _, err = train("--resume", out, "--total-steps", total, "--quiet", capsys=capsys)
+    assert code == 0, err
+    assert f"from env steps {steps[5]:,}, {steps[6]:,}" in err
+    for s in (5, 6):
+        code, _, err = train("--resume", tmp_path / f"alone{s}", "--total-steps", total,
+                             "--quiet", capsys=capsys)
+        assert code == 0, err
+        (pw, ps), (aw, as_) = _weights(out / f"seed{s}"), _weights(tmp_path / f"alone{s}")
+        assert ps == as_ == total
+        assert max(float(np.max(np.abs(a - b))) for a, b in zip(pw, aw)) <= 1e-6
