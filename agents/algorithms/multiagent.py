@@ -7,6 +7,9 @@
   the game's global ``state()`` (the agents' observations end to end where it has none) while
   the actor reads its own observation; ``critic_input="state_and_obs"`` (the default) gives
   the critic MAPPO's agent-specific global state, the state beside the agent's observation.
+* ``credit="coma"`` (either agent) -- each step weighted by COMA's counterfactual advantage
+  from a centralised Q critic (Foerster et al. 2018; :mod:`pgrad.transforms.counterfactual`,
+  :mod:`agents.learners.counterfactual`), through PPO's clip.
 
 The agents take a PettingZoo ``ParallelEnv`` / ``AECEnv`` factory, an instance, or its
 ``"module:factory"`` name (``pgrad-train --algo ippo --env mpe2.simple_spread_v3:parallel_env``)

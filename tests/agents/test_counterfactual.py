@@ -318,3 +318,20 @@ def test_bad_settings_are_one_line():
         assert "every agent to act at every step" in _one_line(err)
     finally:
         agent.close()
+
+
+def test_cue_game_rewards_the_fraction_of_matched_cues():
+    game = CueGame(n_agents=4, n_actions=3, episode_steps=2)
+    obs, _ = game.reset(seed=0)
+    cues = [int(np.argmax(obs[a][:3])) for a in game.possible_agents]
+    np.testing.assert_array_equal(game.state()[:-1], np.eye(3)[cues].reshape(-1))
+    assert obs["agent_0"][-1] == 0.0 and game.state()[-1] == 0.0
+    acts = {a: (c if i < 3 else (c + 1) % 3) for i, (a, c) in
+            enumerate(zip(game.possible_agents, cues))}  # three of four match
+    obs, rew, term, trunc, _ = game.step(acts)
+    assert set(rew.values()) == {0.75} and not any(trunc.values()) and not any(term.values())
+    assert obs["agent_0"][-1] == 0.5
+    _, _, _, trunc, _ = game.step(dict.fromkeys(game.possible_agents, 0))
+    assert all(trunc.values()) and game.agents == []
+    with pytest.raises(ValueError, match="n_agents >= 2"):
+        CueGame(n_agents=1)

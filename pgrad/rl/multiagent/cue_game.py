@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 
-__all__ = ["CueGame", "parallel_env"]
+__all__ = ["CueGame", "crowd_env", "parallel_env"]
 
 
 class CueGame(ParallelEnv):
@@ -106,3 +106,9 @@ def parallel_env(n_agents: int = 8, n_actions: int = 4, episode_steps: int = 5) 
     """A :class:`CueGame` (the factory ``pgrad-train --env
     pgrad.rl.multiagent.cue_game:parallel_env`` calls)."""
     return CueGame(n_agents, n_actions, episode_steps)
+
+
+def crowd_env() -> CueGame:
+    """A :class:`CueGame` of 24 agents (4 actions, 5 steps): ``--env
+    pgrad.rl.multiagent.cue_game:crowd_env``."""
+    return CueGame(24, 4, 5)
