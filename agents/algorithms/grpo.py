@@ -58,6 +58,11 @@ class GRPOConfig(ActorCriticConfig):
         "or not ('none': Dr. GRPO)"))
     importance_sampling_level: str = field(default="", metadata=doc(
         "'token' or 'sequence'; '' = 'sequence' for gspo, else 'token'"))
+    supervision: str = field(default="outcome", metadata=doc(
+        "'outcome': each completion's group-relative reward on all its tokens; 'process' "
+        "(DeepSeekMath's process supervision): each token's reward normalised in its group, "
+        "summed from that token on -- for envs that pay as rewards accrue (a token task's "
+        "dense_rewards)"))
     max_completion_length: int = field(default=0, metadata=doc(
         "L_max of dr_grpo's constant normaliser (tokens); 0 = unset"))
 
@@ -86,6 +91,9 @@ class GRPOConfig(ActorCriticConfig):
         if self.loss_type == "dr_grpo" and int(self.max_completion_length) < 1:
             raise ValueError("loss_type 'dr_grpo' divides by max_completion_length: set it to "
                              "the longest completion in tokens (> 0)")
+        if self.supervision not in ("outcome", "process"):
+            raise ValueError(f"supervision must be 'outcome' or 'process'; got "
+                             f"{self.supervision!r}")
         if self.rollout != "groups":
             raise ValueError(f"the GRPO family needs rollout='groups'; got {self.rollout!r}")
         if self.minibatch_size != 0:
@@ -113,6 +121,9 @@ class RLOOConfig(GRPOConfig):
     def validate(self) -> None:
         ActorCriticConfig.validate(self)
         self._validate_family(("rloo",))
+        if self.supervision != "outcome":
+            raise ValueError("RLOO's baselines are whole completions': supervision must be "
+                             f"'outcome'; got {self.supervision!r}")
         if self.group_size < 2:
             raise ValueError("RLOO's baseline is the group's other members: group_size must be "
                              f">= 2; got {self.group_size}")
@@ -134,7 +145,8 @@ def group_targets(cfg: GRPOConfig):
 
     if isinstance(cfg, RLOOConfig):
         return GroupTargets(cfg.group_size, "rloo", normalize=cfg.normalize_advantages)
-    return GroupTargets(cfg.group_size, "grpo", cfg.scale_rewards)
+    return GroupTargets(cfg.group_size, "grpo", cfg.scale_rewards,
+                        supervision=cfg.supervision)
 
 
 #: pgrad-tune's space (TRL's knobs that matter on small token tasks).

@@ -106,33 +106,49 @@ class GroupTargets:
       scale_rewards: with ``"grpo"``: ``"group"``, ``"batch"`` or ``"none"`` (TRL's).
       normalize: with ``"rloo"``: standardise the advantages over the batch (TRL's
         ``normalize_advantages``).
+      supervision: with ``"grpo"``: ``"outcome"`` (the above) or ``"process"``: each token's
+        reward normalised within its group's tokens and summed from that token on
+        (:func:`pgrad.rl.group_advantages.process_advantages`; for envs that pay rewards as
+        they accrue, e.g. a token task's ``dense_rewards``).
     """
 
     on_policy = True
 
     def __init__(self, group_size: int, kind: str = "grpo", scale_rewards: str = "group",
-                 normalize: bool = False):
+                 normalize: bool = False, supervision: str = "outcome"):
         if kind not in ("grpo", "rloo"):
             raise ValueError(f"GroupTargets: kind must be 'grpo' or 'rloo'; got {kind!r}.")
+        if supervision not in ("outcome", "process") or (kind, supervision) == ("rloo",
+                                                                                 "process"):
+            raise ValueError(f"GroupTargets: supervision must be 'outcome' (or 'process' with "
+                             f"kind 'grpo'); got {supervision!r} with {kind!r}.")
         self.group_size, self.kind = int(group_size), kind
         self.scale_rewards, self.normalize = scale_rewards, normalize
+        self.supervision = supervision
 
     def __call__(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
                  values: tf.Tensor, next_values: tf.Tensor,
                  behaviour_log_probs: tf.Tensor | None = None,
                  learner_log_probs: Callable[[], tf.Tensor] | None = None
                  ) -> tuple[tf.Tensor, tf.Tensor, dict]:
-        from pgrad.rl.group_advantages import group_advantages, rloo_advantages
+        from pgrad.rl.group_advantages import (
+            group_advantages,
+            process_advantages,
+            rloo_advantages,
+        )
 
         rewards = tf.cast(rewards, tf.float32)
         done = tf.cast(tf.maximum(tf.cast(terminated, tf.float32),
                                   tf.cast(truncated, tf.float32)), tf.float32)
         live = tf.cast(tf.equal(tf.cumsum(done, axis=0, exclusive=True), 0.0), tf.float32)
         total = tf.reduce_sum(rewards * live, axis=0)  # [B] R_b
-        if self.kind == "grpo":
-            adv = group_advantages(total, self.group_size, self.scale_rewards)
+        if self.supervision == "process":
+            per_token = process_advantages(rewards, live, self.group_size, self.scale_rewards)
         else:
-            adv = rloo_advantages(total, self.group_size, self.normalize)
+            if self.kind == "grpo":
+                adv = group_advantages(total, self.group_size, self.scale_rewards)
+            else:
+                adv = rloo_advantages(total, self.group_size, self.normalize)
+            per_token = live * adv[None]
         ids = tf.broadcast_to(tf.range(tf.shape(rewards)[1])[None], tf.shape(rewards))  # [T, B]
-        return (live * adv[None], live * total[None],
-                {"sequence_ids": ids, "completion_mask": live})
+        return per_token, live * total[None], {"sequence_ids": ids, "completion_mask": live}

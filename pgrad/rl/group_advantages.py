@@ -99,6 +99,55 @@ def group_advantages(rewards: tf.Tensor, group_size: int, scale_rewards: str | b
     return _zero_nan(tf.reshape(adv, [-1]))
 
 
+def process_advantages(rewards: tf.Tensor, live: tf.Tensor, group_size: int,
+                       scale_rewards: str | bool = "group", eps: float = STD_EPS) -> tf.Tensor:
+    """Process-supervised GRPO (DeepSeekMath, section 4.1.3): each step's reward normalised
+    by its group's step rewards, and a token's advantage the sum of the normalised rewards of
+    its own and later steps.
+
+    ``r~_{i,t} = (r_{i,t} - mean_g r) / (std_g r + eps)`` over every live step reward of the
+    group (every token of its ``G`` completions: a token is a step), then
+    ``A_{i,t} = sum_{t' >= t} r~_{i,t'}``. ``scale_rewards`` as in :func:`group_advantages`
+    (``"batch"``: one std over every live step of the batch; ``"none"``: no division).
+
+    Args:
+      rewards: ``[T, B]`` each step's reward; completion ``b`` is column ``b``, groups
+        consecutive columns.
+      live: ``[T, B]`` 1 on completion ``b``'s steps, 0 after it ended.
+      group_size: ``G``.
+
+    Returns:
+      ``[T, B]`` float32 advantages, 0 off the live steps (and for a group whose std is
+      undefined).
+
+    Raises:
+      ValueError: ``G`` does not divide ``B``, or an unknown ``scale_rewards``.
+    """
+    who = "process_advantages"
+    if not isinstance(scale_rewards, (str, bool)) or scale_rewards not in _SCALES:
+        raise ValueError(f"{who}: scale_rewards must be 'group', 'batch', 'none', True or False; "
+                         f"got {scale_rewards!r}.")
+    mode = _SCALES[scale_rewards]
+    r = tf.cast(rewards, tf.float32)
+    on = tf.cast(live, tf.float32) > 0
+    steps = tf.transpose(tf.where(on, r, float("nan")))  # [B, T], NaN off the live steps
+    b, T = tf.shape(steps)[0], tf.shape(steps)[1]
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"{who}: group_size must be a positive int; got {group_size!r}.")
+    if steps.shape[0] is not None and steps.shape[0] % group_size:
+        raise ValueError(f"{who}: group size G={group_size} does not divide the batch's "
+                         f"{steps.shape[0]} completions.")
+    grouped = tf.reshape(steps, [-1, group_size * T])  # [B / G, G T]
+    _, mean, std = _nan_moments(grouped, axis=1)
+    norm = grouped - mean
+    if mode == "group":
+        norm = norm / (std + eps)
+    elif mode == "batch":
+        norm = norm / (_nan_moments(grouped)[2] + eps)
+    norm = tf.transpose(_zero_nan(tf.reshape(norm, [b, T])))  # [T, B]
+    return tf.cumsum(norm, axis=0, reverse=True) * tf.cast(on, tf.float32)
+
+
 def rloo_advantages(rewards: tf.Tensor, group_size: int, normalize: bool = False,
                     eps: float = STD_EPS) -> tf.Tensor:
     """RLOO's leave-one-out advantages (Ahmadian et al. 2024), ``A_n = r_n - b_n``.
@@ -187,5 +236,5 @@ def token_context(mask: tf.Tensor, advantages: tf.Tensor | None = None,
     return ctx
 
 
-__all__ = ["STD_EPS", "broadcast_to_tokens", "group_advantages", "rloo_advantages",
-           "token_context"]
+__all__ = ["STD_EPS", "broadcast_to_tokens", "group_advantages", "process_advantages",
+           "rloo_advantages", "token_context"]

@@ -59,6 +59,11 @@ class TokenTaskEnv(gym.Env):
       max_prompt_tokens: the longest prompt the sampler draws, in tokens.
       reward_weights: one weight per reward function (None: all 1).
       is_success: ``f(prompt, completion, reward) -> bool`` (default :func:`exact_answer`).
+      dense_rewards: pay the reward as it accrues: each token earns the change of the
+        weighted reward functions' value on the completion so far (the first token: its value
+        minus the empty completion's). The episode's rewards sum to the same final value;
+        process-supervised GRPO (``supervision="process"``) reads which token earned it. The
+        reward functions are then called on every prefix of a completion.
     """
 
     metadata = {"render_modes": []}
@@ -66,7 +71,8 @@ class TokenTaskEnv(gym.Env):
     def __init__(self, sample_prompt: PromptSampler, reward_funcs: Any, tokenizer: Tokenizer,
                  max_new_tokens: int, max_prompt_tokens: int,
                  reward_weights: Sequence[float] | None = None,
-                 is_success: Callable[[Prompt, str, float], bool] = exact_answer):
+                 is_success: Callable[[Prompt, str, float], bool] = exact_answer,
+                 dense_rewards: bool = False):
         if int(max_new_tokens) < 1 or int(max_prompt_tokens) < 0:
             raise ValueError(f"TokenTaskEnv: max_new_tokens must be >= 1 and max_prompt_tokens "
                              f">= 0; got {max_new_tokens} and {max_prompt_tokens}.")
@@ -75,6 +81,8 @@ class TokenTaskEnv(gym.Env):
         self.reward_weights = _weights(reward_weights, len(self.reward_funcs))
         self.tokenizer = tokenizer
         self.is_success = is_success
+        self.dense_rewards = bool(dense_rewards)
+        self._paid = 0.0  # dense rewards: the value paid so far this episode
         self.max_new_tokens = int(max_new_tokens)
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.context_len = self.max_prompt_tokens + self.max_new_tokens  # L
@@ -107,6 +115,7 @@ class TokenTaskEnv(gym.Env):
         self._prompt = prompt
         self._generated = []
         self._done = False
+        self._paid = self._value_so_far(prompt) if self.dense_rewards else 0.0
         self._context[:] = PAD_ID
         self._context[: len(ids)] = ids
         info: dict[str, Any] = {"prompt": prompt.text}
@@ -136,16 +145,28 @@ class TokenTaskEnv(gym.Env):
             if len(self._generated) == self.max_new_tokens:
                 stop = "length"
         if stop is None:
-            return self._context.copy(), 0.0, False, False, {}
+            if not self.dense_rewards:
+                return self._context.copy(), 0.0, False, False, {}
+            value = self._value_so_far(prompt)
+            earned, self._paid = value - self._paid, value
+            return self._context.copy(), earned, False, False, {}
         self._done = True
         completion = self.tokenizer.decode(self._generated)
         reward, terms = score(self.reward_funcs, self.reward_weights, prompt, completion,
                               self._generated)
-        info = {"is_success": self._success(prompt, completion, reward),
+        success = self._success(prompt, completion, reward)
+        if self.dense_rewards:  # the rest of the final value; info["rewards"] keeps the terms
+            reward, self._paid = reward - self._paid, reward
+        info = {"is_success": success,
                 "prompt": prompt.text, "completion": completion, "rewards": terms, "stop": stop}
         if prompt.row is not None:
             info["prompt_index"] = prompt.row
         return self._context.copy(), reward, True, stop == "length", info
+
+    def _value_so_far(self, prompt: Prompt) -> float:
+        """The weighted reward functions' value on the completion written so far."""
+        return score(self.reward_funcs, self.reward_weights, prompt,
+                     self.tokenizer.decode(self._generated), self._generated)[0]
 
     def _success(self, prompt: Prompt, completion: str, reward: float) -> bool:
         """``is_success(prompt, completion, reward)`` as a bool; a test that raises or gives no

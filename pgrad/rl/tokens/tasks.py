@@ -50,12 +50,13 @@ def partial_credit(prompt: str, completion: str, answer: Any) -> float:
 class _DigitTask(TokenTaskEnv):
     """A task whose prompt is ``text`` and answer ``answer`` (both over :data:`ALPHABET`)."""
 
-    def __init__(self, max_prompt_chars: int, max_answer_chars: int, shaping: bool):
+    def __init__(self, max_prompt_chars: int, max_answer_chars: int, shaping: bool,
+                 dense_rewards: bool = False):
         self.tokenizer = CharTokenizer(ALPHABET)
         self.shaping = bool(shaping)
         super().__init__(self._sample, partial_credit if shaping else exact_match,
                          self.tokenizer, max_new_tokens=max_answer_chars + 1,
-                         max_prompt_tokens=max_prompt_chars)
+                         max_prompt_tokens=max_prompt_chars, dense_rewards=dense_rewards)
 
     def _sample(self, rng: np.random.Generator) -> Prompt:
         text, answer = self.draw(rng)
@@ -84,11 +85,14 @@ class Reversal(_DigitTask):
       min_digits, max_digits: the prompt's digit count is uniform in this range (leading zeros
         allowed).
       shaping: partial credit (:func:`partial_credit`) instead of 0/1.
+      dense_rewards: pay the credit as it accrues, token by token
+        (:class:`~pgrad.rl.tokens.env.TokenTaskEnv`); the episode's sum is unchanged.
     """
 
-    def __init__(self, min_digits: int = 3, max_digits: int = 5, shaping: bool = False):
+    def __init__(self, min_digits: int = 3, max_digits: int = 5, shaping: bool = False,
+                 dense_rewards: bool = False):
         self.min_digits, self.max_digits = _lengths("Reversal", min_digits, max_digits)
-        super().__init__(self.max_digits + 1, self.max_digits, shaping)
+        super().__init__(self.max_digits + 1, self.max_digits, shaping, dense_rewards)
 
     def draw(self, rng: np.random.Generator) -> tuple[str, str]:
         digits = _digits(rng, self.min_digits, self.max_digits)
@@ -101,11 +105,14 @@ class Sort(_DigitTask):
     Args:
       min_digits, max_digits: the prompt's digit count is uniform in this range.
       shaping: partial credit (:func:`partial_credit`) instead of 0/1.
+      dense_rewards: pay the credit as it accrues, token by token
+        (:class:`~pgrad.rl.tokens.env.TokenTaskEnv`); the episode's sum is unchanged.
     """
 
-    def __init__(self, min_digits: int = 3, max_digits: int = 5, shaping: bool = False):
+    def __init__(self, min_digits: int = 3, max_digits: int = 5, shaping: bool = False,
+                 dense_rewards: bool = False):
         self.min_digits, self.max_digits = _lengths("Sort", min_digits, max_digits)
-        super().__init__(self.max_digits + 1, self.max_digits, shaping)
+        super().__init__(self.max_digits + 1, self.max_digits, shaping, dense_rewards)
 
     def draw(self, rng: np.random.Generator) -> tuple[str, str]:
         digits = _digits(rng, self.min_digits, self.max_digits)
@@ -118,16 +125,19 @@ class Addition(_DigitTask):
     Args:
       digits: each operand has exactly this many digits (no leading zero; 1: 0-9).
       shaping: partial credit (:func:`partial_credit`) instead of 0/1.
+      dense_rewards: pay the credit as it accrues, token by token
+        (:class:`~pgrad.rl.tokens.env.TokenTaskEnv`); the episode's sum is unchanged.
       reverse_answer: write the sum least significant digit first (``"231"``), the order in
         which carries are computed: easier for a model that writes left to right.
     """
 
-    def __init__(self, digits: int = 2, shaping: bool = False, reverse_answer: bool = False):
+    def __init__(self, digits: int = 2, shaping: bool = False, reverse_answer: bool = False,
+                 dense_rewards: bool = False):
         if int(digits) < 1:
             raise ValueError(f"Addition: digits must be >= 1; got {digits}.")
         self.digits = int(digits)
         self.reverse_answer = bool(reverse_answer)
-        super().__init__(2 * self.digits + 2, self.digits + 1, shaping)
+        super().__init__(2 * self.digits + 2, self.digits + 1, shaping, dense_rewards)
 
     def draw(self, rng: np.random.Generator) -> tuple[str, str]:
         low = 10 ** (self.digits - 1) if self.digits > 1 else 0
