@@ -261,3 +261,21 @@ def test_bad_settings_are_one_line(algo, env, hp, match):
     with pytest.raises(ValueError, match=match) as caught:
         agents.make(algo, env, seed=0, self_play=True, **{**TINY, **hp})
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_self_play_beats_random_at_tictactoe():
+    """25 updates of self-play (25,600 env steps; measured 0.95 wins first and 0.76 wins or
+    draws second on seed 0, against the random player's 0.585 and 0.415 in each other's
+    seats): the greedy learner beats a uniform random player as first and second player. (The
+    full criterion, 95%, is measured on connect four in docs/multiagent/self_play.md: at
+    tic-tac-toe the best reply to a random first player wins at most 93.9%.)"""
+    agent = agents.make("ippo", TTT, seed=0, self_play=True, num_envs=16, n_steps=64,
+                        learning_rate=1e-3, hidden=(128, 128))
+    try:
+        agent.learn(25_600, progress=False)
+        got = agent.evaluate_team(300)["games"]["random"]
+    finally:
+        agent.close()
+    assert got["first"]["win"] >= 0.85, got
+    assert got["second"]["win"] + got["second"]["draw"] >= 0.6, got
