@@ -171,6 +171,8 @@ class ActorCriticAgent(ActingMethods):
         self.critic_state_var = tf.Variable(tf.zeros([cfg.num_envs, critic_size]),
                                             trainable=False, name="critic_state")
         self.update_targets = self.make_targets()
+        if hasattr(self.update_targets, "bind"):  # a part with state of its own (a reference)
+            self.update_targets.bind(self)
         self.updater = CompiledUpdate(self.update_parts())
         try:  # also decides where the env's action masks come from (pgrad.rl.masks)
             self.collector.reset(seed=self.seed)
@@ -296,6 +298,8 @@ class ActorCriticAgent(ActingMethods):
         self.mirror.load_update_output(flat)
         self._synced_updates = updates + 1
         self._env_steps = base + taken
+        if hasattr(self.update_targets, "after_update"):  # the reference's soft update
+            self.update_targets.after_update(updates + 1)
         metrics = dict(zip(keys, out[:k].tolist()))
         if step_norms:  # cfg.diagnostics: [N] per-step norms, a histogram in TensorBoard
             metrics[diagnostics.STEP_NORMS_KEY] = step_norms[0].numpy()
@@ -332,6 +336,8 @@ class ActorCriticAgent(ActingMethods):
             out["critic_optimizer"] = self.critic_optimizer
         if self.net.recurrent:
             out.update(rollout_state=self.state_var, critic_state=self.critic_state_var)
+        if hasattr(self.update_targets, "trackables"):
+            out.update(self.update_targets.trackables())
         out.update(optimizer=self.optimizer, transform_state=self.transform_state,
                    env_steps=self.env_steps_var, updates=self.updates_var, seed=self.seed_var)
         if self.obs_norm is not None:

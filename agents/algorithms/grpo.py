@@ -52,7 +52,15 @@ class GRPOConfig(ActorCriticConfig):
     epsilon_high: float = field(default=0.0, metadata=doc(
         "the upper clip range (cispo: epsilon_max); 0 = epsilon (DAPO recommends 0.28)"))
     beta: float = field(default=0.0, metadata=doc(
-        "KL coefficient to a frozen reference policy; only 0 (TRL's default) in this agent"))
+        "KL coefficient to the reference policy (the starting weights, frozen; k3 estimator "
+        "per token); 0 = no reference kept (TRL's default)"))
+    sync_ref_model: bool = field(default=False, metadata=doc(
+        "with beta > 0: move the reference toward the policy every ref_model_sync_steps "
+        "updates (TR-DPO's soft update)"))
+    ref_model_mixup_alpha: float = field(default=0.6, metadata=doc(
+        "the soft update's alpha: ref <- alpha policy + (1 - alpha) ref"))
+    ref_model_sync_steps: int = field(default=512, metadata=doc(
+        "updates between soft updates of the reference (TRL counts optimizer steps)"))
     scale_rewards: str = field(default="group", metadata=doc(
         "divide the group-centred rewards by the group's std ('group'), the batch's ('batch') "
         "or not ('none': Dr. GRPO)"))
@@ -78,10 +86,14 @@ class GRPOConfig(ActorCriticConfig):
         if not 0 <= self.epsilon_high < 10:
             raise ValueError(f"epsilon_high must be in [0, 10) (0 = epsilon); got "
                              f"{self.epsilon_high}")
-        if self.beta != 0:
-            raise ValueError(f"beta must be 0 here: the agent keeps no frozen reference policy "
-                             f"(got {self.beta}); for a KL term use pgrad.transforms."
-                             "grpo_chain(..., beta=) with ref_log_probs in the context")
+        if not 0 <= self.beta < 100:
+            raise ValueError(f"beta must be in [0, 100) (0: no KL term); got {self.beta}")
+        if not 0 < self.ref_model_mixup_alpha <= 1:
+            raise ValueError("ref_model_mixup_alpha must be in (0, 1]; got "
+                             f"{self.ref_model_mixup_alpha}")
+        if self.sync_ref_model and int(self.ref_model_sync_steps) < 1:
+            raise ValueError("sync_ref_model needs ref_model_sync_steps >= 1; got "
+                             f"{self.ref_model_sync_steps}")
         if self.scale_rewards not in SCALES:
             raise ValueError(f"scale_rewards must be one of {SCALES}; got "
                              f"{self.scale_rewards!r}")
@@ -124,6 +136,9 @@ class RLOOConfig(GRPOConfig):
         if self.supervision != "outcome":
             raise ValueError("RLOO's baselines are whole completions': supervision must be "
                              f"'outcome'; got {self.supervision!r}")
+        if self.beta != 0:
+            raise ValueError("RLOO takes its KL penalty in the rewards, which this agent does "
+                             f"not do: beta must be 0; got {self.beta}")
         if self.group_size < 2:
             raise ValueError("RLOO's baseline is the group's other members: group_size must be "
                              f">= 2; got {self.group_size}")
@@ -134,19 +149,24 @@ def grpo_chain(cfg: GRPOConfig):
     from pgrad.transforms import grpo_chain as chain
 
     return chain(cfg.loss_type, epsilon=cfg.epsilon,
-                 epsilon_high=cfg.epsilon_high or None, beta=0.0,
+                 epsilon_high=cfg.epsilon_high or None, beta=float(cfg.beta),
                  importance_sampling_level=cfg.importance_sampling_level or None,
                  max_completion_length=int(cfg.max_completion_length) or None)
 
 
 def group_targets(cfg: GRPOConfig):
-    """The targets part: group-relative advantages of whole completions."""
+    """The targets part: group-relative advantages of whole completions, and with ``beta > 0``
+    the reference policy's log-probs (:mod:`agents.update.reference`)."""
+    from agents.update.reference import ReferencePolicy, ReferenceTargets
     from agents.update.targets import GroupTargets
 
     if isinstance(cfg, RLOOConfig):
         return GroupTargets(cfg.group_size, "rloo", normalize=cfg.normalize_advantages)
-    return GroupTargets(cfg.group_size, "grpo", cfg.scale_rewards,
-                        supervision=cfg.supervision)
+    part = GroupTargets(cfg.group_size, "grpo", cfg.scale_rewards, supervision=cfg.supervision)
+    if cfg.beta == 0:
+        return part
+    sync = int(cfg.ref_model_sync_steps) if cfg.sync_ref_model else 0
+    return ReferenceTargets(part, ReferencePolicy(sync, cfg.ref_model_mixup_alpha))
 
 
 #: pgrad-tune's space (TRL's knobs that matter on small token tasks).

@@ -33,6 +33,7 @@ from agents.update.call import TracedUpdate
 from agents.update.inputs import NextImages, UpdateInputs
 from agents.update.minibatch import MinibatchStep
 from agents.update.parts import UpdateParts
+from agents.update.reference import RolloutLogProbs
 from pgrad.core.per_step import map_chunks
 from pgrad.rl import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
@@ -280,9 +281,11 @@ class CompiledUpdate:
             next_values = tf.reshape(both[T * B:], [T, B])
         else:
             values = next_values = tf.zeros_like(rewards)
-        def learner_log_probs():  # [T, B] log pi(a_t | o_t) now: read by V-trace's targets only
-            acts = flat(actions) if action_mask is None else (flat(actions), flat(action_mask))
-            return tf.reshape(self.step.log_prob_only(flat(obs), acts), [T, B])
+        # [T, B] log pi(a_t | o_t) now, called by V-trace's targets only; .of(net): under the
+        # reference policy (agents/update/reference.py)
+        learner_log_probs = RolloutLogProbs(
+            self.step.log_prob_only, net.head, flat(obs), flat(actions),
+            None if action_mask is None else flat(action_mask), T, B)
 
         # The targets part (agents/update/targets.py): GAE, or V-trace with the learner's policy;
         # what it adds (V-trace's pi_prox) is fixed over the epochs and joins the chain's context.
