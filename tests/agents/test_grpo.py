@@ -150,7 +150,7 @@ def test_one_update_is_minus_lr_times_the_gradient_of_the_loss(name, options):
 
 
 @pytest.mark.parametrize("name, values, text", [
-    ("grpo", {"beta": -0.1}, "beta must be in \[0, 100\)"),
+    ("grpo", {"beta": -0.1}, r"beta must be in \[0, 100\)"),
     ("rloo", {"beta": 0.04}, "RLOO takes its KL penalty in the rewards"),
     ("grpo", {"loss_type": "ppo"}, "loss_type must be one of"),
     ("grpo", {"loss_type": "dr_grpo"}, "dr_grpo' divides by max_completion_length"),
