@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{k} {v:.2f}" for k, v in r["agent_return_mean"].items()) + ")"
              if "agent_return_mean" in r else ""))
     print(f"length {r['length_mean']:.1f} ± {r['length_std']:.1f}")
+    if "success_rate" in r:  # the env reports info["is_success"] at each episode's end
+        print(f"success rate {r['success_rate']:.2f}")
     print(f"wrote {r['written']}"
           + (f"; videos in {args.video}" if args.video else ""))
     return 0

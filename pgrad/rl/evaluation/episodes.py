@@ -45,8 +45,12 @@ def run_episodes(
     deterministic: bool = True,
     perturb: Callable[[np.ndarray], np.ndarray] | None = None,
     name: str = "env",
+    successes: list | None = None,
 ) -> tuple[list[float], list[int]]:
     """Runs ``episodes`` episodes side by side; returns (returns, lengths) in episode order.
+
+    ``successes``, when given a list, receives each episode's ``info["is_success"]`` at its
+    end (None where the env reports none), in episode order.
 
     ``make_env(i)`` builds env ``i`` (reset with ``seed + i``; an env reporting whole games plays
     a whole game, see the module docstring); an episode is cut at :func:`episode_cap` steps, with
@@ -108,6 +112,7 @@ def run_episodes(
                            f"episode {masked[0]} but none at that of episode {plain}; an env "
                            "that masks actions must give the mask from every reset.")
         returns, lengths = [0.0] * episodes, [0] * episodes
+        success: list[Any] = [None] * episodes
         games = [bool(env.metadata.get(GAME_INFO)) for env in envs]
         caps = [episode_cap(env) for env in envs]
         capped = []
@@ -167,6 +172,8 @@ def run_episodes(
                     done = game is not None
                     if done:
                         returns[i], lengths[i] = float(game["r"]), int(game["l"])
+                if done and "is_success" in info:
+                    success[i] = info["is_success"]
                 if not done and lengths[i] >= caps[i]:  # an episode that never ends: cut
                     done = True
                     capped.append(i)
@@ -188,11 +195,19 @@ def run_episodes(
         if closing:
             warnings.warn(f"env {name!r}: close() raised in {len(closing)} evaluation env(s): "
                           f"{describe_failure(closing[0])}", stacklevel=2)
+    if successes is not None:
+        successes.extend(success)
     return returns, lengths
 
 
-def summary(returns: Sequence[float], lengths: Sequence[int]) -> dict[str, Any]:
-    """Mean and std of the episodes' returns and lengths, and the episodes themselves."""
-    return {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
-            "length_mean": float(np.mean(lengths)), "length_std": float(np.std(lengths)),
-            "returns": list(returns), "lengths": list(lengths)}
+def summary(returns: Sequence[float], lengths: Sequence[int],
+            successes: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Mean and std of the episodes' returns and lengths, and the episodes themselves; with
+    ``successes`` where every episode reported one (``info["is_success"]``, Gymnasium's and
+    SB3's key), also ``success_rate``."""
+    out = {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+           "length_mean": float(np.mean(lengths)), "length_std": float(np.std(lengths)),
+           "returns": list(returns), "lengths": list(lengths)}
+    if successes and all(s is not None for s in successes):
+        out["success_rate"] = float(np.mean([bool(s) for s in successes]))
+    return out

@@ -182,14 +182,15 @@ def evaluate(
     result: dict[str, Any] = {"env": name, "episodes": episodes,
                               "deterministic": bool(deterministic), "seed": seed,
                               "video_dir": None if video_dir is None else str(video_dir)}
+    successes: list[Any] = []  # info["is_success"] per episode (None: not reported)
     if instance:  # one env: its episodes one after the other (seed + i each)
-        runs = [run_episodes(policy, make_env, 1, seed + i, deterministic, name=name)
-                for i in range(episodes)]
+        runs = [run_episodes(policy, make_env, 1, seed + i, deterministic, name=name,
+                             successes=successes) for i in range(episodes)]
         result.update(summary([r for rs, _ in runs for r in rs], [n for _, ns in runs
-                                                                    for n in ns]))
+                                                                    for n in ns], successes))
     elif attack is None:
         result.update(summary(*run_episodes(policy, make_env, episodes, seed, deterministic,
-                                             name=name)))
+                                             name=name, successes=successes), successes))
     else:
         result["attack"] = robustness(policy, make_env, attack, epsilons, episodes, seed,
                                       deterministic, pgd_steps, name=name)
