@@ -245,41 +245,43 @@ def test_critic_answers_one_value_per_action_and_fits_its_targets():
 
 # -- the agents ------------------------------------------------------------------------------------
 
-SMALL = dict(num_envs=2, n_steps=10, epochs=2, num_minibatches=2, hidden=(16,), verbose=0)
+SMALL = dict(num_envs=2, n_steps=8, epochs=1, num_minibatches=2, hidden=(8,), verbose=0)
 
 
 def _game():
     return CueGame(n_agents=3, n_actions=3, episode_steps=4)
 
 
-@pytest.mark.parametrize("algo", ["ippo", "mappo"])
-def test_agents_update_with_the_counterfactual_chain(algo):
-    agent = agents.make(algo, _game, seed=0, credit="coma", **SMALL)
+def _check_update(agent, joint: bool) -> None:
+    assert agent.transform.name == "ppo_coma"
+    assert agent.credit.joint == joint  # IPPO's rows carry no state: the joint observation
+    metrics = agent.step()["metrics"]
+    assert np.isfinite(metrics["coma_q_loss"]) and np.isfinite(metrics["policy_loss"])
+    assert agent.credit.q.shape == (8, 6, 3)  # [T, n B, k]: what the chain's context held
+    np.testing.assert_allclose(agent.credit.probs.numpy().sum(-1), 1.0, rtol=1e-5)
+    assert "counterfactual_q" in agent.trackables()
+
+
+def test_ippo_updates_with_the_counterfactual_chain():
+    agent = agents.make("ippo", _game, seed=0, credit="coma", **SMALL)
     try:
-        assert agent.transform.name == "ppo_coma"
-        assert agent.credit.joint == (algo == "ippo")  # IPPO's rows carry no state
-        metrics = agent.step()["metrics"]
-        assert np.isfinite(metrics["coma_q_loss"]) and np.isfinite(metrics["policy_loss"])
-        # the chain's context held this rollout's Q: the critic's values on its inputs
-        assert agent.credit.q.shape == (10, 6, 3)
-        probs = agent.credit.probs.numpy()
-        np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
-        assert "counterfactual_q" in agent.trackables()
+        _check_update(agent, joint=True)
     finally:
         agent.close()
-    plain = agents.make(algo, _game, seed=0, **SMALL)
+    plain = agents.make("ippo", _game, seed=0, **SMALL)  # the default is unchanged
     try:
         assert plain.transform.name == "ppo" and getattr(plain, "credit", None) is None
-        assert "coma_q_loss" not in plain.step()["metrics"]
     finally:
         plain.close()
 
 
-def test_the_critic_is_saved_and_loaded(tmp_path):
+def test_mappo_updates_with_it_and_saves_and_loads_the_critic(tmp_path):
     agent = agents.make("mappo", "pgrad.rl.multiagent.cue_game:parallel_env", seed=0,
-                        credit="coma", **SMALL)
+                        credit="coma", **{**SMALL, "num_envs": 1})
     try:
+        assert agent.credit.q.shape == (8, 8, 4)
         agent.step()
+        assert agent.transform.name == "ppo_coma" and not agent.credit.joint
         agent.save(tmp_path / "a")
         weights = [w.numpy() for w in agent.credit.critic.model.weights]
     finally:
