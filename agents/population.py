@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from agents.learning import Callback, Loop, says_stop
+from agents.learning import Callback, Loop
 
 #: The algorithms a population trains (registered names): on-policy, feed-forward, one rollout
 #: and one update per step of the shared actor-critic agent.
@@ -205,6 +205,7 @@ class Population:
         #: seed -> the one line that stopped it (its env failed, a callback raised, ...).
         self.failures: dict[int, str] = {}
         self.update = BatchedUpdate([m.updater for m in members])
+        self._thread: Any = None  # the update thread of start(background=True), made on use
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -215,7 +216,13 @@ class Population:
         """One rollout of each member in ``rows`` (default: all), then one update of all of them
         in one call. Returns ``{row: info}`` with ``info`` as :meth:`agent.step` returns it,
         or the exception that stopped that member's rollout or update (the others go on)."""
-        rows = list(range(len(self.agents))) if rows is None else list(rows)
+        return self.start(range(len(self.agents)) if rows is None else rows).finish()
+
+    def start(self, rows: Iterable[int], background: bool = False) -> Round:
+        """The rollouts of the members in ``rows``, then their update started: in this thread,
+        or with ``background`` in the population's update thread (TensorFlow runs the graph
+        without Python's lock, so the caller may collect other members' rollouts meanwhile).
+        ``.finish()`` of the result waits for it and returns what :meth:`step` returns."""
         out: dict[int, Any] = {}
         pending = []
         for i in rows:
@@ -227,18 +234,17 @@ class Population:
                 out[i] = err
                 continue
             pending.append((i, args, traj.mask is None, (episodes, updates, base, taken)))
-        if not pending:
-            return out
-        fixed = all(p[2] for p in pending)
-        results = self.update([p[0] for p in pending], [p[1] for p in pending], fixed)
-        for (i, _, _, (episodes, updates, base, taken)), result in zip(pending, results):
-            try:
-                metrics = self.agents[i]._finish_update(result, updates, base, taken)
-            except FloatingPointError as err:
-                out[i] = err
-                continue
-            out[i] = {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
-        return out
+        call = None
+        if pending:
+            fixed = all(p[2] for p in pending)
+            call = (self.update, [p[0] for p in pending], [p[1] for p in pending], fixed)
+            if background:
+                if self._thread is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._thread = ThreadPoolExecutor(1, thread_name_prefix="pgrad-population")
+                call = self._thread.submit(*call)
+        return Round(self.agents, out, pending, call)
 
     # -- training --------------------------------------------------------------------------------
 
@@ -269,6 +275,8 @@ class Population:
                             f"callbacks; got {type(callbacks).__name__}.")
         loops = {i: Loop(a, a.env_steps + int(total_steps), made.get(a.seed), progress=False)
                  for i, a in enumerate(self.agents) if a.seed not in self.failures}
+        from agents.population_loop import run_loops
+
         run_loops(self, loops, self._failed)
         return self
 
@@ -279,8 +287,36 @@ class Population:
               file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
         for agent in self.agents:
             agent.close()
+
+
+class Round:
+    """The members' rollouts of one :meth:`Population.start` and their update (done, or
+    running in the update thread); :meth:`finish` completes it."""
+
+    def __init__(self, agents: list, out: dict[int, Any], pending: list, call: Any):
+        self.agents, self.out, self.pending, self.call = agents, out, pending, call
+
+    def finish(self) -> dict[int, Any]:
+        """Waits for the update; each member's acting copy and counters then follow it.
+        Returns ``{row: info or the exception that stopped that member}``."""
+        if self.call is None:
+            return self.out
+        results = self.call.result() if hasattr(self.call, "result") else self.call[0](
+            *self.call[1:])
+        self.call = None
+        for (i, _, _, (episodes, updates, base, taken)), result in zip(self.pending, results):
+            try:
+                metrics = self.agents[i]._finish_update(result, updates, base, taken)
+            except FloatingPointError as err:
+                self.out[i] = err
+                continue
+            self.out[i] = {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
+        return self.out
 
 
 def _line(err: BaseException) -> str:
@@ -288,90 +324,5 @@ def _line(err: BaseException) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
-def run_loops(pop: Population, loops: dict[int, Loop],
-              on_failure: Callable[[int, BaseException], None],
-              after_round: Callable[[dict[int, Loop]], None] | None = None) -> None:
-    """Runs each member's :class:`agents.learning.Loop` (its callbacks as ``agent.learn`` runs
-    them) with one :meth:`Population.step` per round until every loop ended.
-
-    A member whose rollout, update or callbacks raise an ``Exception`` stops alone:
-    ``on_failure(row, err)`` is told, its callbacks are closed (``on_end`` is not called, as
-    after an error of a single run) and the others go on. Anything else (KeyboardInterrupt)
-    ends every loop; every started callback is closed in any case.
-    """
-    started: dict[int, list[Callback]] = {i: [] for i in loops}
-    live = dict(loops)
-
-    def stop(i: int, err: BaseException | None) -> None:
-        loop = live.pop(i)
-        loop.stats.wall_s = loop.wall_s()
-        if err is not None:
-            on_failure(i, err)
-        errors = _close(started.pop(i))
-        if errors and err is None:
-            on_failure(i, errors[0])
-
-    try:
-        for i, loop in list(live.items()):
-            loop.agent.budget = loop.until  # the run the schedules follow
-            try:
-                for cb in loop.callbacks:
-                    cb.on_start(loop)
-                    started[i].append(cb)
-            except Exception as err:
-                stop(i, err)
-        while live:
-            rows = []
-            for i, loop in list(live.items()):
-                if loop.reason is None and loop.env_steps >= loop.until:
-                    loop.reason = "total_steps"
-                if loop.reason is None:
-                    rows.append(i)
-                    continue
-                try:  # this member finished (its length or a stop)
-                    loop.stats.wall_s = loop.wall_s()
-                    for cb in loop.callbacks:
-                        cb.on_end(loop)
-                except Exception as err:
-                    stop(i, err)
-                else:
-                    stop(i, None)
-            if not rows:
-                break
-            for i in rows:
-                live[i].in_step = True
-            infos = pop.step(rows)
-            for i in rows:
-                loop, info = live[i], infos[i]
-                loop.in_step = False
-                if isinstance(info, BaseException):
-                    loop.in_step = True  # the error came from its agent or env
-                    stop(i, info)
-                    continue
-                try:
-                    loop._record(info)
-                    for cb in loop.callbacks:
-                        if says_stop(cb.on_update(loop)):
-                            loop.stop(getattr(cb, "name", type(cb).__name__))
-                except Exception as err:
-                    stop(i, err)
-            if after_round is not None:
-                after_round(loops)
-    finally:
-        for i in list(started):
-            _close(started.pop(i))
-
-
-def _close(callbacks: list[Callback]) -> list[Exception]:
-    """Closes ``callbacks`` last to first; returns the errors (every one is closed)."""
-    errors = []
-    for cb in reversed(callbacks):
-        try:
-            cb.close()
-        except Exception as err:
-            errors.append(err)
-    return errors
-
-
-__all__ = ["SUPPORTED", "Population", "build_members", "check_memory", "check_seeds",
-           "check_supported", "run_loops"]
+__all__ = ["SUPPORTED", "Population", "Round", "build_members", "check_memory", "check_seeds",
+           "check_supported"]

@@ -31,8 +31,13 @@ def _max_diff(a, b) -> float:
                for x, y in zip(a.net.variables, b.net.variables))
 
 
-@pytest.mark.parametrize("algo,updates", [("a2c", 3), ("ppo", 2), ("reinforce", 2)])
-def test_a_population_equals_its_seeds_trained_alone(algo, updates):
+@pytest.mark.parametrize("algo,updates,groups", [("a2c", 3, 2), ("a2c", 3, 1), ("ppo", 2, 2),
+                                                 ("reinforce", 2, 2)])
+def test_a_population_equals_its_seeds_trained_alone(algo, updates, groups, monkeypatch):
+    """groups 2: two groups' updates overlap the other's collection; 1: one update per round."""
+    from agents import population_loop
+
+    monkeypatch.setattr(population_loop, "GROUPS", groups)
     seeds = [3, 4, 5] if algo == "a2c" else [3, 4]
     kw = SMALL[algo]
     episodes: dict[int, list] = {s: [] for s in seeds}
@@ -56,8 +61,8 @@ def test_a_population_equals_its_seeds_trained_alone(algo, updates):
             np.testing.assert_allclose([r for _, r, _ in episodes[seed]],
                                        [r for _, r, _ in own])
             alone.close()
-        if algo != "reinforce":  # fixed shapes: one trace of the outer graph for every round
-            assert pop.update.tracing_count() == 1
+        if algo != "reinforce":  # fixed shapes: one trace per group, for every round
+            assert pop.update.tracing_count() == groups
         assert not pop.failures
     finally:
         pop.close()
