@@ -1,0 +1,80 @@
+"""Self-play through the commands, as a user runs it: ``pgrad-train --resume`` of a run that
+stopped ends where the run that did not stop ends, and ``pgrad-evaluate`` writes the learner's
+win rates against the random player and the fixed earlier policy, as first and second player,
+equal to ``agent.evaluate_team`` on the same checkpoint and seeds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_helpers import evaluate, train
+
+import agents
+
+pytest.importorskip("pettingzoo.classic.tictactoe_v3")
+ENV = "pettingzoo.classic.tictactoe_v3:env"
+SETS = ["self_play=true", "num_envs=2", "n_steps=16", "num_minibatches=2", "epochs=2",
+        "hidden=[16]", "snapshot_interval=2", "pool_size=2", "anchor_update=3"]
+STEP = 32  # env steps per update: 16 steps x 2 copies
+
+
+def _train(out, total, capsys, *more):
+    args = ["--algo", "ippo", "--env", ENV, "--total-steps", total, "--seed", 3, "--out", out,
+            "--quiet"]
+    for setting in SETS:
+        args += ["--set", setting]
+    return train(*args, *more, capsys=capsys)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """A run of 6 updates that did not stop."""
+    out = tmp_path_factory.mktemp("self_play") / "whole"
+    code, _, err = _train(out, 6 * STEP, None)
+    assert code == 0, err
+    return out
+
+
+def test_evaluate_reports_win_rates_as_first_and_second_player(whole, capsys):
+    code, out, err = evaluate(whole, "--episodes", 5, "--env", ENV, capsys=capsys)
+    assert code == 0, err
+    result = json.loads((whole / "eval.json").read_text())
+    games = result["games"]
+    assert games["anchor_update"] == 3
+    for opponent in ("random", "anchor"):
+        for seat in ("first", "second"):
+            got = games[opponent][seat]
+            assert got["games"] == 5 and got["win"] + got["draw"] + got["loss"] == 1.0
+    assert result["win_rate_first"] == games["random"]["first"]["win"]
+    assert result["anchor_win_rate_second"] == games["anchor"]["second"]["win"]
+    agent = agents.load(whole, env_id=ENV)
+    try:  # the same checkpoint and seeds through the Python API
+        assert agent.evaluate_team(5, True, result["seed"])["games"] == games
+    finally:
+        agent.close()
+
+
+@pytest.mark.xfail(strict=True, reason="pgrad_app/run/resume.py compares the recorded "
+                   "'module:factory' env with the part after ':' and refuses the resume")
+def test_resume_continues_exactly(whole, tmp_path, capsys):
+    """Stopped after 2 updates and resumed to 6: the weights, the pool and the anchor of the
+    run that did not stop."""
+    stopped = tmp_path / "stopped"
+    code, _, err = _train(stopped, 2 * STEP, capsys)
+    assert code == 0, err
+    code, _, err = train("--resume", stopped, "--total-steps", 6 * STEP, "--quiet",
+                         "--env", ENV, capsys=capsys)
+    assert code == 0, err
+    a, b = agents.load(whole, env_id=ENV), agents.load(stopped, env_id=ENV)
+    try:
+        ta, tb = a.trackables(), b.trackables()
+        np.testing.assert_array_equal(ta["self_play_pool_updates"].numpy(), [4, 2])
+        np.testing.assert_array_equal(ta["self_play_anchor_updates"].numpy(), [3])
+        for key in ("self_play_pool_weights", "self_play_anchor_weights", "updates"):
+            np.testing.assert_array_equal(ta[key].numpy(), tb[key].numpy())
+        for x, y in zip(a.net.variables, b.net.variables):
+            np.testing.assert_array_equal(x.numpy(), y.numpy())
+    finally:
+        a.close(), b.close()
