@@ -7,6 +7,7 @@
     python scripts/bench.py --only ppo_minatar_vs_sb3                  # opt-in, PPO MinAtar, 500k
     python scripts/bench.py --only ppo_atari_rss_vs_sb3 --steps 2048   # opt-in, peak RSS (<= 8192)
     python scripts/bench.py --only grpo_vs_trl --rounds 4              # opt-in, GRPO vs TRL
+    python scripts/bench.py --only recurrent_ppo_vs_sb3c --rounds 2    # opt-in, LSTM PPO vs sb3c
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. Each figure runs in a fresh process, whose peak memory (VmHWM)
@@ -30,6 +31,7 @@ from pgrad_app.perf import (
     conv_figures,
     gradients,
     grpo_trl,
+    recurrent,
     sb3,
     scaling,
     speed,
@@ -62,7 +64,8 @@ OPT_IN: dict[str, Callable] = {"ppo_mujoco_vs_sb3": sb3.ppo_mujoco_vs_sb3,
                                "async_scaling": async_scaling.async_scaling,
                                "ppo_minatar_vs_sb3": sb3.ppo_minatar_vs_sb3,
                                "ppo_atari_rss_vs_sb3": sb3.ppo_atari_rss_vs_sb3,
-                               "grpo_vs_trl": grpo_trl.grpo_vs_trl}
+                               "grpo_vs_trl": grpo_trl.grpo_vs_trl,
+                               "recurrent_ppo_vs_sb3c": recurrent.recurrent_ppo_vs_sb3c}
 
 
 #: The figures run side by side with SB3 in rounds (``--rounds``: sb3.side_by_side_vs_sb3).
@@ -82,6 +85,8 @@ def run_figure(name: str, args) -> list[dict]:
     elif name == "grpo_vs_trl":  # --steps: timed updates per run; --rounds > 1 overrides
         kwargs = {"rounds": args.rounds if args.rounds > 1 else grpo_trl.ROUNDS,
                   **({} if args.steps is None else {"steps": args.steps})}
+    elif name == "recurrent_ppo_vs_sb3c":  # --steps: env steps per run (default rl-zoo's 100k)
+        kwargs = {"rounds": args.rounds, **({} if args.steps is None else {"steps": args.steps})}
     elif name == "ppo_atari_rss_vs_sb3":  # the peak needs a few updates, not a long run
         kwargs = {"steps": 8192 if args.steps is None else min(args.steps, 8192)}
     repeats = args.repeats

@@ -24,6 +24,11 @@ import numpy as np
 import tensorflow as tf
 
 KINDS = ("lstm", "gru")
+#: The longest sequence :meth:`RecurrentCore.sequence` unrolls in the graph (a longer one, or a
+#: length known only as a tensor, steps in a ``tf.scan``). Unrolled, rl-zoo's CartPoleNoVel
+#: update (two cores over 8 x 32 steps, 20 epochs) takes ~0.55x the CPU time of the loop, for
+#: ~4 s more tracing once (docs/performance.md, "Recurrent PPO's speed").
+UNROLL_MAX = 64
 
 
 class RecurrentCore(keras.layers.Layer):
@@ -64,6 +69,18 @@ class RecurrentCore(keras.layers.Layer):
                                               initializer=inits[3])
         self.built = True
 
+    def _unrolled(self, gx: tf.Tensor, keep: tf.Tensor, state: tf.Tensor, steps: int
+                  ) -> tuple[tf.Tensor, tf.Tensor]:
+        """``steps`` steps unrolled in the graph: ``(gx [B, steps, G], keep [B, steps, 1],
+        state [B, S])`` -> ``(h [B, steps, units], states [B, steps, S])``."""
+        gx_t, keep_t = tf.unstack(gx, steps, axis=1), tf.unstack(keep, steps, axis=1)
+        hs, states = [], []
+        for t in range(steps):
+            h, state = self._step_from(gx_t[t], state * keep_t[t])
+            hs.append(h)
+            states.append(state)
+        return tf.stack(hs, 1), tf.stack(states, 1)
+
     @property
     def state_size(self) -> int:
         """``S``: the width of one env's state."""
@@ -71,9 +88,13 @@ class RecurrentCore(keras.layers.Layer):
 
     def step(self, x: tf.Tensor, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """One step: ``([N, in], [N, S]) -> (h' [N, units], state' [N, S])``."""
+        return self._step_from(tf.matmul(x, self.kernel) + self.bias, state)
+
+    def _step_from(self, gx: tf.Tensor, state: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """One step from the input's gate pre-activations ``gx = x W + b`` ``[N, gates units]``
+        (computed for every step of a sequence at once by :meth:`sequence`)."""
         u = self.units
         h = state[:, :u]
-        gx = tf.matmul(x, self.kernel) + self.bias
         gh = tf.matmul(h, self.recurrent_kernel) + self.recurrent_bias
         if self.kind == "lstm":
             i, f, g, o = tf.split(gx + gh, 4, axis=1)
@@ -91,6 +112,12 @@ class RecurrentCore(keras.layers.Layer):
                  length: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The core over env-major sequences.
 
+        The input projection ``x W + b`` runs once over all ``B L`` rows (one matmul, and one in
+        the backward pass); only the recurrent part steps through time: unrolled in the graph
+        when ``length`` is a Python int up to :data:`UNROLL_MAX` (a ``tf.scan``'s loop and its
+        gradient's stacks cost more than the small steps themselves), else in a ``tf.scan``.
+        Same maths as :meth:`step` applied step by step (tested against that loop).
+
         Args:
           x: ``[B L, in]`` features; episode_starts: ``[B L]`` (1: reset before this step);
           state0: ``[B, S]`` each sequence's state before its first step; length: ``L``.
@@ -98,19 +125,24 @@ class RecurrentCore(keras.layers.Layer):
         Returns:
           ``(h [B L, units], states [B L, S])``: the output and the state after each step.
         """
-        x = tf.reshape(x, [-1, length, self.input_dim])  # [B, L, in]
-        keep = 1.0 - tf.reshape(tf.cast(episode_starts, x.dtype), [-1, length, 1])  # [B, L, 1]
+        gates = self.kernel.shape[1]
+        gx = tf.matmul(tf.reshape(x, [-1, self.input_dim]), self.kernel) + self.bias  # [B L, G]
+        gx = tf.reshape(gx, [-1, length, gates])  # [B, L, G]
+        keep = 1.0 - tf.reshape(tf.cast(episode_starts, gx.dtype), [-1, length, 1])  # [B, L, 1]
+        state = tf.cast(state0, gx.dtype)  # [B, S]
+        if isinstance(length, (int, np.integer)) and length <= UNROLL_MAX:
+            hs, states = self._unrolled(gx, keep, state, int(length))  # [B, L, ...]
+        else:
+            def body(carry, inputs):
+                g_t, keep_t = inputs
+                return self._step_from(g_t, carry[1] * keep_t)
 
-        def body(carry, inputs):
-            x_t, keep_t = inputs
-            _, state = carry
-            return self.step(x_t, state * keep_t)
-
-        h0 = tf.zeros([tf.shape(state0)[0], self.units], x.dtype)
-        hs, states = tf.scan(body, (tf.transpose(x, [1, 0, 2]), tf.transpose(keep, [1, 0, 2])),
-                             initializer=(h0, tf.cast(state0, x.dtype)))  # [L, B, ...]
-        return (tf.reshape(tf.transpose(hs, [1, 0, 2]), [-1, self.units]),
-                tf.reshape(tf.transpose(states, [1, 0, 2]), [-1, self.state_size]))
+            h0 = tf.zeros([tf.shape(state0)[0], self.units], gx.dtype)
+            hs, states = tf.scan(body, (tf.transpose(gx, [1, 0, 2]),
+                                        tf.transpose(keep, [1, 0, 2])),
+                                 initializer=(h0, state))  # [L, B, ...]
+            hs, states = tf.transpose(hs, [1, 0, 2]), tf.transpose(states, [1, 0, 2])
+        return tf.reshape(hs, [-1, self.units]), tf.reshape(states, [-1, self.state_size])
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
