@@ -1,0 +1,86 @@
+"""The 3-seed tables of docs/sequences/agents.md past 2-digit reversal: each run through
+pgrad-train with its run directory (a run cut short resumes from its checkpoint on the next
+call), then pgrad-evaluate greedy on 200 episodes; one JSON per table here.
+
+    python docs/sequences/results/runs.py reversal35 [--out DIR]   # 3-5-digit reversal, 1M
+    python docs/sequences/results/runs.py addition2 [--out DIR]    # 2-digit addition
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
+COMMON = ["--agent", "grpo", "--set", "d_model=64", "--set", "num_layers=2", "--quiet"]
+TABLES = {
+    "reversal35": {
+        "env": ["--env", "pgrad/Reversal-v0", "--env-kwargs", "min_digits=3", "max_digits=5",
+                "shaping=true", "dense_rewards=true"],
+        "steps": 1_000_000,
+        "variants": {
+            "outcome (dapo)": [],
+            "process (dapo)": ["--set", "supervision=process"],
+            "process, ent_coef 0.01": ["--set", "supervision=process", "--set",
+                                       "ent_coef=0.01"],
+        },
+    },
+    "addition2": {
+        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
+                "dense_rewards=true", "reverse_answer=true"],
+        "steps": 1_000_000,
+        "variants": {
+            "process (dapo)": ["--set", "supervision=process"],
+            "process, ent_coef 0.01": ["--set", "supervision=process", "--set",
+                                       "ent_coef=0.01"],
+        },
+    },
+}
+
+
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label).strip("_")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("--out", default="runs/sequences", help="where the run dirs go")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=None, help="labels to run (all)")
+    args = parser.parse_args()
+    table = TABLES[args.table]
+    result_file = HERE / f"{args.table}.json"
+    results = json.loads(result_file.read_text()) if result_file.exists() else {}
+    for label, options in table["variants"].items():
+        if args.variants and label not in args.variants:
+            continue
+        for seed in args.seeds:
+            key = f"{label} seed {seed}"
+            if key in results:
+                continue
+            run = Path(args.out) / args.table / f"{slug(label)}_s{seed}"
+            start = time.time()
+            if (run / "checkpoints").exists():
+                cmd = [str(BIN / "pgrad-train"), "--resume", str(run), "--quiet"]
+            else:
+                cmd = [str(BIN / "pgrad-train"), *COMMON, *table["env"], *options,
+                       "--total-steps", str(table["steps"]), "--seed", str(seed),
+                       "--out", str(run)]
+            # a resumed run that had already reached its total says so and stops: evaluate it
+            subprocess.run(cmd, check=cmd[1] != "--resume")
+            subprocess.run([str(BIN / "pgrad-evaluate"), str(run), "--episodes", "200"],
+                           check=True, stdout=subprocess.DEVNULL)
+            ev = json.loads((run / "eval.json").read_text())
+            results[key] = {"variant": label, "seed": seed, "command": " ".join(cmd[1:]),
+                            "greedy_return": ev["return_mean"],
+                            "success_rate": ev.get("success_rate"),
+                            "wall_s_this_call": round(time.time() - start, 1)}
+            result_file.write_text(json.dumps(results, indent=1))
+            print(key, results[key], flush=True)
+
+
+if __name__ == "__main__":
+    main()
