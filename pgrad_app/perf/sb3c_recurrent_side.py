@@ -32,6 +32,14 @@ from pathlib import Path
 NOVEL = Path(__file__).resolve().parents[2] / "pgrad" / "rl" / "envs" / "novel.py"
 
 DEFAULTS = {"env": "CartPoleNoVel-v1", "steps": 20480, "seed": 0, "threads": 1}
+#: rl-zoo's ppo_lstm entry for CartPoleNoVel-v1 in RecurrentPPO's names (``lin_X``: linear from
+#: X to 0 over the run), plus ``n_envs`` and ``VecNormalize`` 's gamma (``normalize: true``).
+ZOO = {"n_envs": 8, "n_steps": 32, "batch_size": 256, "n_epochs": 20, "gamma": 0.98,
+       "gae_lambda": 0.8, "ent_coef": 0.0, "learning_rate": "lin_1e-3", "clip_range": "lin_0.2",
+       "normalize": True}
+#: ``policy_kwargs`` of the entry (``activation_fn`` by name: ReLU).
+ARCH = {"ortho_init": False, "activation_fn": "ReLU", "lstm_hidden_size": 64,
+        "enable_critic_lstm": True, "net_arch": {"pi": [64], "vf": [64]}}
 
 
 def register_novel() -> None:
@@ -75,15 +83,16 @@ def run(spec: dict) -> dict:
             return True
 
     start = time.perf_counter()
-    gamma = 0.98
-    envs = VecNormalize(make_vec_env(s["env"], n_envs=8, seed=s["seed"]), gamma=gamma)
-    arch = {"ortho_init": False, "activation_fn": torch.nn.ReLU, "lstm_hidden_size": 64,
-            "enable_critic_lstm": True, "net_arch": {"pi": [64], "vf": [64]}}
+    hp = dict(ZOO)
+    n_envs, normalize = hp.pop("n_envs"), hp.pop("normalize")
+    for key in ("learning_rate", "clip_range"):  # rl-zoo's lin_X
+        hp[key] = LinearSchedule(float(hp[key].removeprefix("lin_")), 0.0, 1.0)
+    envs = make_vec_env(s["env"], n_envs=n_envs, seed=s["seed"])
+    if normalize:
+        envs = VecNormalize(envs, gamma=hp["gamma"])
+    arch = {**ARCH, "activation_fn": getattr(torch.nn, ARCH["activation_fn"])}
     model = RecurrentPPO("MlpLstmPolicy", envs, seed=s["seed"], device="cpu",
-                         policy_kwargs=arch, n_steps=32, batch_size=256, n_epochs=20,
-                         gamma=gamma, gae_lambda=0.8, ent_coef=0.0,
-                         learning_rate=LinearSchedule(1e-3, 0.0, 1.0),
-                         clip_range=LinearSchedule(0.2, 0.0, 1.0))
+                         policy_kwargs=arch, **hp)
     setup = time.perf_counter() - start
     start, cpu0 = time.perf_counter(), _cpu()
     model.learn(int(s["steps"]), callback=Episodes())
