@@ -78,6 +78,9 @@ def main() -> None:
                             "greedy_return": ev["return_mean"],
                             "success_rate": ev.get("success_rate"),
                             "wall_s_this_call": round(time.time() - start, 1)}
+            # merge with what other drivers of the same table wrote meanwhile
+            on_disk = json.loads(result_file.read_text()) if result_file.exists() else {}
+            results = {**on_disk, key: results[key]}
             result_file.write_text(json.dumps(results, indent=1))
             print(key, results[key], flush=True)
 
