@@ -18,6 +18,7 @@ def check_env_kwargs(source, env_kwargs: dict | None) -> None:
     """
     if not env_kwargs:
         return
+    from pgrad.rl import multiagent
     from pgrad.rl.envs.recipe import EnvRecipe, env_name, make_env
 
     shown = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in env_kwargs.items())
@@ -26,6 +27,10 @@ def check_env_kwargs(source, env_kwargs: dict | None) -> None:
     try:
         env = source() if isinstance(source, EnvRecipe) else make_env(source)
         stage = "reset"
+        if multiagent.is_pettingzoo(env):  # a game: every acting agent steps once
+            stage = "reset and stepped"
+            _probe_game(env)
+            return
         env.reset(seed=0)
         stage = "stepped"
         env.action_space.seed(0)
@@ -39,3 +44,21 @@ def check_env_kwargs(source, env_kwargs: dict | None) -> None:
                 env.close()
             except Exception:  # noqa: BLE001  (closing a probe env must not hide the answer)
                 pass
+
+
+def _probe_game(env) -> None:
+    """Resets a PettingZoo game and steps every acting agent once with a random legal action
+    (its ``action_mask`` honoured)."""
+    from pgrad.rl import multiagent
+    from pgrad.rl.multiagent.pettingzoo_env import MASK_KEY
+
+    game = multiagent.as_parallel(env)
+    obs, _ = game.reset(seed=0)
+    actions = {}
+    for agent in multiagent.acting_agents(game):
+        space = game.action_space(agent)
+        space.seed(0)
+        seen = obs.get(agent)
+        mask = seen.get(MASK_KEY) if isinstance(seen, dict) else None
+        actions[agent] = space.sample() if mask is None else space.sample(mask=mask.astype("int8"))
+    game.step(actions)

@@ -11,6 +11,7 @@ gave it), or why it cannot. :mod:`pgrad.rl.envs.vector` builds vector envs from 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,18 +181,42 @@ def recipe_of(env: Any) -> tuple[Any, str | None]:
     return EnvRecipe(spec.id, kwargs, tuple(wrappers)), None
 
 
-def make_env(env_id: Any, **kwargs: Any) -> gym.Env:
+def named_factory(env_id: str) -> Any:
+    """The callable a ``"module:factory"`` name points at, or ``None`` when it is an env id.
+
+    ``module:EnvId`` where importing ``module`` registers ``EnvId`` is an id (``gym.make``
+    takes it); a callable attribute of the module that is no registered id is a factory (a
+    PettingZoo game's ``parallel_env``, a function returning a ``gymnasium.Env``). A module that
+    does not import is left to ``gym.make``, which names it.
+    """
+    module, sep, name = env_id.partition(":")
+    if not sep or not module or name in gym.registry:
+        return None
+    try:
+        imported = importlib.import_module(module)
+    except ImportError:
+        return None
+    factory = getattr(imported, name, None)
+    return factory if name not in gym.registry and callable(factory) else None
+
+
+def make_env(env_id: Any, **kwargs: Any) -> Any:
     """One env: a registered id (see :func:`ensure_registered`) with ``kwargs``, or a factory.
 
     Atari ids get :func:`pgrad.rl.envs.atari.make_atari` (``kwargs`` are its options and
     ``gym.make``'s;
     ``preprocess=False``: the bare ale-py env); other ids ``gym.make(env_id, **kwargs)``.
+    A ``"module:factory"`` name (:func:`named_factory`) is called with ``kwargs``: it returns
+    what the factory does (a ``gymnasium.Env`` or a PettingZoo game).
     """
     if not isinstance(env_id, str):
         if kwargs:
             raise TypeError(f"env options {sorted(kwargs)} need an env id; the factory "
                             f"{env_name(env_id)} takes its own arguments.")
         return env_id()
+    factory = named_factory(env_id)
+    if factory is not None:
+        return factory(**kwargs)
     ensure_registered(env_id)
     preprocess = kwargs.pop("preprocess", True)
     if preprocess and is_atari_id(env_id):
