@@ -34,9 +34,12 @@ from agents.learning import Callback, Loop
 #: The algorithms a population trains (registered names): on-policy, feed-forward, one rollout
 #: and one update per step of the shared actor-critic agent.
 SUPPORTED = ("a2c", "ppo", "reinforce")
-#: Multiplies the memory one more member was measured to add (its share of the traced graph and
-#: of the rollouts, which exist only once training runs) in :func:`check_memory`.
-MEMORY_MARGIN = 2.0
+#: MiB each member adds once training runs, beyond what building it added: its part of the
+#: traced update graph and the update's working memory (measured: ten A2C CartPole seeds held
+#: ~125 MiB more at their peak than one run, ~12.5 per further seed, of which ~1 is built).
+TRAINING_MB = 12.0
+#: Multiplies the estimate per member in :func:`check_memory` (what it does not model).
+MEMORY_MARGIN = 1.25
 
 
 def check_seeds(seeds: Any, where: str = "seeds") -> list[int]:
@@ -115,15 +118,29 @@ def check_memory(count: int, built: int, per_seed_mb: float,
     available memory (:func:`available_mb` unless given)."""
     more = max(0, count - built) * per_seed_mb * MEMORY_MARGIN
     available = available_mb() if available is None else available
-    line = (f"{count} seeds: about {per_seed_mb:.1f} MiB per seed (measured as the second was "
-            f"built), {more / 1024:.2f} GiB more for the {count - built} still to build and "
-            "train")
+    line = (f"{count} seeds: about {per_seed_mb:.1f} MiB per seed (what the second added when "
+            f"built, its traced update and rollout), {more / 1024:.2f} GiB more for the "
+            f"{count - built} still to build and train")
     if available is not None and more > 0.9 * available:
         fit = built + int(0.9 * available / max(per_seed_mb * MEMORY_MARGIN, 1e-3))
         raise MemoryError(f"{line}, more than the {available / 1024:.2f} GiB available: train "
                           f"at most about {fit} seeds at once, or the seeds in several "
                           "populations.")
     return line
+
+
+def rollout_mb(member: Any) -> float:
+    """MiB of one member's rollout in the update: observations and next observations as
+    float32, plus ~16 floats a step of the rest, about three copies (the trajectory, the packed
+    inputs, the graph's)."""
+    from gymnasium.spaces import flatdim
+
+    steps = int(member.steps_per_update())
+    try:
+        floats = int(flatdim(member.observation_space))
+    except (ValueError, TypeError, NotImplementedError):  # a space without a flat form
+        floats = 1
+    return 3 * steps * (2 * floats + 16) * 4 / 2**20
 
 
 def build_members(make_one: Callable[[int], Any], seeds: Sequence[int],
@@ -139,7 +156,8 @@ def build_members(make_one: Callable[[int], Any], seeds: Sequence[int],
             if k == 0:
                 after_first = resident_mb()
             elif k == 1 and len(seeds) > 2:
-                per_seed = max(resident_mb() - after_first, 0.1)
+                built = max(resident_mb() - after_first, 0.1)
+                per_seed = built + TRAINING_MB + rollout_mb(members[0])
                 line = check_memory(len(seeds), 2, per_seed, available)
                 if say is not None:
                     say(line)

@@ -6,6 +6,7 @@ The figures are speed (pgrad_app/perf/); the learning benchmark (returns over se
     python scripts/bench.py                 # every default figure, then a table
     python scripts/bench.py --only clip_ratio --repeats 50
     python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
+    python scripts/bench.py --only population_vs_sweep --steps 100000  # 10 seeds, one process
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. The figures are :data:`pgrad_app.perf.driver.FIGURES`; see
@@ -21,8 +22,12 @@ import subprocess
 import sys
 
 from pgrad_app.errors import command
+from pgrad_app.perf import population
 from pgrad_app.perf.common import table
 from pgrad_app.perf.driver import FIGURES, OPT_IN, run_figure
+
+# Registered here (opt-in, minutes): ten seeds as one population against pgrad-sweep.
+OPT_IN.setdefault("population_vs_sweep", population.population_vs_sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     """Every figure asked for, each in a fresh process (``--figure-worker``), then the table."""
     args = build_parser().parse_args(argv)
     if args.figure_worker is not None:
+        if args.figure_worker == "population_vs_sweep":  # --steps: env steps per seed
+            out = population.population_vs_sweep(args.repeats, args.steps)
+            out["details"]["figure_process_peak_rss_mb"] = None  # its runs are children
+            print(json.dumps(out), flush=True)
+            return 0
         for r in run_figure(args.figure_worker, args):
             print(json.dumps(r), flush=True)
         return 0

@@ -82,14 +82,18 @@ def main(args) -> int:
         if missing:
             raise UserError(f"--resume {out}: the seed directory {missing[0]} is missing.")
         resolved = [_resolve_resumed(args, d) for d in dirs]
+        tuned_path = None  # each config.yaml holds every value already
     else:
         seeds = parse_seeds(args.seeds)
-        settings, cfg, agent_cls, _, _ = _resolve_new(args)
+        settings, cfg, agent_cls, _, tuned_path = _resolve_new(args)
         out = Path(args.out or f"runs/{settings.agent}-{settings.env.split(':')[-1]}"
                    f"-seeds{seeds[0]}-{seeds[-1]}")
         if rundir.is_run(out) or (out / RunLayout.CONFIG).is_file():
             raise UserError(f"--out {out} holds a single run; a population writes one run "
                             "directory per seed into a folder of its own: choose another --out.")
+        if poprun.is_population(out) and not args.overwrite:
+            raise UserError(f"--out {out} holds a population already; --resume {out} continues "
+                            "it, --overwrite replaces its seeds' runs; or choose another --out.")
         dirs = [out / poprun.seed_dir_name(s) for s in seeds]
         for d in dirs:
             rundir.check_new(d, args.overwrite)
@@ -101,6 +105,10 @@ def main(args) -> int:
         check_supported(agent_cls, cfg0)
     except ValueError as err:
         raise UserError(str(err)) from None
+    if tuned_path is not None:
+        from pgrad_app.cli.resolve import tuned_note
+
+        print(tuned_note(settings0.agent, settings0.env, tuned_path), flush=True)
     return _train(args, out, seeds, dirs, resolved, resume)
 
 

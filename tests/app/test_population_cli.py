@@ -7,6 +7,7 @@ import shutil
 import signal
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -116,3 +117,51 @@ def test_an_interrupted_population_resumes_each_seed_from_its_own_checkpoint(tmp
         (pw, ps), (aw, as_) = _weights(out / f"seed{s}"), _weights(tmp_path / f"alone{s}")
         assert ps == as_ == total
         assert max(float(np.max(np.abs(a - b))) for a, b in zip(pw, aw)) <= 1e-6
+
+
+class _CrashOnSeed(gym.Wrapper):
+    """CartPole whose sub-env reset with seed 21 fails at its 30th step."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.doomed, self.count = seed == 21, 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.count += 1
+        if self.doomed and self.count >= 30:
+            raise RuntimeError("the simulator lost its state")
+        return self.env.step(action)
+
+
+CRASHING = "PopulationCrashCartPole-v0"
+if CRASHING not in gym.registry:
+    gym.register(CRASHING, entry_point=lambda **kw: _CrashOnSeed(gym.make("CartPole-v1")))
+
+
+def test_a_seed_whose_env_crashes_stops_alone_with_a_line_in_its_directory(tmp_path, capsys):
+    out = tmp_path / "pop"
+    code, stdout, err = train("--agent", "a2c", "--env", f"{__name__}:{CRASHING}", "--seeds",
+                              "10", "20", "--num-envs", "2", "--total-steps", "200",
+                              "--checkpoint-every", "20", "--quiet", "--out", out,
+                              capsys=capsys)
+    assert code == 1
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert lines[0].startswith("error: seed 20 stopped: ") and "lost its state" in lines[0]
+    assert "the other seeds go on" in lines[0] and "Traceback" not in err
+    assert lines[-1].startswith("error: 1 of 2 seeds stopped (seed 20: see failure.txt")
+    failure = (out / "seed20" / "failure.txt").read_text().splitlines()
+    assert len(failure) == 1 and "lost its state" in failure[0]
+    assert "the last good checkpoint" in failure[0]  # what it saved before is kept
+    assert list((out / "seed20" / "checkpoints").glob("step-*"))
+    assert (out / "seed10" / "policy").is_dir() and not (out / "seed10" / "failure.txt").exists()
+    assert "seed 10: 200 env steps" in stdout
+
+
+def test_a_new_population_into_a_population_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "pop"
+    out.mkdir()
+    (out / "population.json").write_text('{"runs": {"1": "seed1"}}')
+    code, _, err = train(*SMALL, "--seeds", "2", "3", "--total-steps", "100", "--out", out,
+                         capsys=capsys)
+    assert code == 2 and "holds a population already; --resume" in one_error_line(err)
