@@ -9,10 +9,13 @@ per update) to the same budget per seed:
 * the sweep: ``pgrad-sweep --agents a2c --envs CartPole-v1 --seeds 0 ... 9 --steps N`` (a Ray
   task per seed, one CPU each: as many at a time as the machine has cores; each trial also
   evaluates its policy, with ``--eval-episodes 1`` here to keep that small);
-* one seed alone: ``pgrad-train --seed 0 --total-steps N``.
+* one seed alone: ``pgrad-train --seed 0 --total-steps N``, before and after the other two
+  (its wall the mean of both).
 
 The value is the population's wall over the sweep's (goal <= 0.4); the details hold its wall
-over one seed's (goal <= 2.5), each side's wall and CPU seconds, and peak resident memory: the
+over one seed's (goal <= 2.5), each side's wall and CPU seconds (the sweep's CPU is its own
+process's only: Ray runs the trials in its workers), the population's CPU over ten single runs',
+and peak resident memory: the
 population's process against ten single runs' (10 x one run's peak, what they hold when they
 run side by side). Peak memory is read by ``/usr/bin/time`` (its ``%M``) where it exists. The
 machine's load average is recorded beside them: the machine may be shared.
@@ -71,8 +74,16 @@ def population_vs_sweep(repeats: int = 1, steps: int | None = None) -> dict:
     steps = STEPS if steps is None else int(steps)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="pgrad-population-") as tmp:
-        measured = {name: _timed(argv) for name, argv in commands(steps, Path(tmp)).items()}
-    pop, sweep, one = measured["population"], measured["sweep"], measured["one_seed"]
+        cmds = commands(steps, Path(tmp))
+        # one seed before and after the others (the mean of the two): a shared machine's load
+        # drifts over the minutes the population and the sweep take
+        first = _timed(cmds["one_seed"])
+        shutil.rmtree(Path(tmp) / "one", ignore_errors=True)  # the second writes it again
+        pop, sweep = _timed(cmds["population"]), _timed(cmds["sweep"])
+        last = _timed(cmds["one_seed"])
+    one = {k: (None if first[k] is None else round((first[k] + last[k]) / 2, 2))
+           for k in first}
+    one["runs_wall_s"] = [first["wall_s"], last["wall_s"]]
     vs_sweep = pop["wall_s"] / sweep["wall_s"]
     vs_one = pop["wall_s"] / one["wall_s"]
     rss_ten = None if one["peak_rss_mb"] is None else round(10 * one["peak_rss_mb"], 1)
@@ -80,5 +91,6 @@ def population_vs_sweep(repeats: int = 1, steps: int | None = None) -> dict:
                   steps_per_seed=steps, seeds=len(SEEDS), population=pop, sweep=sweep,
                   one_seed=one, population_over_one_seed=round(vs_one, 3),
                   population_peak_rss_mb=pop["peak_rss_mb"], ten_single_runs_rss_mb=rss_ten,
+                  population_cpu_over_ten_single=round(pop["cpu_s"] / (10 * one["cpu_s"]), 3),
                   load_avg_before=[round(x, 2) for x in load_before],
                   load_avg_after=[round(x, 2) for x in os.getloadavg()])
