@@ -2,14 +2,15 @@
 through ``pgrad-train`` and ``pgrad-evaluate`` as a user runs them.
 
     .venv/bin/python docs/multiagent/self_play_games.py --game connect_four_v3 \
-        --steps 300000 --out docs/multiagent/results
+        --config lr3e-4_epochs4 --steps 200000 --episodes 500 --out docs/multiagent/results
 
-For each seed it trains ``--steps`` env steps, evaluates the greedy learner on ``--episodes``
-games per opponent (a uniform random legal player, the fixed earlier policy) and seat, and
-writes ``self_play_<game>_s<seed>.json`` (the commands, the wall time, the learner's mean
-result over its last 2,000 training games, and the evaluation's ``games``) and
-``self_play_<game>_summary.json`` (mean and min over seeds). ``--collect DIR`` reads runs made
-already with these commands (``DIR/<game>_s<seed>`` and its ``.log``) instead of training.
+For each seed it trains ``--steps`` env steps with the settings of ``--config``, evaluates the
+greedy learner on ``--episodes`` games per opponent (a uniform random legal player, the fixed
+earlier policy) and seat, and writes ``self_play_<game>_<config>_s<seed>.json`` (the commands,
+the wall time, the learner's mean result over its last 2,000 training games, the evaluation's
+``games``) and ``self_play_<game>_<config>_summary.json`` (mean, min and max over seeds).
+``--collect DIR`` reads runs made already with these commands (``DIR/<game>_s<seed>`` and its
+``.log``) instead of training.
 """
 
 from __future__ import annotations
@@ -26,25 +27,31 @@ from pathlib import Path
 import numpy as np
 
 BIN = Path(sys.executable).parent
-SETTINGS = ["self_play=true", "num_envs=16", "n_steps=64", "learning_rate=0.001",
-            "hidden=[128,128]"]
+#: The settings of each measured configuration (``--config``), beside ippo's defaults.
+CONFIGS = {
+    "lr1e-3_epochs10": ["self_play=true", "num_envs=16", "n_steps=64", "learning_rate=0.001",
+                        "hidden=[128,128]"],
+    "lr3e-4_epochs4": ["self_play=true", "num_envs=16", "n_steps=64", "learning_rate=0.0003",
+                       "epochs=4", "hidden=[128,128]"],
+}
 
 
-def commands(game: str, seed: int, steps: int, run: Path, episodes: int) -> list[list[str]]:
+def commands(game: str, config: str, seed: int, steps: int, run: Path, episodes: int
+             ) -> list[list[str]]:
     env = f"pettingzoo.classic.{game}:env"
     train = [str(BIN / "pgrad-train"), "--algo", "ippo", "--env", env, "--total-steps",
              str(steps), "--seed", str(seed), "--out", str(run), "--quiet"]
-    for setting in SETTINGS:
+    for setting in CONFIGS[config]:
         train += ["--set", setting]
     evaluate = [str(BIN / "pgrad-evaluate"), str(run), "--episodes", str(episodes), "--env", env]
     return [train, evaluate]
 
 
-def summary(game: str, seed: int, run: Path, cmds: list, wall: float) -> dict:
+def summary(game: str, config: str, seed: int, run: Path, cmds: list, wall: float) -> dict:
     with open(run / "episodes.csv", newline="") as f:
         results = np.array([float(r["return"]) for r in csv.DictReader(f)])
     evaluation = json.loads((run / "eval.json").read_text())
-    return {"game": game, "seed": seed,
+    return {"game": game, "config": config, "seed": seed,
             "commands": [" ".join([Path(c[0]).name, *c[1:]]) for c in cmds],
             "train_wall_s": round(wall, 1),
             "training_result_last_2000": float(results[-2000:].mean()),
@@ -54,6 +61,7 @@ def summary(game: str, seed: int, run: Path, cmds: list, wall: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--game", default="connect_four_v3")
+    parser.add_argument("--config", default="lr3e-4_epochs4", choices=sorted(CONFIGS))
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -65,7 +73,7 @@ def main() -> None:
     for seed in args.seeds:
         base = args.collect or args.out
         run = base / f"{args.game}_s{seed}"
-        cmds = commands(args.game, seed, args.steps, run, args.episodes)
+        cmds = commands(args.game, args.config, seed, args.steps, run, args.episodes)
         if args.collect is None:
             t0 = time.monotonic()
             done = subprocess.run(cmds[0], check=True, capture_output=True, text=True)
@@ -76,8 +84,9 @@ def main() -> None:
             subprocess.run(cmds[1], check=True, capture_output=True)
         found = re.search(r"episodes in ([0-9.]+) s", text)  # the training's own wall time
         wall = float(found.group(1)) if found else wall if args.collect is None else float("nan")
-        row = summary(args.game, seed, run, cmds, wall)
-        (args.out / f"self_play_{args.game}_s{seed}.json").write_text(json.dumps(row, indent=1))
+        row = summary(args.game, args.config, seed, run, cmds, wall)
+        name = f"self_play_{args.game}_{args.config}"
+        (args.out / f"{name}_s{seed}.json").write_text(json.dumps(row, indent=1))
         rows.append(row)
     table = {}
     for opponent in ("random", "anchor"):
@@ -87,8 +96,9 @@ def main() -> None:
                 table[f"{opponent}_{seat}_{what}"] = {"mean": float(np.mean(values)),
                                                        "min": float(np.min(values)),
                                                        "max": float(np.max(values))}
-    (args.out / f"self_play_{args.game}_summary.json").write_text(json.dumps(
-        {"seeds": args.seeds, "steps": args.steps, "episodes": args.episodes, **table},
+    (args.out / f"self_play_{args.game}_{args.config}_summary.json").write_text(json.dumps(
+        {"config": CONFIGS[args.config], "seeds": args.seeds, "steps": args.steps,
+         "episodes": args.episodes, **table},
         indent=1))
 
 
