@@ -7,6 +7,7 @@ The figures are speed (pgrad_app/perf/); the learning benchmark (returns over se
     python scripts/bench.py --only clip_ratio --repeats 50
     python scripts/bench.py --only ppo_mujoco_vs_sb3 --steps 1000000   # opt-in, long
     python scripts/bench.py --only population_vs_sweep --steps 100000  # 10 seeds, one process
+    python scripts/bench.py --only mappo_vs_benchmarl --rounds 2       # opt-in, vs BenchMARL
 
 Prints one JSON object per figure (``name``, ``value``, ``goal``, ``met``, ``details``) as it is
 measured, then a readable table. The figures are :data:`pgrad_app.perf.driver.FIGURES`; see
@@ -22,12 +23,14 @@ import subprocess
 import sys
 
 from pgrad_app.errors import command
-from pgrad_app.perf import population
+from pgrad_app.perf import mappo_benchmarl, population
 from pgrad_app.perf.common import table
 from pgrad_app.perf.driver import FIGURES, OPT_IN, run_figure
 
 # Registered here (opt-in, minutes): ten seeds as one population against pgrad-sweep.
 OPT_IN.setdefault("population_vs_sweep", population.population_vs_sweep)
+# Registered here (opt-in, minutes): MAPPO through pgrad-train against BenchMARL's MAPPO.
+OPT_IN.setdefault("mappo_vs_benchmarl", mappo_benchmarl.mappo_vs_benchmarl)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.figure_worker is not None:
         if args.figure_worker == "population_vs_sweep":  # --steps: env steps per seed
             out = population.population_vs_sweep(args.repeats, args.steps)
+            out["details"]["figure_process_peak_rss_mb"] = None  # its runs are children
+            print(json.dumps(out), flush=True)
+            return 0
+        if args.figure_worker == "mappo_vs_benchmarl":  # --steps: frames per run
+            out = mappo_benchmarl.mappo_vs_benchmarl(
+                args.repeats, **({} if args.steps is None else {"steps": args.steps}),
+                rounds=max(args.rounds, mappo_benchmarl.ROUNDS))
             out["details"]["figure_process_peak_rss_mb"] = None  # its runs are children
             print(json.dumps(out), flush=True)
             return 0
