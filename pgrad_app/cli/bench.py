@@ -45,13 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a2c_cartpole: seeds (one pgrad and one SB3 run each)")
     parser.add_argument("--steps", type=int, default=None,
                         help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / command_overhead / "
-                        "ppo_minatar_vs_sb3: env steps per side (default: each figure's own, "
-                        "50000, ppo_minatar_vs_sb3 500000; the SB3 goals are for 1000000 / "
-                        "300000)")
+                        "ppo_minatar_vs_sb3 / recurrent_ppo_vs_sb3c: env steps per side "
+                        "(default: each figure's own, 50000, ppo_minatar_vs_sb3 500000, "
+                        "recurrent_ppo_vs_sb3c 100000; the SB3 goals are for 1000000 / 300000)")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / ppo_minatar_vs_sb3: rounds "
-                        "of the three runs, every other one in reverse order; the value is the "
-                        "median over rounds (a machine whose speed drifts favours neither side)")
+                        help="ppo_mujoco_vs_sb3 / a2c_mujoco_vs_sb3 / ppo_minatar_vs_sb3 / "
+                        "recurrent_ppo_vs_sb3c: rounds of the runs (three; two for "
+                        "recurrent_ppo_vs_sb3c), every other one in reverse order; the value is "
+                        "the median over rounds (a machine whose speed drifts favours neither "
+                        "side)")
     parser.add_argument("--figure-worker", default=None, help=argparse.SUPPRESS)
     return parser
 
