@@ -222,7 +222,10 @@ class Population:
         self.seeds = [int(m.seed) for m in members]
         #: seed -> the one line that stopped it (its env failed, a callback raised, ...).
         self.failures: dict[int, str] = {}
-        self.update = BatchedUpdate([m.updater for m in members])
+        from agents.update.shared_trace import member_variables
+
+        self.update = BatchedUpdate([m.updater for m in members],
+                                    [member_variables(m) for m in members])
         self._thread: Any = None  # the update thread of start(background=True), made on use
 
     def __len__(self) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from agents.update.call import needs_autograph
+from agents.update.shared_trace import SharedTrace
 from pgrad.rl.flat_call import flat_caller
 
 
@@ -38,15 +39,24 @@ class BatchedUpdate:
     one's update result (``(out [K + P], *extra)``, as its own update returns it).
     """
 
-    def __init__(self, updaters: Sequence[Any]):
+    def __init__(self, updaters: Sequence[Any], variables: Sequence[list] | None = None):
         self.updaters = list(updaters)
         self.autograph = False
+        self._variables = variables
+        #: One member's trace shared by all (:mod:`agents.update.shared_trace`); None: each
+        #: member's update traced into the outer graph.
+        self.shared: SharedTrace | None = None
+        if variables is not None and len(self.updaters) > 1:
+            self.shared = SharedTrace(self.updaters, variables, self.autograph)
         self._functions: dict[tuple, Any] = {}  # (rows, arg counts, varying) -> tf.function
         self._concrete: dict[tuple, Any] = {}  # + shapes -> the concrete function's caller
 
     def tracing_count(self) -> int:
-        """Traces of every outer function so far (one per subset and shape, never per call)."""
-        return sum(f.experimental_get_tracing_count() for f in self._functions.values())
+        """Traces of the members' update code so far: the shared one's, and those of outer
+        functions that trace each member's (one per subset and shape, never per call)."""
+        shared = self.shared.tracing_count() if self.shared is not None else 0
+        return shared + sum(f.experimental_get_tracing_count() for k, f in
+                            self._functions.items() if k[-1] != "shared")
 
     def _function(self, rows: tuple[int, ...], counts: tuple[int, ...], varying: bool):
         key = (rows, counts, varying)
@@ -75,6 +85,8 @@ class BatchedUpdate:
             self.autograph = True
             self._functions.clear()
             self._concrete.clear()
+            if self.shared is not None:
+                self.shared = SharedTrace(self.updaters, self.shared.variables, True)
             return list(self._run(rows, args, fixed_shape))
 
     def _run(self, rows: tuple[int, ...], args: Sequence[tuple], fixed_shape: bool):
@@ -85,7 +97,40 @@ class BatchedUpdate:
             return fn(*flat)
         key = (rows, counts, tuple(None if x is None else tuple(x.shape) for x in flat))
         call = self._concrete.get(key)
+        if call is None and self.shared is not None:
+            call = self._shared_call(rows, args, counts, key)
         if call is None:
             specs = [s for a, i in zip(args, rows) for s in self.updaters[i].io.signature(a)]
             call = self._concrete[key] = flat_caller(fn.get_concrete_function(*specs))
         return call(*flat)  # one tuple per agent, as the outer function returns them
+
+    def _shared_call(self, rows: tuple[int, ...], args: Sequence[tuple], counts: tuple,
+                     key: tuple) -> Any:
+        """The caller of one outer graph that runs the shared trace once per member of
+        ``rows`` on its own inputs and variables; None (and no sharing from now on) if a
+        member's inputs or captures do not fit the template's."""
+        assert self.shared is not None
+        shapes = {tuple(None if x is None else tuple(x.shape) for x in a) for a in args}
+        conc = self.shared.concrete(args[0]) if len(shapes) == 1 else None
+        captures: list[list] = []
+        for i in rows:
+            got = None if conc is None else self.shared.captures(conc, i)
+            if got is None:
+                self.shared = None  # each member's own trace from now on
+                return None
+            captures.append(got)
+        assert conc is not None
+
+        def update_all(*flat):
+            out, at = [], 0
+            for caps, n in zip(captures, counts):
+                inputs = [x for x in flat[at: at + n] if x is not None]
+                result = conc._call_flat(inputs, caps)
+                out.append(tuple(result) if isinstance(result, (tuple, list)) else (result,))
+                at += n
+            return tuple(out)
+
+        fn = self._functions[(rows, counts, "shared")] = tf.function(update_all, autograph=False)
+        specs = [s for a, i in zip(args, rows) for s in self.updaters[i].io.signature(a)]
+        call = self._concrete[key] = flat_caller(fn.get_concrete_function(*specs))
+        return call

@@ -63,8 +63,8 @@ def test_a_population_equals_its_seeds_trained_alone(algo, updates, groups, monk
             np.testing.assert_allclose([r for _, r, _ in episodes[seed]],
                                        [r for _, r, _ in own])
             alone.close()
-        if algo != "reinforce":  # fixed shapes: one trace per group, for every round
-            assert pop.update.tracing_count() == groups
+        if algo != "reinforce":  # fixed shapes: one member's trace, shared by all
+            assert pop.update.shared is not None and pop.update.tracing_count() == 1
         assert not pop.failures
     finally:
         pop.close()
@@ -183,5 +183,26 @@ def test_callbacks_by_seed_and_a_member_that_stops_alone():
         assert seen == {0: 4, 1: 2}
         with pytest.raises(ValueError, match="outside the population"):
             pop.learn(10, callbacks={7: count(7)})
+    finally:
+        pop.close()
+
+
+def test_a_transform_that_captures_a_tensor_of_its_own_traces_each_member():
+    import tensorflow as tf
+
+    import pgrad
+
+    factor = tf.Variable(0.5)  # not a member's variable: the shared trace cannot stand in
+    chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.mean_steps(),
+                        pgrad.stateless(lambda grads, **context: [g * factor for g in grads]))
+    pop = Population("a2c", "CartPole-v1", seeds=[1, 2], transform=chain, num_envs=2)
+    try:
+        pop.learn(2 * pop.agents[0].steps_per_update())
+        assert pop.update.shared is None and pop.update.tracing_count() >= 1
+        for seed, member in zip([1, 2], pop.agents):
+            alone = agents.make("a2c", "CartPole-v1", seed=seed, transform=chain, num_envs=2)
+            alone.learn(2 * alone.steps_per_update(), progress=False)
+            assert _max_diff(member, alone) <= TOL
+            alone.close()
     finally:
         pop.close()
