@@ -9,9 +9,10 @@
 A population is N independent agents that share one process, one training loop and one traced
 update. Each round collects every member's rollout in turn (its own vector env, RNG, numpy
 mirror and normalisers: :meth:`agents.base.ActorCriticAgent._rollout`), then updates all of them
-in ONE call of one ``tf.function`` (:class:`agents.update.batched.BatchedUpdate`: each member's
-own update function traced side by side, so TensorFlow pays its call overhead once and may run
-the N subgraphs on both cores). Nothing crosses between members: weights, optimizer state,
+in ONE call of one ``tf.function`` (:class:`agents.update.batched.BatchedUpdate`: one member's
+traced update run for each member on its own inputs and variables,
+:mod:`agents.update.shared_trace`; TensorFlow pays its call overhead once and may run the N
+parts on both cores). Nothing crosses between members: weights, optimizer state,
 transform state, counters and normaliser statistics are each agent's own, and a member's
 numbers are those of the same agent trained alone with its seed (tests/agents/
 test_population.py checks the weights to float32 round-off).

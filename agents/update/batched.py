@@ -1,5 +1,9 @@
 """Many agents' compiled updates as one traced graph (a population: :mod:`agents.population`).
 
+Where the members' updates differ only in their variables (the usual case), the graph calls one
+member's traced update once per member with that member's variables
+(:class:`agents.update.shared_trace.SharedTrace`: one trace instead of N). Otherwise:
+
 :class:`BatchedUpdate` traces, inside ONE outer ``tf.function``, each agent's own update function
 (:meth:`agents.update.compiled.CompiledUpdate._update`, the very Python function a single agent's
 update traces) on that agent's own inputs. Nothing crosses between the agents' subgraphs: each

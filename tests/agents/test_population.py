@@ -1,8 +1,8 @@
 """Populations (agents/population.py): N seeds in one process equal N single runs.
 
 Tolerance: a member's weights after its updates equal those of the same agent trained alone
-with its seed to 1e-6 (absolute; float32 round-off: measured 0 or 6e-8 after 3 A2C updates --
-the batched graph runs the same ops, possibly in another order across agents), and its episodes,
+with its seed to 1e-6 (absolute; float32 round-off: measured exactly 0 with the shared trace,
+at most 6e-8 with each member traced into the outer graph), and its episodes,
 counters and update counts are identical.
 """
 
