@@ -47,29 +47,36 @@ def test_random_legal_draws_uniformly_among_legal_moves():
     np.testing.assert_allclose(counts, [0.5, 0, 0.5, 0], atol=0.03)  # 3 sigma is 0.024
 
 
-def test_snapshot_player_acts_as_the_policy_it_was_taken_from():
-    """The pool's update-0 snapshot played greedily acts as the agent did before it trained."""
-    agent = make()
+@pytest.fixture(scope="module")
+def trained():
+    """``(agent after 2 updates (anchor_update 1), observations [16, 18] a few moves into 8
+    games, their masks, the agent's greedy actions there before it trained)``."""
+    agent = make(anchor_update=1)
     rows = multiagent.make_agent_rows(tictactoe_v3.env, 8)
-    try:
-        obs, info = rows.reset(seed=3)
-        rng = np.random.default_rng(0)
-        for _ in range(3):  # positions a few moves into the games
-            moves = random_legal(rng, 9)(obs, info["action_mask"])
-            obs, _, _, _, info = rows.step(moves)
-        masks = info["action_mask"]
-        before = agent.act(obs, True, masks)
-        agent.step()
-        agent.step()
-        weights, updates = agent.self_play.pool.snapshots()
-        assert list(updates) == [0]  # taken before the first rollout; the next at update 2
-        player = SnapshotPlayer(agent.net)
-        got = player.act(weights[0], obs, masks, None, deterministic=True)
-        np.testing.assert_array_equal(got, before)
-        assert not np.array_equal(agent.mirror.flat_numpy(), weights[0])
-        assert masks[np.arange(16), got].all()
-    finally:
-        agent.close(), rows.close()
+    obs, info = rows.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # positions a few moves into the games
+        moves = random_legal(rng, 9)(obs, info["action_mask"])
+        obs, _, _, _, info = rows.step(moves)
+    rows.close()
+    masks = info["action_mask"]
+    before = agent.act(obs, True, masks)
+    agent.step()
+    agent.step()
+    yield agent, obs, masks, before
+    agent.close()
+
+
+def test_snapshot_player_acts_as_the_policy_it_was_taken_from(trained):
+    """The pool's update-0 snapshot played greedily acts as the agent did before it trained."""
+    agent, obs, masks, before = trained
+    weights, updates = agent.self_play.pool.snapshots()
+    assert list(updates) == [0]  # taken before the first rollout; the next at update 2
+    player = SnapshotPlayer(agent.net)
+    got = player.act(weights[0], obs, masks, None, deterministic=True)
+    np.testing.assert_array_equal(got, before)
+    assert not np.array_equal(agent.mirror.flat_numpy(), weights[0])
+    assert masks[np.arange(16), got].all()
 
 
 def _biased_snapshot(agent, order):
@@ -89,49 +96,46 @@ def _biased_snapshot(agent, order):
     return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float32)
 
 
-def test_rollout_seats_opponents_and_the_rows_of_the_update():
+def test_rollout_seats_opponents_and_the_rows_of_the_update(trained):
     """A rollout of new games against a snapshot (latest_prob 0): the learner starts in seat
     (b + updates) mod 2 and swaps seats after each game of its copy; the opponent's rows move
     as the snapshot does; the update's mask keeps exactly the learner's live steps; one episode
     (the learner's) is reported per game."""
-    agent = make(latest_prob=0.0)
-    try:
-        collector = agent.collector
-        order = [4, 0, 2, 6, 8, 1, 3, 5, 7]
-        pool = _biased_snapshot(agent, order)[None]  # [1, P]
-        seen = []
-        policy = agent.acting_fn(np.random.default_rng(1))
+    agent = trained[0]
+    collector = agent.collector
+    order = [4, 0, 2, 6, 8, 1, 3, 5, 7]
+    pool = _biased_snapshot(agent, order)[None]  # [1, P]
+    seen = []
+    policy = agent.acting_fn(np.random.default_rng(1))
 
-        def spy(obs, action_mask=None):
-            out = policy(obs, action_mask=action_mask)
-            seen.append((collector.seat.copy(), collector.live.copy(), action_mask.copy(),
-                         np.array(out[1])))
-            return out
+    def spy(obs, action_mask=None):
+        out = policy(obs, action_mask=action_mask)
+        seen.append((collector.seat.copy(), collector.live.copy(), action_mask.copy(),
+                     np.array(out[1])))
+        return out
 
-        T, B = 30, 4
-        traj, episodes = collector.collect_games(spy, T, [0, 5], pool, 0.0)
-        seats = np.stack([s for s, _, _, _ in seen])  # [T, B]
-        np.testing.assert_array_equal(seats[0], (np.arange(B) + 5) % 2)
-        swaps = (seats[1:] != seats[:-1]).sum()
-        games_ended = len(episodes)
-        assert swaps == games_ended >= 2 * B  # each game of 5-9 moves: 3+ per copy in 30 steps
-        assert (np.abs([r for _, r, _ in episodes]) <= 1).all()
-        # the opponent's moves: the snapshot's first legal preference, when it is its turn
-        for t, (seat, live, mask, _) in enumerate(seen):
-            for b in range(B):
-                row = 2 * b + 1 - seat[b]
-                if live[row]:
-                    legal = [a for a in order if mask[row, a]]
-                    moved = traj_action_at(traj, seen, t, row)
-                    assert moved == legal[0], (t, b)
-        # the update: the learner's live steps, nothing of the opponent's
-        learner = np.zeros((T, 2 * B), bool)
-        for t, (seat, live, _, _) in enumerate(seen):
-            learner[t, 2 * np.arange(B) + seat] = True
-            learner[t] &= live
-        np.testing.assert_array_equal(traj.mask.sum(0), learner.sum(0))
-    finally:
-        agent.close()
+    T, B = 30, 4
+    traj, episodes = collector.collect_games(spy, T, [0, 5], pool, 0.0)
+    seats = np.stack([s for s, _, _, _ in seen])  # [T, B]
+    np.testing.assert_array_equal(seats[0], (np.arange(B) + 5) % 2)
+    swaps = (seats[1:] != seats[:-1]).sum()
+    games_ended = len(episodes)
+    assert swaps == games_ended >= 2 * B  # each game of 5-9 moves: 3+ per copy in 30 steps
+    assert (np.abs([r for _, r, _ in episodes]) <= 1).all()
+    # the opponent's moves: the snapshot's first legal preference, when it is its turn
+    for t, (seat, live, mask, _) in enumerate(seen):
+        for b in range(B):
+            row = 2 * b + 1 - seat[b]
+            if live[row]:
+                legal = [a for a in order if mask[row, a]]
+                moved = traj_action_at(traj, seen, t, row)
+                assert moved == legal[0], (t, b)
+    # the update: the learner's live steps, nothing of the opponent's
+    learner = np.zeros((T, 2 * B), bool)
+    for t, (seat, live, _, _) in enumerate(seen):
+        learner[t, 2 * np.arange(B) + seat] = True
+        learner[t] &= live
+    np.testing.assert_array_equal(traj.mask.sum(0), learner.sum(0))
 
 
 def traj_action_at(traj, seen, t, row):
@@ -146,25 +150,25 @@ def traj_action_at(traj, seen, t, row):
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path):
-    """Saved after 3 updates and loaded, 4 more updates give the weights, the optimizer's
-    state, the pool and the anchor of the saved agent's own 7 updates (snapshots and the
-    anchor on both sides of the save)."""
+    """Saved after 2 updates and loaded, 2 more updates give the weights, the optimizer's
+    state, the pool and the anchor of the saved agent's own 4 updates (a snapshot on each side
+    of the save, the anchor after it)."""
     whole = make()
     try:
         spu = whole.steps_per_update()
-        whole.learn(3 * spu, progress=False)
+        whole.learn(2 * spu, progress=False)
         whole.save(tmp_path / "a")
-        whole.learn(4 * spu, progress=False)  # on, uninterrupted
+        whole.learn(2 * spu, progress=False)  # on, uninterrupted
         resumed = agents.load(tmp_path / "a", env_id=TTT)
         try:
-            resumed.learn(4 * spu, progress=False)
-            assert resumed.env_steps == whole.env_steps == 7 * spu
+            resumed.learn(2 * spu, progress=False)
+            assert resumed.env_steps == whole.env_steps == 4 * spu
             a, b = whole.trackables(), resumed.trackables()
             assert any(k.startswith("self_play_pool") for k in a)
             for key in ("self_play_pool_weights", "self_play_pool_updates",
                         "self_play_anchor_weights", "self_play_anchor_updates"):
                 np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
-            np.testing.assert_array_equal(a["self_play_pool_updates"].numpy(), [6, 2, 4])
+            np.testing.assert_array_equal(a["self_play_pool_updates"].numpy(), [0, 2, -1])
             np.testing.assert_array_equal(a["self_play_anchor_updates"].numpy(), [3])
             for x, y in zip(whole.net.variables + whole.optimizer.variables,
                             resumed.net.variables + resumed.optimizer.variables):
@@ -225,26 +229,21 @@ def test_match_results_of_two_random_players():
     assert got["draw"] == pytest.approx(0.127, abs=0.052)
 
 
-def test_evaluate_team_reports_win_rates_against_random_and_the_anchor():
-    agent = make(anchor_update=1)
-    try:
-        for _ in range(2):
-            agent.step()
-        got = agent.evaluate_team(6, seed=11)
-        games = got["games"]
-        assert games["anchor_update"] == 1
-        for opponent in ("random", "anchor"):
-            for seat in ("first", "second"):
-                g = games[opponent][seat]
-                assert g["games"] == 6
-                assert g["win"] + g["draw"] + g["loss"] == pytest.approx(1.0)
-        assert got["win_rate_first"] == games["random"]["first"]["win"]
-        assert got["loss_rate_second"] == games["random"]["second"]["loss"]
-        assert got["anchor_win_rate_second"] == games["anchor"]["second"]["win"]
-        again = agent.evaluate_team(6, seed=11)  # greedy learner, seeded opponents
-        assert again["games"] == games
-    finally:
-        agent.close()
+def test_evaluate_team_reports_win_rates_against_random_and_the_anchor(trained):
+    agent = trained[0]
+    got = agent.evaluate_team(6, seed=11)
+    games = got["games"]
+    assert games["anchor_update"] == 1
+    for opponent in ("random", "anchor"):
+        for seat in ("first", "second"):
+            g = games[opponent][seat]
+            assert g["games"] == 6
+            assert g["win"] + g["draw"] + g["loss"] == pytest.approx(1.0)
+    assert got["win_rate_first"] == games["random"]["first"]["win"]
+    assert got["loss_rate_second"] == games["random"]["second"]["loss"]
+    assert got["anchor_win_rate_second"] == games["anchor"]["second"]["win"]
+    again = agent.evaluate_team(6, seed=11)  # greedy learner, seeded opponents
+    assert again["games"] == games
 
 
 @pytest.mark.parametrize("algo, env, hp, match", [
