@@ -39,6 +39,11 @@ Dense-only policies are exported as plain matmuls of copied weights. Policies wi
 read from a copy the module owns (``keras.StatelessScope``): the SavedModel again holds only
 plain variables and TensorFlow ops.
 
+A policy whose actor reads some columns of its row (MAPPO's: an agent's own observation, not
+the state its critic reads) is exported as a policy of those columns (:mod:`pgrad.rl.export.
+columns`): ``observation_space`` in ``pgrad_policy.json`` is theirs, ``row_space`` and
+``row_columns`` say where they sit in the row.
+
 Beside it, ``pgrad_policy.json`` records what the export is of (env id, head, spaces), data only.
 """
 
@@ -54,6 +59,7 @@ import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
 from pgrad.rl import spaces
+from pgrad.rl.export.columns import ColumnsExport, read_columns
 from pgrad.rl.export.feedforward import DenseExport, EncoderExport
 from pgrad.rl.export.module import SEED_SPEC, ExportedModule, compiled, traced
 from pgrad.rl.export.recurrent import ExportedRecurrentPolicy
@@ -82,8 +88,13 @@ def export_policy(net: ActorCritic, obs_norm: ObsNormalizer | None, obs_space: g
     and ``sample_with_noise`` draw from the policy (see the module docstring). ``metadata``
     (JSON values, e.g. the env id) goes into ``pgrad_policy.json`` beside it.
     """
+    columns = read_columns(net, obs_space)
     if net.recurrent:  # the state as an input and an output (pgrad.rl.export.recurrent)
         module: ExportedModule = ExportedRecurrentPolicy(net, obs_norm, obs_space)
+    elif columns is not None:  # an agent's own observation (pgrad.rl.export.columns)
+        module = ColumnsExport(net, obs_norm, obs_space, columns)
+        metadata = {**(metadata or {}), "row_space": str(obs_space), "row_columns": columns}
+        obs_space = module._context.space
     elif net.encoder is not None:
         module = EncoderExport(net, obs_norm, obs_space)
     else:
