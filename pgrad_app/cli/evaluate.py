@@ -112,7 +112,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"length {r['length_mean']:.1f} ± {r['length_std']:.1f}")
     if "success_rate" in r:  # the env reports info["is_success"] at each episode's end
         print(f"success rate {r['success_rate']:.2f}")
+    for line in match_lines(r.get("games")):  # a self-play run: the learner's games
+        print(line)
     print(f"wrote {r['written']}"
           + (f"; videos in {args.video}" if args.video else ""))
     return 0
 
+
+def match_lines(games: dict | None) -> list[str]:
+    """A self-play evaluation's games (``eval.json``'s ``games``) as one line per opponent:
+    the learner's win and draw rates as first and as second player."""
+    if not games:
+        return []
+    lines = []
+    for opponent, seats in games.items():
+        if not isinstance(seats, dict):
+            continue
+        name = (f"the anchor (update {games['anchor_update']})"
+                if opponent == "anchor" and "anchor_update" in games else f"the {opponent} player")
+        cells = [f"{seat}: {cell['win']:.1%} won, {cell['draw']:.1%} drawn ({cell['games']} games)"
+                 for seat, cell in seats.items()]
+        lines.append(f"vs {name}: " + "; ".join(cells))
+    return lines

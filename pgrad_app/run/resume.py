@@ -92,8 +92,9 @@ def check(out: Path, settings: Any, cfg: Any) -> None:
         refuse("agent", settings.agent, *record["agent"])
     if "env" in record and not same_spec(record["env"][0], settings.env):
         refuse("env", settings.env, *record["env"])
+    # "package:Env-v0" records the id after the package; a "module:factory" env records itself
     bare = str(settings.env).split(":", 1)[-1]
-    if "env_id" in record and record["env_id"][0] != bare:
+    if "env_id" in record and record["env_id"][0] not in (bare, str(settings.env)):
         refuse("env", settings.env, *record["env_id"])
     if "seed" in record and int(record["seed"][0]) != int(settings.seed):
         refuse("seed", settings.seed, *record["seed"])
