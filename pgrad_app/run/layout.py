@@ -62,6 +62,7 @@ class RunLayout:
     #: Each non-default pgrad-evaluate (video, attack, other episodes...): eval-VARIANT.json.
     EVALUATION_VARIANT = "eval-{}.json"
     CURVE = "learning_curve.png"
+    FAILURE = "failure.txt"  # a population's seed that stopped alone (pgrad_app.run.population)
     ROBUSTNESS = "robustness.png"
     CHECKPOINTS = persistence.CHECKPOINTS
     POLICY = persistence.POLICY
@@ -116,7 +117,7 @@ class RunLayout:
         dict: a folder and what pgrad writes inside it): what ``--overwrite`` deletes."""
         files = dict.fromkeys((cls.CONFIG, cls.EPISODES, cls.UPDATES, cls.EVAL_LOG,
                                cls.EVALUATION, cls.EVALUATION_VARIANT.format("*"), cls.CURVE,
-                               cls.ROBUSTNESS, cls.TRACKER_ID))
+                               cls.ROBUSTNESS, cls.TRACKER_ID, cls.FAILURE))
         tree = {**files, **cls.saved_agent(),
                 cls.TENSORBOARD: {"events.out.tfevents.*": None},
                 cls.VIDEOS: {"rl-video-*.mp4": None},

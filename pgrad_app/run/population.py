@@ -31,12 +31,13 @@ from agents.population import Population
 from agents.population_loop import run_loops
 from pgrad.rl.storage.files import write_atomic
 from pgrad_app.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, command, one_line
+from pgrad_app.run.layout import RunLayout
 from pgrad_app.run.trainer import Trainer, _transform_error
 
 #: In the population's folder: ``{"seeds": [...], "runs": {"SEED": "DIR name"}, ...}``.
 POPULATION_FILE = "population.json"
 #: In a seed's run directory: the one line that stopped that seed (removed when it resumes).
-FAILURE_FILE = "failure.txt"
+FAILURE_FILE = RunLayout.FAILURE
 
 
 def seed_dir_name(seed: int) -> str:
