@@ -13,12 +13,12 @@ own sequence (update k, its callbacks, rollout k + 1, update k + 1) is unchanged
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents.learning import Callback, Loop, says_stop
 
-if TYPE_CHECKING:
-    from agents.population import Population, Round
+# The population (agents.population.Population) and its rounds (Round) arrive as arguments,
+# typed Any: this module imports nothing of agents.population, which imports it.
 
 #: Groups of members whose updates and collection overlap (1: every round in this thread, one
 #: update of all members per round).
@@ -36,7 +36,7 @@ def _close(callbacks: list[Callback]) -> list[Exception]:
     return errors
 
 
-def run_loops(pop: Population, loops: dict[int, Loop],
+def run_loops(pop: Any, loops: dict[int, Loop],
               on_failure: Callable[[int, BaseException], None],
               after_round: Callable[[dict[int, Loop]], None] | None = None,
               groups: int | None = None) -> None:
@@ -54,7 +54,7 @@ def run_loops(pop: Population, loops: dict[int, Loop],
     rows = sorted(live)
     count = max(1, min(groups, len(rows)))
     split = [rows[g::count] for g in range(count)]
-    rounds: dict[int, Round | None] = dict.fromkeys(range(count))
+    rounds: dict[int, Any] = dict.fromkeys(range(count))
 
     def stop(i: int, err: BaseException | None) -> None:
         loop = live.pop(i)

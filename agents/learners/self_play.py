@@ -134,7 +134,7 @@ class SelfPlay:
 def evaluation_rows(agent: Any) -> Any:
     """``(copies) -> agent rows`` of fresh copies of the agent's game (for :meth:`SelfPlay.
     evaluate`)."""
-    from agents.learners.multiagent import game_source
+    from pgrad.rl.multiagent.games import game_source
 
     game, _, _ = game_source(agent.env_id, agent.name)
     return lambda copies: agent._build_rows(game, dataclasses.replace(agent.cfg,

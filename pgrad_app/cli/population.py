@@ -133,9 +133,9 @@ def _resolve_resumed(args, seed_dir: Path):
 def _train(args, out: Path, seeds: list[int], dirs: list[Path], resolved: list,
            resume: bool) -> int:
     from agents.population import build_members
-    from pgrad_app.cli.train import make_agent, make_run_dir, warn_about_work
     from pgrad_app.run import directory as rundir
     from pgrad_app.run import population as poprun
+    from pgrad_app.run.starting import make_agent, make_run_dir, warn_about_work
     from pgrad_app.run.trainer import Trainer  # noqa: F401  (imported before the agents)
 
     settings0, cfg0, agent_cls = resolved[0]
