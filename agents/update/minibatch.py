@@ -224,7 +224,7 @@ class MinibatchStep:
             log_prob_fn = sequence_log_prob_fn
             inputs = (mb["obs"], mb["episode_starts"], mb["state0"], mb["actions"])
         if self._token_rows(mb, one_pass):  # one causal pass per completion, not per token
-            log_prob_fn = self.token_log_prob_fn
+            log_prob_fn = self.token_log_prob_fn or log_prob_fn  # set by _token_rows
             inputs = (mb["obs"], mb["actions"], mb["sequence_ids"])
         if "action_mask" in mb:
             inputs += (mb["action_mask"],)
