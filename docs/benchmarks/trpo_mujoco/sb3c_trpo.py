@@ -71,7 +71,8 @@ def main() -> None:
            "eval_mean": float(np.mean(returns)), "eval_std": float(np.std(returns)),
            "hyperparameters": ZOO, "n_envs": 2, "normalize": True,
            "wall_s_last_call": round(time.time() - start, 1)}
-    (Path(args.out) / f"sb3c_trpo__{args.env}__seed{args.seed}.json").write_text(json.dumps(row, indent=1))
+    out = Path(args.out) / f"sb3c_trpo__{args.env}__seed{args.seed}.json"
+    out.write_text(json.dumps(row, indent=1))
     print(json.dumps(row), flush=True)
 
 
