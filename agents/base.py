@@ -172,7 +172,8 @@ class ActorCriticAgent(ActingMethods):
                                             trainable=False, name="critic_state")
         self.update_targets = self.make_targets()
         if hasattr(self.update_targets, "bind"):  # a part with state of its own (a reference)
-            self.update_targets.bind(self)
+            self.update_targets.bind(self.net, lambda: build.network(
+                cfg, self.layout, self.encoder, self.action_space, self.seed))
         self.updater = CompiledUpdate(self.update_parts())
         try:  # also decides where the env's action masks come from (pgrad.rl.masks)
             self.collector.reset(seed=self.seed)

@@ -38,13 +38,11 @@ class ReferencePolicy:
         self.net: Any = None
         self._policy: list[tf.Variable] = []
 
-    def bind(self, agent: Any) -> None:
-        """Builds the copy of ``agent.net`` (same architecture, its current weights)."""
-        from agents import build
-
-        self.net = build.network(agent.cfg, agent.layout, agent.encoder, agent.action_space,
-                                 agent.seed)
-        self._policy = list(agent.net.policy_variables)
+    def bind(self, net: Any, make_network: Callable[[], Any]) -> None:
+        """Builds the copy of the policy network ``net`` (``make_network()``: a network of the
+        same architecture) with its current weights."""
+        self.net = make_network()
+        self._policy = list(net.policy_variables)
         for ref, own in zip(self.net.policy_variables, self._policy, strict=True):
             ref.assign(own)
 
@@ -72,8 +70,8 @@ class ReferenceTargets:
         self.inner, self.reference = inner, reference
         self.on_policy = inner.on_policy
 
-    def bind(self, agent: Any) -> None:
-        self.reference.bind(agent)
+    def bind(self, net: Any, make_network: Callable[[], Any]) -> None:
+        self.reference.bind(net, make_network)
 
     def trackables(self) -> dict[str, Any]:
         return self.reference.trackables()

@@ -28,7 +28,7 @@ from typing import Any
 
 from agents.learning import Callback, Loop
 from agents.population import Population
-from agents.population_loop import run_loops
+from agents.population.loop import run_loops
 from pgrad.rl.storage.files import write_atomic
 from pgrad_app.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, RunError, command, one_line
 from pgrad_app.run.layout import RunLayout

@@ -1,4 +1,4 @@
-"""Populations (agents/population.py): N seeds in one process equal N single runs.
+"""Populations (agents/population/): N seeds in one process equal N single runs.
 
 Tolerance: a member's weights after its updates equal those of the same agent trained alone
 with its seed to 1e-6 (absolute; float32 round-off: measured exactly 0 with the shared trace,
@@ -37,7 +37,7 @@ def _max_diff(a, b) -> float:
     pytest.param("reinforce", 2, 2, marks=pytest.mark.slow)])
 def test_a_population_equals_its_seeds_trained_alone(algo, updates, groups, monkeypatch):
     """groups 2: two groups' updates overlap the other's collection; 1: one update per round."""
-    from agents import population_loop
+    from agents.population import loop as population_loop
 
     monkeypatch.setattr(population_loop, "GROUPS", groups)
     seeds = [3, 4, 5] if algo == "a2c" else [3, 4]

@@ -67,7 +67,7 @@ def test_bad_seed_input_is_one_line_and_writes_nothing(argv, text, tmp_path, cap
 
 
 def test_more_seeds_than_memory_is_refused_with_the_estimate(tmp_path, capsys, monkeypatch):
-    import agents.population as population
+    from agents.population import members as population
 
     monkeypatch.setattr(population, "available_mb", lambda: 1.0)
     out = tmp_path / "pop"

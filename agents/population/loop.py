@@ -17,8 +17,8 @@ from typing import Any
 
 from agents.learning import Callback, Loop, says_stop
 
-# The population (agents.population.Population) and its rounds (Round) arrive as arguments,
-# typed Any: this module imports nothing of agents.population, which imports it.
+# The population (agents.population.members.Population) and its rounds (Round) arrive as
+# arguments, typed Any: this module imports nothing of members, which imports it.
 
 #: Groups of members whose updates and collection overlap (1: every round in this thread, one
 #: update of all members per round).

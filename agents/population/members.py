@@ -297,7 +297,7 @@ class Population:
                             f"callbacks; got {type(callbacks).__name__}.")
         loops = {i: Loop(a, a.env_steps + int(total_steps), made.get(a.seed), progress=False)
                  for i, a in enumerate(self.agents) if a.seed not in self.failures}
-        from agents.population_loop import run_loops
+        from agents.population.loop import run_loops
 
         run_loops(self, loops, self._failed)
         return self
