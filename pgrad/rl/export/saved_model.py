@@ -92,6 +92,7 @@ def export_policy(net: ActorCritic, obs_norm: ObsNormalizer | None, obs_space: g
     if net.recurrent:  # the state as an input and an output (pgrad.rl.export.recurrent)
         module: ExportedModule = ExportedRecurrentPolicy(net, obs_norm, obs_space)
     elif columns is not None:  # an agent's own observation (pgrad.rl.export.columns)
+        assert isinstance(obs_space, gym.spaces.Box)  # read_columns found columns of a Box
         module = ColumnsExport(net, obs_norm, obs_space, columns)
         metadata = {**(metadata or {}), "row_space": str(obs_space), "row_columns": columns}
         obs_space = module._context.space
