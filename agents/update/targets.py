@@ -110,12 +110,15 @@ class GroupTargets:
         reward normalised within its group's tokens and summed from that token on
         (:func:`pgrad.rl.group_advantages.process_advantages`; for envs that pay rewards as
         they accrue, e.g. a token task's ``dense_rewards``).
+      gamma, process_baseline: with ``"process"``: the discount of the rewards-to-go and the
+        baseline (``"steps"`` or ``"position"``) of ``process_advantages``.
     """
 
     on_policy = True
 
     def __init__(self, group_size: int, kind: str = "grpo", scale_rewards: str = "group",
-                 normalize: bool = False, supervision: str = "outcome"):
+                 normalize: bool = False, supervision: str = "outcome", gamma: float = 1.0,
+                 process_baseline: str = "steps"):
         if kind not in ("grpo", "rloo"):
             raise ValueError(f"GroupTargets: kind must be 'grpo' or 'rloo'; got {kind!r}.")
         if supervision not in ("outcome", "process") or (kind, supervision) == ("rloo",
@@ -125,6 +128,7 @@ class GroupTargets:
         self.group_size, self.kind = int(group_size), kind
         self.scale_rewards, self.normalize = scale_rewards, normalize
         self.supervision = supervision
+        self.gamma, self.process_baseline = float(gamma), process_baseline
 
     def __call__(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
                  values: tf.Tensor, next_values: tf.Tensor,
@@ -143,7 +147,8 @@ class GroupTargets:
         live = tf.cast(tf.equal(tf.cumsum(done, axis=0, exclusive=True), 0.0), tf.float32)
         total = tf.reduce_sum(rewards * live, axis=0)  # [B] R_b
         if self.supervision == "process":
-            per_token = process_advantages(rewards, live, self.group_size, self.scale_rewards)
+            per_token = process_advantages(rewards, live, self.group_size, self.scale_rewards,
+                                           gamma=self.gamma, baseline=self.process_baseline)
         else:
             if self.kind == "grpo":
                 adv = group_advantages(total, self.group_size, self.scale_rewards)
