@@ -71,6 +71,11 @@ class GRPOConfig(ActorCriticConfig):
         "(DeepSeekMath's process supervision): each token's reward normalised in its group, "
         "summed from that token on -- for envs that pay as rewards accrue (a token task's "
         "dense_rewards)"))
+    process_baseline: str = field(default="steps", metadata=doc(
+        "with supervision='process': 'steps' (DeepSeekMath: each token's reward minus the mean "
+        "of its group's token rewards, summed from that token on) or 'position' (the rewards-"
+        "to-go minus the mean over the group's completions at the same position); gamma "
+        "discounts the rewards-to-go (1: to the end; 0: each token's own reward)"))
     max_completion_length: int = field(default=0, metadata=doc(
         "L_max of dr_grpo's constant normaliser (tokens); 0 = unset"))
 
@@ -106,6 +111,15 @@ class GRPOConfig(ActorCriticConfig):
         if self.supervision not in ("outcome", "process"):
             raise ValueError(f"supervision must be 'outcome' or 'process'; got "
                              f"{self.supervision!r}")
+        if self.process_baseline not in ("steps", "position"):
+            raise ValueError("process_baseline must be 'steps' or 'position'; got "
+                             f"{self.process_baseline!r}")
+        if self.supervision != "process" and (self.gamma != 1 or
+                                              self.process_baseline != "steps"):
+            raise ValueError("gamma and process_baseline discount and centre per-token rewards: "
+                             f"they need supervision='process' (got gamma={self.gamma}, "
+                             f"process_baseline={self.process_baseline!r} with "
+                             f"{self.supervision!r})")
         if self.rollout != "groups":
             raise ValueError(f"the GRPO family needs rollout='groups'; got {self.rollout!r}")
         if self.minibatch_size != 0:
@@ -162,7 +176,8 @@ def group_targets(cfg: GRPOConfig):
 
     if isinstance(cfg, RLOOConfig):
         return GroupTargets(cfg.group_size, "rloo", normalize=cfg.normalize_advantages)
-    part = GroupTargets(cfg.group_size, "grpo", cfg.scale_rewards, supervision=cfg.supervision)
+    part = GroupTargets(cfg.group_size, "grpo", cfg.scale_rewards, supervision=cfg.supervision,
+                        gamma=float(cfg.gamma), process_baseline=cfg.process_baseline)
     if cfg.beta == 0:
         return part
     sync = int(cfg.ref_model_sync_steps) if cfg.sync_ref_model else 0

@@ -99,44 +99,98 @@ def group_advantages(rewards: tf.Tensor, group_size: int, scale_rewards: str | b
     return _zero_nan(tf.reshape(adv, [-1]))
 
 
-def process_advantages(rewards: tf.Tensor, live: tf.Tensor, group_size: int,
-                       scale_rewards: str | bool = "group", eps: float = STD_EPS) -> tf.Tensor:
-    """Process-supervised GRPO (DeepSeekMath, section 4.1.3): each step's reward normalised
-    by its group's step rewards, and a token's advantage the sum of the normalised rewards of
-    its own and later steps.
+#: ``baseline`` values of :func:`process_advantages`.
+PROCESS_BASELINES = ("steps", "position")
 
-    ``r~_{i,t} = (r_{i,t} - mean_g r) / (std_g r + eps)`` over every live step reward of the
-    group (every token of its ``G`` completions: a token is a step), then
-    ``A_{i,t} = sum_{t' >= t} r~_{i,t'}``. ``scale_rewards`` as in :func:`group_advantages`
-    (``"batch"``: one std over every live step of the batch; ``"none"``: no division).
+
+def discounted_to_go(rewards: tf.Tensor, live: tf.Tensor, gamma: float) -> tf.Tensor:
+    """``G_t = sum_{u >= t, live} gamma^(u - t) r_u`` down each column (``gamma = 0``: each live
+    step's own reward; ``0^0 = 1``).
+
+    Args:
+      rewards: ``[T, B]``; live: ``[T, B]`` 1 on a completion's steps (rewards elsewhere are
+        ignored); gamma: in ``[0, 1]``.
+
+    Returns:
+      ``[T, B]`` float32, 0 off the live steps.
+    """
+    on = tf.cast(tf.cast(live, tf.float32) > 0, tf.float32)
+    r = tf.cast(rewards, tf.float32) * on
+    t = tf.range(tf.shape(r)[0])
+    gap = tf.cast(t[None, :] - t[:, None], tf.float32)  # [T(t), T(u)]: u - t
+    discount = tf.where(gap >= 0, tf.pow(tf.constant(gamma, tf.float32), tf.maximum(gap, 0.0)),
+                        0.0)  # [T, T]
+    return tf.matmul(discount, r) * on  # [T, B]
+
+
+def process_advantages(rewards: tf.Tensor, live: tf.Tensor, group_size: int,
+                       scale_rewards: str | bool = "group", eps: float = STD_EPS,
+                       gamma: float = 1.0, baseline: str = "steps") -> tf.Tensor:
+    """Process-supervised GRPO: per-token advantages from per-step rewards.
+
+    Two baselines:
+
+    * ``"steps"`` (DeepSeekMath, section 4.1.3): each step's reward normalised by its group's
+      step rewards, ``r~_{i,t} = (r_{i,t} - mean_g r) / (std_g r + eps)`` over every live step
+      reward of the group (every token of its ``G`` completions), then
+      ``A_{i,t} = sum_{t' >= t} gamma^(t' - t) r~_{i,t'}``;
+    * ``"position"``: the rewards-to-go ``G_{i,t} = sum_{t' >= t} gamma^(t' - t) r_{i,t'}``
+      minus the mean of ``G_{j,t}`` over the group's completions ``j`` still live at position
+      ``t``, divided by their std (+ eps): outcome GRPO at every position (at ``t = 0`` with
+      ``gamma = 1`` it is outcome GRPO exactly). It carries no bias toward short completions:
+      a token is compared with the other completions' tokens at the same position.
+
+    ``gamma`` discounts the rewards-to-go (1: the sum to the completion's end; 0: each token's
+    own reward). ``scale_rewards`` as in :func:`group_advantages`: ``"group"`` the std above,
+    ``"batch"`` one std over every live step of the batch (its rewards for ``"steps"``, its
+    rewards-to-go for ``"position"``), ``"none"`` no division.
 
     Args:
       rewards: ``[T, B]`` each step's reward; completion ``b`` is column ``b``, groups
         consecutive columns.
       live: ``[T, B]`` 1 on completion ``b``'s steps, 0 after it ended.
       group_size: ``G``.
+      gamma: the discount in ``[0, 1]``.
+      baseline: ``"steps"`` or ``"position"``.
 
     Returns:
-      ``[T, B]`` float32 advantages, 0 off the live steps (and for a group whose std is
-      undefined).
+      ``[T, B]`` float32 advantages, 0 off the live steps (and where a std is undefined: one
+      live member).
 
     Raises:
-      ValueError: ``G`` does not divide ``B``, or an unknown ``scale_rewards``.
+      ValueError: ``G`` does not divide ``B``, or an unknown ``scale_rewards``, ``gamma`` or
+        ``baseline``.
     """
     who = "process_advantages"
     if not isinstance(scale_rewards, (str, bool)) or scale_rewards not in _SCALES:
         raise ValueError(f"{who}: scale_rewards must be 'group', 'batch', 'none', True or False; "
                          f"got {scale_rewards!r}.")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 <= gamma <= 1:
+        raise ValueError(f"{who}: gamma must be a number in [0, 1]; got {gamma!r}.")
+    if baseline not in PROCESS_BASELINES:
+        raise ValueError(f"{who}: baseline must be one of {PROCESS_BASELINES}; got "
+                         f"{baseline!r}.")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"{who}: group_size must be a positive int; got {group_size!r}.")
     mode = _SCALES[scale_rewards]
     r = tf.cast(rewards, tf.float32)
     on = tf.cast(live, tf.float32) > 0
+    width = r.shape[1]
+    if width is not None and width % group_size:
+        raise ValueError(f"{who}: group size G={group_size} does not divide the batch's "
+                         f"{width} completions.")
+    if baseline == "position":
+        to_go = tf.where(on, discounted_to_go(r, on, float(gamma)), float("nan"))  # [T, B]
+        grouped = tf.reshape(to_go, [tf.shape(r)[0], -1, group_size])  # [T, B / G, G]
+        _, mean, std = _nan_moments(grouped, axis=2)  # [T, B / G, 1] per position and group
+        adv = grouped - mean
+        if mode == "group":
+            adv = adv / (std + eps)
+        elif mode == "batch":
+            adv = adv / (_nan_moments(grouped)[2] + eps)
+        return _zero_nan(tf.reshape(adv, tf.shape(r))) * tf.cast(on, tf.float32)
     steps = tf.transpose(tf.where(on, r, float("nan")))  # [B, T], NaN off the live steps
     b, T = tf.shape(steps)[0], tf.shape(steps)[1]
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"{who}: group_size must be a positive int; got {group_size!r}.")
-    if steps.shape[0] is not None and steps.shape[0] % group_size:
-        raise ValueError(f"{who}: group size G={group_size} does not divide the batch's "
-                         f"{steps.shape[0]} completions.")
     grouped = tf.reshape(steps, [-1, group_size * T])  # [B / G, G T]
     _, mean, std = _nan_moments(grouped, axis=1)
     norm = grouped - mean
@@ -145,7 +199,7 @@ def process_advantages(rewards: tf.Tensor, live: tf.Tensor, group_size: int,
     elif mode == "batch":
         norm = norm / (_nan_moments(grouped)[2] + eps)
     norm = tf.transpose(_zero_nan(tf.reshape(norm, [b, T])))  # [T, B]
-    return tf.cumsum(norm, axis=0, reverse=True) * tf.cast(on, tf.float32)
+    return discounted_to_go(norm, on, float(gamma))
 
 
 def rloo_advantages(rewards: tf.Tensor, group_size: int, normalize: bool = False,
@@ -236,5 +290,5 @@ def token_context(mask: tf.Tensor, advantages: tf.Tensor | None = None,
     return ctx
 
 
-__all__ = ["STD_EPS", "broadcast_to_tokens", "group_advantages", "process_advantages",
-           "rloo_advantages", "token_context"]
+__all__ = ["PROCESS_BASELINES", "STD_EPS", "broadcast_to_tokens", "discounted_to_go",
+           "group_advantages", "process_advantages", "rloo_advantages", "token_context"]

@@ -25,6 +25,9 @@ TABLES = {
             "process (dapo)": ["--set", "supervision=process"],
             "process, ent_coef 0.01": ["--set", "supervision=process", "--set",
                                        "ent_coef=0.01"],
+            "process, position baseline, gamma 0": [
+                "--set", "supervision=process", "--set", "process_baseline=position",
+                "--set", "gamma=0"],
         },
     },
     "addition2": {
