@@ -17,21 +17,45 @@ CORE   := $(VENV)/.installed-core
 DOCS   := $(VENV)/.installed-docs
 STAMP  := $(VENV)/.installed
 
-.PHONY: install train test test-quick test-sb3 lint docs bench clean
+.PHONY: install train test test-quick test-sb3 lint docs bench clean requirements
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# TensorFlow's build for the core and docs layers: its CPU build (tensorflow-cpu: the same
+# version and `tensorflow` module, 1.3 GB installed against 1.9 GB) where no NVIDIA GPU answers,
+# else the full one. `make train TF=tensorflow` chooses the full build anywhere.
+TF     ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo tensorflow || echo tensorflow-cpu)
+# pgrad's runtime requirements (plus those of the extras named in $(1)), read from its installed
+# metadata, with `tensorflow` renamed to $(TF); tf-keras is left out, to be installed --no-deps,
+# since it names the `tensorflow` distribution, which tensorflow-cpu provides under another name.
+REQS    = $(PY) -c 'import importlib.metadata as m, re; \
+	print("\n".join(re.sub(r"^tensorflow(?=[<>=!~ ;]|$$)", "$(TF)", r.split(";")[0]) \
+	for r in m.requires("pgrad") if not r.startswith("tf-keras") \
+	and ("extra ==" not in r or any(f"extra == \"{e}\"" in r for e in "$(1)".split()))))'
+
+# The core and docs layers install pgrad itself without its dependencies, then those.
 $(CORE): pyproject.toml constraints.txt | $(PY)
-	$(PIP) -e .
+	$(PIP) --no-deps -e .
+	$(call REQS,) > $(VENV)/core-requirements.txt
+	$(PIP) -r $(VENV)/core-requirements.txt
+	$(PIP) --no-deps tf-keras
 	touch $@
 
-$(DOCS): pyproject.toml constraints.txt | $(PY)
-	$(PIP) -e ".[docs]"
+$(DOCS): $(CORE)
+	$(call REQS,docs) > $(VENV)/docs-requirements.txt
+	$(PIP) -r $(VENV)/docs-requirements.txt
 	touch $@
 
+# What a layer installs, one requirement a line: make -s requirements [EXTRAS="docs"] [TF=...]
+requirements:
+	@$(call REQS,$(EXTRAS))
+
+# The test layer is the full build with every extra; a CPU build a core layer put here first
+# gives way to it (both own the `tensorflow` folder).
 $(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip uninstall --quiet --yes tensorflow-cpu 2>/dev/null || true
 	$(PIP) -e ".[test,docs]"
 	touch $@ $(CORE) $(DOCS)
 
