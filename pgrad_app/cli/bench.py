@@ -23,9 +23,10 @@ import subprocess
 import sys
 
 from pgrad_app.errors import command
-from pgrad_app.perf import mappo_benchmarl, population
+from pgrad_app.perf import population
 from pgrad_app.perf.common import table
 from pgrad_app.perf.driver import FIGURES, OPT_IN, run_figure
+from pgrad_app.perf.peers import mappo_benchmarl
 
 # Registered here (opt-in, minutes): ten seeds as one population against pgrad-sweep.
 OPT_IN.setdefault("population_vs_sweep", population.population_vs_sweep)

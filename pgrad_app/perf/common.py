@@ -2,15 +2,19 @@
 
 A figure is a dict ``{name, value, goal, met, details}`` (:func:`figure`); timed ratios
 interleave the two sides (A, B, A, B, ...) after a warm-up and report the median of the
-per-round ratios, so machine load shared by both sides cancels.
+per-round ratios, so machine load shared by both sides cancels. Figures whose sides are whole
+processes (:mod:`pgrad_app.perf.peers`) alternate them the same way with
+:func:`alternate_rounds`.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,6 +63,65 @@ def rounds(fn: Callable[[], object], calls: int) -> Callable[[], None]:
     return run
 
 
+@dataclass
+class Rounds:
+    """What :func:`alternate_rounds` measured.
+
+    Attributes:
+      runs: ``{side: [its run of each round]}``, both sides' lists ``rounds`` long.
+      ratios: ``{measure: [the first side's rate over the second's, one per round]}``.
+      load_avg_1m: the 1-minute load average before the first run and after every run
+        (``2 * rounds + 1`` values, 2 decimals).
+    """
+
+    runs: dict[str, list[dict]]
+    ratios: dict[str, list[float]]
+    load_avg_1m: list[float]
+
+    def median(self, measure: str) -> float:
+        """The median over rounds of ``measure``'s ratios."""
+        return float(np.median(self.ratios[measure]))
+
+    def side_median(self, side: str, rate: Callable[[dict], float]) -> float:
+        """The median of ``rate`` over ``side``'s runs, to 1 decimal."""
+        return round(float(np.median([rate(r) for r in self.runs[side]])), 1)
+
+
+def alternate_rounds(sides: dict[str, Callable[[], dict]], rounds: int,
+                     rates: dict[str, Callable[[dict], float]]) -> Rounds:
+    """Runs two sides one after the other for ``rounds`` rounds, the order reversed every other
+    round (A, B, B, A, A, B, ...), so that machine load falls on both alike.
+
+    Args:
+      sides: ``{name: run}``, exactly two; the first is pgrad's (the ratios' numerator). Each
+        ``run()`` does one whole run (typically a fresh process) and returns its record.
+      rounds: how many rounds, >= 1.
+      rates: ``{measure: rate}``: each round's ratio of ``measure`` is ``rate(first side's run)
+        / rate(second side's run)`` (env steps or tokens per second, by wall or CPU time).
+
+    Returns:
+      :class:`Rounds`: the runs, the per-round ratios and the load average around every run.
+
+    Raises:
+      ValueError: not two sides, or ``rounds`` < 1.
+    """
+    if len(sides) != 2:
+        raise ValueError(f"alternate_rounds: sides must name exactly two runs; got {list(sides)}")
+    if rounds < 1:
+        raise ValueError(f"alternate_rounds: rounds must be >= 1; got {rounds}")
+    ours, theirs = sides
+    runs: dict[str, list[dict]] = {ours: [], theirs: []}
+    ratios: dict[str, list[float]] = {m: [] for m in rates}
+    load = [round(os.getloadavg()[0], 2)]
+    for k in range(rounds):
+        for side in (ours, theirs) if k % 2 == 0 else (theirs, ours):
+            runs[side].append(sides[side]())
+            load.append(round(os.getloadavg()[0], 2))
+        for measure, rate in rates.items():
+            ratios[measure].append(rate(runs[ours][-1]) / rate(runs[theirs][-1]))
+    return Rounds(runs, ratios, load)
+
+
 def timed_process(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
     """Runs ``argv`` to the end, output captured: ``(result, wall s, CPU s)``, the CPU of the
     whole process and its own children (which machine load inflates far less than the wall)."""
@@ -80,7 +143,6 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
 
 
 def table(results: list[dict]) -> str:

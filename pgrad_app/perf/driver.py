@@ -16,7 +16,7 @@ Timed ratios interleave the two sides (A, B, A, B, ...) after a warm-up and repo
 of the per-round ratios, so machine load shared by both sides cancels. Gradient shapes: a 64-64
 tanh MLP with a Categorical head on CartPole shapes (obs 4, 2 actions), T = 2048 steps.
 Figures against Stable-Baselines3 (``pip install 'pgrad[bench]'``) run each training run in its
-own process (``python -m pgrad_app.perf.side_by_side``) and report each side's peak memory;
+own process (``python -m pgrad_app.perf.peers.side_by_side``) and report each side's peak memory;
 without SB3 they are marked skipped. The command line is :mod:`pgrad_app.cli.bench`; see
 docs/performance.md.
 """
@@ -30,13 +30,11 @@ from pgrad_app.perf import (
     collection,
     conv_figures,
     gradients,
-    grpo_trl,
-    recurrent,
-    sb3,
     scaling,
     speed,
 )
 from pgrad_app.perf.common import peak_rss_mb
+from pgrad_app.perf.peers import grpo_trl, recurrent, sb3
 
 FIGURES: dict[str, Callable] = {
     "per_step_ratio": gradients.per_step_ratio,

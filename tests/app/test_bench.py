@@ -1,4 +1,4 @@
-"""scripts/bench.py and the side-by-side runs (pgrad_app.perf.side_by_side) run as a user runs
+"""scripts/bench.py and the side-by-side runs (pgrad_app.perf.peers.side_by_side) run as a user runs
 them (tiny settings, no timing).
 
 Only that they run and report what they promise (JSON figures with goals, peak memory, a table);
@@ -18,12 +18,12 @@ import pytest
 pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
-SIDE_BY_SIDE = "pgrad_app.perf.side_by_side"
+SIDE_BY_SIDE = "pgrad_app.perf.peers.side_by_side"
 
 
 def run(script: str, *args, timeout=300) -> subprocess.CompletedProcess:
     command = ([str(ROOT / "scripts" / script)] if script.endswith(".py")
-               else ["-m", script])  # a module: python -m pgrad_app.perf.side_by_side
+               else ["-m", script])  # a module: python -m pgrad_app.perf.peers.side_by_side
     return subprocess.run([sys.executable, *command, *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -108,7 +108,7 @@ def test_command_side_stops_at_the_target_and_reports_its_episodes():
 def test_minatar_sides_train_the_same_network():
     """ppo_minatar_vs_sb3's sides: SB3 with pgrad's minatar_cnn as its features extractor has
     exactly pgrad's parameter count (conv 16 3x3, 128 units, one linear layer per head)."""
-    from pgrad_app.perf.sb3 import minatar_settings
+    from pgrad_app.perf.peers.sb3 import minatar_settings
 
     hp, sb3_settings = minatar_settings()
     hp.update(num_envs=2, n_steps=8, minibatch_size=8)  # tiny: it runs, no timing

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pgrad_app.cli.bench import build_parser
-from pgrad_app.perf import driver, sb3
+from pgrad_app.perf import driver
+from pgrad_app.perf.peers import sb3
 
 
 @pytest.mark.parametrize("argv, want", [([], sb3.MINATAR_STEPS), (["--steps", "1000"], 1000)])

@@ -1,7 +1,7 @@
-"""The ``grpo_vs_trl`` and ``transformer_cached_acting`` bench figures (pgrad_app.perf.grpo_trl):
-pgrad's side on a tiny budget, the TRL side skipped in one line without its interpreter, the
-rounds interleaved and their ratios, and TRL's reward the same as pgrad's Reversal reward. No
-torch here: TRL's script is only imported for its torch-free helpers."""
+"""The ``grpo_vs_trl`` and ``transformer_cached_acting`` bench figures
+(pgrad_app.perf.peers.grpo_trl): pgrad's side on a tiny budget, the TRL side skipped in one line
+without its interpreter, the rounds interleaved and their ratios, and TRL's reward the same as
+pgrad's Reversal reward. No torch here: TRL's script is only imported for its torch-free helpers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from pgrad_app.perf import grpo_trl
+from pgrad_app.perf.peers import grpo_trl
 
 TINY = {"d_model": 16, "num_heads": 2, "num_layers": 1, "ffn_dim": 32, "num_envs": 8,
         "group_size": 4, "warmup": 1, "steps": 2}

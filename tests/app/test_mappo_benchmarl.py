@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from pgrad_app.perf import benchmarl_side, mappo_benchmarl
-from pgrad_app.perf.mappo_benchmarl import MATCHED
+from pgrad_app.perf.peers import benchmarl_side, mappo_benchmarl
+from pgrad_app.perf.peers.mappo_benchmarl import MATCHED
 
 
 def test_the_matched_settings_are_the_same_work():

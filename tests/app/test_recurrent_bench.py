@@ -1,7 +1,7 @@
-"""The ``recurrent_ppo_vs_sb3c`` bench figure (pgrad_app.perf.recurrent): both sides on rl-zoo's
-CartPoleNoVel ppo_lstm settings, skipped in one line without sb3-contrib's interpreter, rounds
-alternating with the median ratio as the value. No torch here: sb3-contrib's script is imported
-for its settings only (torch is imported inside its run)."""
+"""The ``recurrent_ppo_vs_sb3c`` bench figure (pgrad_app.perf.peers.recurrent): both sides on
+rl-zoo's CartPoleNoVel ppo_lstm settings, skipped in one line without sb3-contrib's interpreter,
+rounds alternating with the median ratio as the value. No torch here: sb3-contrib's script is
+imported for its settings only (torch is imported inside its run)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from pgrad_app.perf import recurrent
+from pgrad_app.perf.peers import recurrent
 
 
 def _side_script():

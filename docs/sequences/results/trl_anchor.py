@@ -1,5 +1,5 @@
 """TRL's GRPOTrainer as the anchor of the 3-5-digit reversal table: the same model size, group,
-batch, loss and reward as the grpo agent (pgrad_app/perf/trl_grpo_side.py builds them), trained
+batch, loss and reward as the grpo agent (pgrad_app/perf/peers/trl_grpo_side.py builds them), trained
 for as many updates of 64 completions as the pgrad runs made, then greedy on 200 prompts drawn
 apart from the training prompts. Run under the interpreter with torch and TRL:
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SIDE = HERE.parents[2] / "pgrad_app" / "perf" / "trl_grpo_side.py"
+SIDE = HERE.parents[2] / "pgrad_app" / "perf" / "peers" / "trl_grpo_side.py"
 
 
 def load_side():

@@ -4,7 +4,7 @@ experiment on PettingZoo's ``simple_spread_v3`` (the ``mpe2`` package), one JSON
 Run by an interpreter with ``benchmarl`` (and its torch / torchrl / tensordict) and ``mpe2``
 installed -- not the project's environment, which has no torch; nothing here imports pgrad::
 
-    /work/venv-marl/bin/python pgrad_app/perf/benchmarl_side.py '{"algorithm": "mappo", ...}'
+    /work/venv-marl/bin/python pgrad_app/perf/peers/benchmarl_side.py '{"algorithm": "mappo", ...}'
 
 The experiment is BenchMARL's own (``benchmarl.experiment.Experiment``, its ``PettingZooTask.
 SIMPLE_SPREAD`` with the task's YAML, its algorithm and experiment YAML); the spec's keys

@@ -4,7 +4,7 @@ Run as a file under an interpreter that has ``torch``, ``stable-baselines3`` and
 ``sb3-contrib`` (it imports nothing of pgrad but the env module, loaded by its path: pgrad's
 package imports TensorFlow, which that interpreter need not have)::
 
-    /work/venv-trl/bin/python pgrad_app/perf/sb3c_recurrent_side.py '{"steps": 20480}'
+    /work/venv-trl/bin/python pgrad_app/perf/peers/sb3c_recurrent_side.py '{"steps": 20480}'
 
 rl-zoo's ``ppo_lstm`` entry for CartPoleNoVel-v1 (``hyperparams/ppo_lstm.yml``): 8 envs x 32
 steps, one minibatch of 256 (the whole rollout), 20 epochs, gamma 0.98, lambda 0.8, learning
@@ -12,7 +12,7 @@ rate and clip range linear from 1e-3 and 0.2, no entropy bonus, ``VecNormalize``
 and rewards, gamma 0.98), ``MlpLstmPolicy`` with an LSTM of 64 for the actor and one for the
 critic (``enable_critic_lstm``), ``net_arch`` pi [64] vf [64], ReLU, no orthogonal init.
 torch with ``threads`` threads (default 1: on this 2-core machine one thread is sb3's faster
-setting, see :mod:`pgrad_app.perf.side_by_side`).
+setting, see :mod:`pgrad_app.perf.peers.side_by_side`).
 
 Prints one JSON line ``{"side": "sb3c", ...}``: ``env_steps``, ``wall_s`` and ``cpu_s`` of
 ``learn`` alone (the model and its envs built before the clock), ``setup_s`` (building them),
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 #: pgrad's velocity-masked envs, loaded by path (gymnasium and numpy only).
-NOVEL = Path(__file__).resolve().parents[2] / "pgrad" / "rl" / "envs" / "novel.py"
+NOVEL = Path(__file__).resolve().parents[3] / "pgrad" / "rl" / "envs" / "novel.py"
 
 DEFAULTS = {"env": "CartPoleNoVel-v1", "steps": 20480, "seed": 0, "threads": 1}
 #: rl-zoo's ppo_lstm entry for CartPoleNoVel-v1 in RecurrentPPO's names (``lin_X``: linear from

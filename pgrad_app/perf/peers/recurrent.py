@@ -2,14 +2,15 @@
 
 ``recurrent_ppo_vs_sb3c`` (opt-in): env steps per second of ``pgrad-train`` (the command, in its
 own process, with its run directory, default logging, checkpoints and export) against a process
-that builds sb3-contrib's ``RecurrentPPO`` and calls ``learn`` (:mod:`pgrad_app.perf.
+that builds sb3-contrib's ``RecurrentPPO`` and calls ``learn`` (:mod:`pgrad_app.perf.peers.
 sb3c_recurrent_side`, run by :data:`SB3C_PYTHON`: the project's environment has no torch), on
 rl-zoo's ``ppo_lstm`` entry for CartPoleNoVel-v1 on both sides: pgrad's tuned entry
 (``pgrad_app/config/hyperparams/ppo.yaml``), which is that entry in pgrad's names -- 8 envs x 32
 steps, 20 epochs of one minibatch of 256, an LSTM of 64 for the actor and one for the critic,
 [64] ReLU after each, observations and rewards normalised, linear learning rate and clip range.
 
-Runs alternate (pgrad, sb3c, sb3c, pgrad, ...) so that machine load falls on both alike; the
+Runs alternate (pgrad, sb3c, sb3c, pgrad, ...: :func:`pgrad_app.perf.common.alternate_rounds`)
+so that machine load falls on both alike; the
 value is the median over rounds of pgrad's env steps/s over sb3-contrib's, each by its whole
 process wall (start-up included: what a user waits for either way); ``loop_ratio`` compares the
 training loops alone (pgrad's ``learn`` loop against sb3-contrib's ``learn``). The 1-minute load
@@ -23,10 +24,8 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-
-from pgrad_app.perf.common import figure, timed_process
-from pgrad_app.perf.sb3 import train_run
+from pgrad_app.perf.common import alternate_rounds, figure, timed_process
+from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, loop_rate, process_rate, train_run
 
 #: The interpreter with torch, stable-baselines3 and sb3-contrib; ``PGRAD_SB3C_PYTHON``
 #: overrides it.
@@ -70,16 +69,10 @@ def sb3c_run(steps: int, seed: int, python: Path | None = None) -> dict:
 
 
 def pgrad_run(steps: int, seed: int) -> dict:
-    """``pgrad-train`` in a fresh process on the tuned entry (:func:`pgrad_app.perf.
+    """``pgrad-train`` in a fresh process on the tuned entry (:func:`pgrad_app.perf.peers.
     side_by_side.command_run`)."""
     return train_run("command", {"agent": "ppo", "env": ENV, "seed": int(seed),
                                  "max_steps": int(steps), "hp": tuned_hp()})
-
-
-def rates(run: dict) -> tuple[float, float]:
-    """``(env steps/s by the whole process's wall, by the training loop's wall)``."""
-    loop = run["loop_wall_s"] if run["side"] == "command" else run["wall_s"]
-    return run["env_steps"] / run["process_wall_s"], run["env_steps"] / loop
 
 
 def recurrent_ppo_vs_sb3c(repeats: int, steps: int = STEPS, rounds: int = 1, seed: int = 0,
@@ -93,32 +86,20 @@ def recurrent_ppo_vs_sb3c(repeats: int, steps: int = STEPS, rounds: int = 1, see
     if rounds < 1 or steps < 256:
         raise ValueError(f"recurrent_ppo_vs_sb3c: rounds must be >= 1 and steps >= 256 (one "
                          f"rollout); got rounds={rounds}, steps={steps}")
-    runs: dict[str, list[dict]] = {"pgrad": [], "sb3c": []}
-    ratios, loop_ratios, cpu_ratios = [], [], []
-    load = [round(os.getloadavg()[0], 2)]
-    for k in range(rounds):
-        for side in ("pgrad", "sb3c") if k % 2 == 0 else ("sb3c", "pgrad"):
-            run = pgrad_run(steps, seed) if side == "pgrad" else sb3c_run(steps, seed, python)
-            runs[side].append(run)
-            load.append(round(os.getloadavg()[0], 2))
-        ours, theirs = runs["pgrad"][-1], runs["sb3c"][-1]
-        ratios.append(rates(ours)[0] / rates(theirs)[0])
-        loop_ratios.append(rates(ours)[1] / rates(theirs)[1])
-        cpu_ratios.append((ours["env_steps"] / ours["process_cpu_s"])
-                          / (theirs["env_steps"] / theirs["process_cpu_s"]))
-    value = float(np.median(ratios))
-
-    def med(side: str, which: int) -> float:
-        return round(float(np.median([rates(r)[which] for r in runs[side]])), 1)
-
+    measured = alternate_rounds({"pgrad": lambda: pgrad_run(steps, seed),
+                                 "sb3c": lambda: sb3c_run(steps, seed, python)},
+                                rounds, ENV_STEP_RATES)
+    value = measured.median("process")
     return figure("recurrent_ppo_vs_sb3c", value, GOAL, value >= 1.0,
-                  env_steps_per_s={"pgrad_train": med("pgrad", 0), "sb3c": med("sb3c", 0)},
-                  loop_env_steps_per_s={"pgrad": med("pgrad", 1), "sb3c": med("sb3c", 1)},
-                  round_ratios=[round(r, 3) for r in ratios],
-                  loop_ratio=round(float(np.median(loop_ratios)), 3),
-                  cpu_ratio=round(float(np.median(cpu_ratios)), 3),
+                  env_steps_per_s={"pgrad_train": measured.side_median("pgrad", process_rate),
+                                   "sb3c": measured.side_median("sb3c", process_rate)},
+                  loop_env_steps_per_s={"pgrad": measured.side_median("pgrad", loop_rate),
+                                        "sb3c": measured.side_median("sb3c", loop_rate)},
+                  round_ratios=[round(r, 3) for r in measured.ratios["process"]],
+                  loop_ratio=round(measured.median("loop"), 3),
+                  cpu_ratio=round(measured.median("cpu"), 3),
                   measured_at_env_steps=steps, full_length=steps >= STEPS, hp=tuned_hp(),
-                  load_avg_1m=load, runs=runs,
+                  load_avg_1m=measured.load_avg_1m, runs=measured.runs,
                   note="fresh process per run, one after the other (odd rounds reversed); "
                   "value = pgrad-train's env steps per second of whole-process wall over "
                   "sb3-contrib's (a process importing it and calling learn); loop_ratio = the "

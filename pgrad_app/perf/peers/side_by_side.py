@@ -1,10 +1,10 @@
 """One training run in this process, for the side-by-side figures of scripts/bench.py.
 
-    python -m pgrad_app.perf.side_by_side pgrad '{"agent": "a2c", "env": "CartPole-v1",
+    python -m pgrad_app.perf.peers.side_by_side pgrad '{"agent": "a2c", "env": "CartPole-v1",
                                                    "seed": 0, "max_steps": 300000, "target": 475}'
-    python -m pgrad_app.perf.side_by_side sb3   '{"agent": "a2c", "env": "CartPole-v1",
+    python -m pgrad_app.perf.peers.side_by_side sb3   '{"agent": "a2c", "env": "CartPole-v1",
                                                    "seed": 0, "max_steps": 300000, "target": 475}'
-    python -m pgrad_app.perf.side_by_side command '{"agent": "a2c", "env": "HalfCheetah-v5",
+    python -m pgrad_app.perf.peers.side_by_side command '{"agent": "a2c", "env": "HalfCheetah-v5",
                                                      "seed": 22, "max_steps": 5000}'
 
 Trains until the mean return of the last 20 training episodes reaches ``target`` (if given) or
@@ -20,16 +20,15 @@ checkpoints, export, plot) on ``max_steps`` (with ``--stop-at-return target`` if
 ``hp`` as ``--set`` and no tuned entry; its ``solved`` and last-20 return come from the run's
 ``episodes.csv``.
 
-Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config
-fields; ``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS or over the spec's own
-``sb3_settings``: ``{"n_envs", "hp", "network", "atari"}``, ``network`` naming one of pgrad's
-encoders as an SB3 features extractor, :mod:`pgrad_app.perf.sb3_networks`, ``atari`` SB3's Atari
-envs and ``CnnPolicy``); the Stable-Baselines3
-side never imports TensorFlow (it is blocked before ``stable_baselines3`` is imported, whose
-TensorBoard hook would load it otherwise) and runs PyTorch with one thread (``torch_threads``,
-default 1: with PyTorch's default of one thread per core, on this shared 2-core machine its
-OpenMP threads spin against each other and A2C CartPole ran ~30x slower, 220 vs 6600 env
-steps/s, measured side by side).
+Each side runs with its own defaults for the agent plus overrides (``hp``: pgrad's config fields;
+``sb3_hp``: SB3's constructor arguments, over SB3_SETTINGS or over the spec's own ``sb3_settings``:
+``{"n_envs", "hp", "network", "atari"}``, ``network`` naming one of pgrad's encoders as an SB3
+features extractor, :mod:`pgrad_app.perf.peers.sb3_networks`, ``atari`` SB3's Atari envs and
+``CnnPolicy``); the Stable-Baselines3 side never imports TensorFlow (it is blocked before
+``stable_baselines3`` is imported, whose TensorBoard hook would load it otherwise) and runs PyTorch
+with one thread (``torch_threads``, default 1: with PyTorch's default of one thread per core, on
+this shared 2-core machine its OpenMP threads spin against each other and A2C CartPole ran ~30x
+slower, 220 vs 6600 env steps/s, measured side by side).
 """
 
 from __future__ import annotations
@@ -181,7 +180,7 @@ def sb3_run(spec: dict) -> dict:
     algo = {"a2c": sb3.A2C, "ppo": sb3.PPO}[spec["agent"]]
     policy_kwargs = {}
     if settings.get("network"):  # one of pgrad's encoders as an SB3 features extractor
-        from pgrad_app.perf.sb3_networks import POLICY_KWARGS
+        from pgrad_app.perf.peers.sb3_networks import POLICY_KWARGS
 
         policy_kwargs = {"policy_kwargs": POLICY_KWARGS[settings["network"]]()}
     model = algo(policy, envs, seed=spec["seed"], device="cpu", **policy_kwargs,

@@ -1,13 +1,14 @@
 """Figures side by side with Stable-Baselines3 (``pip install 'pgrad[bench]'``).
 
-Each training run is its own process (:mod:`pgrad_app.perf.side_by_side`), whose peak memory it
-reports; without SB3 the SB3 figures are marked skipped.
+Each training run is its own process (:mod:`pgrad_app.perf.peers.side_by_side`), whose peak
+memory it reports; without SB3 the SB3 figures are marked skipped.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,17 +22,40 @@ def sb3_available() -> bool:
 
 
 def train_run(side: str, spec: dict) -> dict:
-    """One training run in a fresh process (:mod:`pgrad_app.perf.side_by_side`); its JSON, plus
-    ``process_wall_s``: the whole process from the outside (interpreter start, imports, the
+    """One training run in a fresh process (:mod:`pgrad_app.perf.peers.side_by_side`); its JSON,
+    plus ``process_wall_s``: the whole process from the outside (interpreter start, imports, the
     run, exit), which is what a user waits for from either ``pgrad-train`` or a script calling
     SB3's ``learn``; and ``process_cpu_s``, that whole process's CPU time (its own children
     included), which machine load inflates far less than the wall."""
     out, process_wall, process_cpu = timed_process(
-        [sys.executable, "-m", "pgrad_app.perf.side_by_side", side, json.dumps(spec)])
+        [sys.executable, "-m", "pgrad_app.perf.peers.side_by_side", side, json.dumps(spec)])
     if out.returncode != 0:
         raise RuntimeError(f"{side} run {spec} failed:\n{out.stderr[-3000:]}")
     return {**json.loads(out.stdout.strip().splitlines()[-1]),
             "process_wall_s": round(process_wall, 2), "process_cpu_s": round(process_cpu, 2)}
+
+
+def process_rate(run: dict) -> float:
+    """Env steps per second of a run's whole process wall (start-up included)."""
+    return run["env_steps"] / run["process_wall_s"]
+
+
+def loop_rate(run: dict) -> float:
+    """Env steps per second of a run's training loop alone (a ``command`` run's ``loop_wall_s``,
+    another side's ``wall_s``)."""
+    return run["env_steps"] / (run["loop_wall_s"] if run["side"] == "command" else run["wall_s"])
+
+
+def cpu_rate(run: dict) -> float:
+    """Env steps per second of a run's whole process CPU time."""
+    return run["env_steps"] / run["process_cpu_s"]
+
+
+#: The rates that compare a ``pgrad-train`` run (:func:`train_run` on the ``command`` side) with
+#: another project's run in a fresh process, as :func:`pgrad_app.perf.common.alternate_rounds`
+#: takes them.
+ENV_STEP_RATES: dict[str, Callable[[dict], float]] = {
+    "process": process_rate, "loop": loop_rate, "cpu": cpu_rate}
 
 
 def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> list[dict]:
@@ -264,7 +288,7 @@ def ppo_minatar_vs_sb3(repeats: int, steps: int = MINATAR_STEPS, seed: int = 0,
     of 1024, Adam 2.5e-3 (decayed linearly in pgrad, constant in SB3: the cost is the same),
     clip 0.2 on policy and value, ent 0.01, vf 0.5, grad norm 0.5) and the same network (the
     MinAtar paper's conv 16 3x3 + 128 units, shared by actor and critic; SB3 gets it as a
-    features extractor, :mod:`pgrad_app.perf.sb3_networks`). Goal: >= 2x SB3's env
+    features extractor, :mod:`pgrad_app.perf.peers.sb3_networks`). Goal: >= 2x SB3's env
     steps/s, i.e. the command's wall per env step <= 0.5 x SB3's, stated at
     :data:`MINATAR_STEPS` (``--steps`` changes the length; ``full_length`` says whether the run
     had it; ``command_outside_loop_s`` is the command's fixed cost).

@@ -1,21 +1,20 @@
 """GRPO's speed side by side with TRL's ``GRPOTrainer``, and acting with the KV cache.
 
-``grpo_vs_trl`` (opt-in: TRL runs under its own interpreter, :data:`TRL_PYTHON`): completion
-tokens generated and trained per second on ``pgrad/Reversal-v0`` (3-5 digits, partial credit),
-pgrad's ``grpo`` agent against TRL's ``GRPOTrainer`` (:mod:`pgrad_app.perf.trl_grpo_side`), the
-same work per update on both sides: a causal Transformer of the same size (pgrad's
-``CausalTransformer`` / a GPT-2: d_model 64, 4 heads, 2 layers, MLP 256, context 12, ~0.1M
-weights), ``num_envs`` = 64 completions per update in groups of ``group_size`` = 8 prompts'
-copies, at most 6 tokens each (the answer and the end-of-sequence token), one pass over the
-batch (``num_iterations`` 1), loss ``dapo``, beta 0, Adam at 1e-3, gradient norm clipped at 1,
-float32 on the CPU. Each run is a fresh process that builds its side, runs ``warmup`` updates
-untimed and times the next ``steps``; runs alternate (pgrad, TRL, TRL, pgrad, ...) so that
-machine load falls on both alike, and the value is the median over rounds of pgrad's tokens/s
-over TRL's. A token is one generated token of a completion, its end-of-sequence token included
-(pgrad: the env steps of the completions, its episodes' lengths summed; TRL: its
-``completion_mask`` summed) -- pgrad's ``env_steps`` counter also counts the steps of envs whose
-completion had ended while others in the batch went on (masked out of the update), which are
-not counted here. Without the interpreter the figure is marked skipped.
+``grpo_vs_trl`` (opt-in: TRL runs under its own interpreter, :data:`TRL_PYTHON`): completion tokens
+generated and trained per second on ``pgrad/Reversal-v0`` (3-5 digits, partial credit), pgrad's
+``grpo`` agent against TRL's ``GRPOTrainer`` (:mod:`pgrad_app.perf.peers.trl_grpo_side`), the same
+work per update on both sides: a causal Transformer of the same size (pgrad's ``CausalTransformer``
+/ a GPT-2: d_model 64, 4 heads, 2 layers, MLP 256, context 12, ~0.1M weights), ``num_envs`` = 64
+completions per update in groups of ``group_size`` = 8 prompts' copies, at most 6 tokens each (the
+answer and the end-of-sequence token), one pass over the batch (``num_iterations`` 1), loss
+``dapo``, beta 0, Adam at 1e-3, gradient norm clipped at 1, float32 on the CPU. Each run is a fresh
+process that builds its side, runs ``warmup`` updates untimed and times the next ``steps``; runs
+alternate (pgrad, TRL, TRL, pgrad, ...) so that machine load falls on both alike, and the value is
+the median over rounds of pgrad's tokens/s over TRL's. A token is one generated token of a
+completion, its end-of-sequence token included (pgrad: the env steps of the completions, its
+episodes' lengths summed; TRL: its ``completion_mask`` summed) -- pgrad's ``env_steps`` counter also
+counts the steps of envs whose completion had ended while others in the batch went on (masked out of
+the update), which are not counted here. Without the interpreter the figure is marked skipped.
 
 ``transformer_cached_acting``: one batch of completions acted token by token (64 Reversal
 prompts, 6 acting calls each) by :class:`pgrad.rl.transformer_actor.CachedTransformerActor`
@@ -25,7 +24,7 @@ network, interleaved; the value is the cache's speed-up.
 
 One side of ``grpo_vs_trl`` in this process (what the figure runs in a fresh one)::
 
-    python -m pgrad_app.perf.grpo_trl '{"steps": 20}'
+    python -m pgrad_app.perf.peers.grpo_trl '{"steps": 20}'
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.perf.common import figure, interleaved, timed_process
+from pgrad_app.perf.common import alternate_rounds, figure, interleaved, timed_process
 
 #: The interpreter with torch, transformers and trl (a separate venv: the project's has no torch);
 #: ``PGRAD_TRL_PYTHON`` overrides it.
@@ -116,7 +115,7 @@ def side_run(side: str, spec: dict, trl_python: Path | None = None) -> dict:
     """One side in a fresh process: its JSON (the last line starting with ``{"side"``) plus
     ``process_wall_s`` and ``process_cpu_s`` of the whole process."""
     if side == "pgrad":
-        argv = [sys.executable, "-m", "pgrad_app.perf.grpo_trl", json.dumps(spec)]
+        argv = [sys.executable, "-m", "pgrad_app.perf.peers.grpo_trl", json.dumps(spec)]
     elif side == "trl":
         argv = [str(trl_python or TRL_PYTHON), str(TRL_SCRIPT), json.dumps(spec)]
     else:
@@ -154,27 +153,18 @@ def grpo_vs_trl(repeats: int, steps: int | None = None, rounds: int = ROUNDS,
         raise ValueError(f"grpo_vs_trl: rounds must be >= 1; got {rounds}")
     spec = {**SPEC, "threads": int(threads),
             **({} if steps is None else {"steps": int(steps)})}
-    runs: dict[str, list[dict]] = {"pgrad": [], "trl": []}
-    ratios, cpu_ratios = [], []
-    load = [os.getloadavg()[0]]
-    for k in range(rounds):
-        for side in ("pgrad", "trl") if k % 2 == 0 else ("trl", "pgrad"):
-            runs[side].append(side_run(side, spec, python))
-            load.append(os.getloadavg()[0])
-        ours, theirs = runs["pgrad"][-1], runs["trl"][-1]
-        ratios.append(rate(ours) / rate(theirs))
-        cpu_ratios.append((ours["tokens"] / ours["cpu_s"]) / (theirs["tokens"] / theirs["cpu_s"]))
-    value = float(np.median(ratios))
-
-    def med(side: str) -> float:
-        return round(float(np.median([rate(r) for r in runs[side]])), 1)
-
+    measured = alternate_rounds(
+        {"pgrad": lambda: side_run("pgrad", spec, python),
+         "trl": lambda: side_run("trl", spec, python)},
+        rounds, {"wall": rate, "cpu": lambda run: run["tokens"] / run["cpu_s"]})
+    value, runs = measured.median("wall"), measured.runs
     return figure("grpo_vs_trl", value, GOAL, value >= 1.0,
-                  tokens_per_s={"pgrad": med("pgrad"), "trl": med("trl")},
-                  round_ratios=[round(r, 3) for r in ratios],
-                  cpu_ratio=round(float(np.median(cpu_ratios)), 3),
+                  tokens_per_s={"pgrad": measured.side_median("pgrad", rate),
+                                "trl": measured.side_median("trl", rate)},
+                  round_ratios=[round(r, 3) for r in measured.ratios["wall"]],
+                  cpu_ratio=round(measured.median("cpu"), 3),
                   params={"pgrad": runs["pgrad"][0]["params"], "trl": runs["trl"][0]["params"]},
-                  spec=spec, load_avg_1m=[round(x, 2) for x in load], runs=runs,
+                  spec=spec, load_avg_1m=measured.load_avg_1m, runs=runs,
                   note="fresh process per run, timed after warm-up updates; tokens = completion "
                   "tokens (end-of-sequence included); cpu_ratio = the same by process CPU time "
                   "over the timed updates")
@@ -244,9 +234,9 @@ def cached_acting(repeats: int, spec: dict | None = None) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m pgrad_app.perf.grpo_trl '<JSON spec>'``: pgrad's side, one JSON line."""
+    """``python -m pgrad_app.perf.peers.grpo_trl '<JSON spec>'``: pgrad's side, one JSON line."""
     if len(argv) != 1:
-        print("usage: python -m pgrad_app.perf.grpo_trl '<JSON spec>'", file=sys.stderr)
+        print("usage: python -m pgrad_app.perf.peers.grpo_trl '<JSON spec>'", file=sys.stderr)
         return 2
     print(json.dumps(pgrad_side(json.loads(argv[0]))), flush=True)
     return 0

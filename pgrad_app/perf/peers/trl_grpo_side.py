@@ -3,7 +3,7 @@
 Run as a file under an interpreter that has ``torch``, ``transformers``, ``trl`` and ``datasets``
 (it imports nothing of pgrad, whose environment has no torch)::
 
-    /work/venv-trl/bin/python pgrad_app/perf/trl_grpo_side.py '{"steps": 10}'
+    /work/venv-trl/bin/python pgrad_app/perf/peers/trl_grpo_side.py '{"steps": 10}'
 
 It builds, locally and without downloads, a character tokenizer with pgrad's ids for the token
 tasks (0 pad, 1 end of sequence, then ``"0123456789+="``: V = 14) and a GPT-2 of the given size

@@ -1,25 +1,25 @@
 """MAPPO and IPPO side by side with BenchMARL on PettingZoo's ``simple_spread_v3`` (``mpe2``).
 
-``mappo_vs_benchmarl`` (opt-in: BenchMARL runs under its own interpreter, :data:`MARL_PYTHON`):
-env steps per second (one step of the parallel game, every agent acting: BenchMARL's frames) of
+``mappo_vs_benchmarl`` (opt-in: BenchMARL runs under its own interpreter, :data:`MARL_PYTHON`): env
+steps per second (one step of the parallel game, every agent acting: BenchMARL's frames) of
 ``pgrad-train --algo mappo`` (the command, in its own process, with its run directory, logging,
 checkpoints and export) against a process that builds BenchMARL's MAPPO ``Experiment`` and calls
-``run`` (:mod:`pgrad_app.perf.benchmarl_side`), on the same sizes (:data:`MATCHED`): 3 agents,
+``run`` (:mod:`pgrad_app.perf.peers.benchmarl_side`), on the same sizes (:data:`MATCHED`): 3 agents,
 8 copies of the game x 50 steps = 400 frames per batch, 10 epochs of 4 minibatches (BenchMARL:
-minibatches of 100 frames, 40 minibatch iterations per batch), a 64-64 tanh MLP for the actor
-and one for the critic (which reads the game's state on both sides), discrete actions, Adam at
-7e-4, gradient norm 10, GAE lambda 0.95, entropy 0.01, 25 steps per episode. Runs alternate
-(pgrad, BenchMARL, BenchMARL, pgrad, ...) so that machine load falls on both alike; the value
-is the median over rounds of pgrad's env steps/s over BenchMARL's, each by its whole process
-wall (start-up included); ``loop_ratio`` compares the training loops alone, ``cpu_ratio`` the
-same by process CPU time. The 1-minute load average is recorded around every run. Without the
-interpreter the figure is marked skipped.
+minibatches of 100 frames, 40 minibatch iterations per batch), a 64-64 tanh MLP for the actor and
+one for the critic (which reads the game's state on both sides), discrete actions, Adam at 7e-4,
+gradient norm 10, GAE lambda 0.95, entropy 0.01, 25 steps per episode. Runs alternate (pgrad,
+BenchMARL, BenchMARL, pgrad, ...: :func:`pgrad_app.perf.common.alternate_rounds`) so that machine
+load falls on both alike; the value is the median over rounds of pgrad's env steps/s over
+BenchMARL's, each by its whole process wall (start-up included); ``loop_ratio`` compares the
+training loops alone, ``cpu_ratio`` the same by process CPU time. The 1-minute load average is
+recorded around every run. Without the interpreter the figure is marked skipped.
 
 The learning table (docs/multiagent/benchmarl.md) comes from :func:`learning_runs`: MAPPO and
 IPPO, pgrad's defaults against BenchMARL's published YAML, on one budget, each run's JSON under
 ``docs/multiagent/results/`` (a finished run is skipped, so the driver resumes)::
 
-    python -m pgrad_app.perf.mappo_benchmarl learn --frames 60000 --seeds 0 1 2 --jobs 2
+    python -m pgrad_app.perf.peers.mappo_benchmarl learn --frames 60000 --seeds 0 1 2 --jobs 2
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.perf.common import figure, timed_process
-from pgrad_app.perf.sb3 import train_run
+from pgrad_app.perf.common import alternate_rounds, figure, timed_process
+from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, loop_rate, process_rate, train_run
 
 #: The interpreter with benchmarl, torchrl and mpe2; ``PGRAD_MARL_PYTHON`` overrides it.
 MARL_PYTHON = Path(os.environ.get("PGRAD_MARL_PYTHON", "/work/venv-marl/bin/python"))
@@ -60,7 +60,7 @@ STEPS = 2000
 #: process with one thread per core slows both sides down; one thread each is the fair match.
 ROUNDS, THREADS = 2, 1
 GOAL = ">= 2 x BenchMARL MAPPO's env steps/s (pgrad-train's whole process)"
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "multiagent" / "results"
+RESULTS = Path(__file__).resolve().parents[3] / "docs" / "multiagent" / "results"
 
 
 def marl_missing(python: Path | None = None) -> str | None:
@@ -90,15 +90,10 @@ def game_argv(game: dict) -> list[str]:
 
 
 def pgrad_run(algo: str, steps: int, seed: int, hp: dict, game: dict) -> dict:
-    """``pgrad-train`` in a fresh process (:func:`pgrad_app.perf.side_by_side.command_run`)."""
+    """``pgrad-train`` in a fresh process (:func:`pgrad_app.perf.peers.side_by_side.
+    command_run`)."""
     return train_run("command", {"agent": algo, "env": ENV, "seed": int(seed),
                                  "max_steps": int(steps), "hp": hp, "argv": game_argv(game)})
-
-
-def rates(run: dict) -> tuple[float, float]:
-    """``(env steps/s by the whole process's wall, by the training loop's wall)``."""
-    loop = run["loop_wall_s"] if run["side"] == "command" else run["wall_s"]
-    return run["env_steps"] / run["process_wall_s"], run["env_steps"] / loop
 
 
 def one_thread_each(threads: int) -> None:
@@ -123,40 +118,29 @@ def mappo_vs_benchmarl(repeats: int, steps: int = STEPS, rounds: int = ROUNDS, s
     if rounds < 1 or steps < batch or steps % batch:
         raise ValueError(f"mappo_vs_benchmarl: rounds must be >= 1 and steps a multiple of "
                          f"{batch} (one batch); got rounds={rounds}, steps={steps}")
-    runs: dict[str, list[dict]] = {"pgrad": [], "benchmarl": []}
-    ratios, loop_ratios, cpu_ratios = [], [], []
-    load = [round(os.getloadavg()[0], 2)]
     spec = {**MATCHED["benchmarl"], "algorithm": "mappo", "frames": int(steps), "seed": seed,
             "threads": int(threads)}
-    for k in range(rounds):
-        for side in ("pgrad", "benchmarl") if k % 2 == 0 else ("benchmarl", "pgrad"):
-            if side == "pgrad":
-                run = pgrad_run("mappo", steps, seed, MATCHED["pgrad"], GAME)
-            else:
-                run = benchmarl_run(spec, python)
-                run.pop("curve", None)
-            runs[side].append(run)
-            load.append(round(os.getloadavg()[0], 2))
-        ours, theirs = runs["pgrad"][-1], runs["benchmarl"][-1]
-        ratios.append(rates(ours)[0] / rates(theirs)[0])
-        loop_ratios.append(rates(ours)[1] / rates(theirs)[1])
-        cpu_ratios.append((ours["env_steps"] / ours["process_cpu_s"])
-                          / (theirs["env_steps"] / theirs["process_cpu_s"]))
-    value = float(np.median(ratios))
 
-    def med(side: str, which: int) -> float:
-        return round(float(np.median([rates(r)[which] for r in runs[side]])), 1)
+    def theirs() -> dict:
+        run = benchmarl_run(spec, python)
+        run.pop("curve", None)
+        return run
 
+    measured = alternate_rounds(
+        {"pgrad": lambda: pgrad_run("mappo", steps, seed, MATCHED["pgrad"], GAME),
+         "benchmarl": theirs}, rounds, ENV_STEP_RATES)
+    value = measured.median("process")
     return figure("mappo_vs_benchmarl", value, GOAL, value >= 2.0,
-                  env_steps_per_s={"pgrad_train": med("pgrad", 0),
-                                   "benchmarl": med("benchmarl", 0)},
-                  loop_env_steps_per_s={"pgrad": med("pgrad", 1),
-                                        "benchmarl": med("benchmarl", 1)},
+                  env_steps_per_s={"pgrad_train": measured.side_median("pgrad", process_rate),
+                                   "benchmarl": measured.side_median("benchmarl", process_rate)},
+                  loop_env_steps_per_s={"pgrad": measured.side_median("pgrad", loop_rate),
+                                        "benchmarl": measured.side_median("benchmarl", loop_rate)},
                   threads=threads,
-                  round_ratios=[round(r, 3) for r in ratios],
-                  loop_ratio=round(float(np.median(loop_ratios)), 3),
-                  cpu_ratio=round(float(np.median(cpu_ratios)), 3),
-                  steps=steps, matched=MATCHED, load_avg_1m=load, runs=runs,
+                  round_ratios=[round(r, 3) for r in measured.ratios["process"]],
+                  loop_ratio=round(measured.median("loop"), 3),
+                  cpu_ratio=round(measured.median("cpu"), 3),
+                  steps=steps, matched=MATCHED, load_avg_1m=measured.load_avg_1m,
+                  runs=measured.runs,
                   note="fresh process per run, one after the other (odd rounds reversed); "
                   "value = pgrad-train's env steps per second of whole-process wall over "
                   "BenchMARL's (a process building its Experiment and calling run); loop_ratio "
@@ -252,8 +236,8 @@ def learning_runs(frames: int, seeds: list[int], algos: list[str], sides: list[s
 
 
 def main(argv: list[str]) -> int:
-    """``python -m pgrad_app.perf.mappo_benchmarl learn ...``: the learning table's runs."""
-    parser = argparse.ArgumentParser(prog="python -m pgrad_app.perf.mappo_benchmarl")
+    """``python -m pgrad_app.perf.peers.mappo_benchmarl learn ...``: the learning table's runs."""
+    parser = argparse.ArgumentParser(prog="python -m pgrad_app.perf.peers.mappo_benchmarl")
     sub = parser.add_subparsers(dest="what", required=True)
     learn = sub.add_parser("learn", help="MAPPO/IPPO runs of both sides (resumable)")
     learn.add_argument("--frames", type=int, required=True, help="env steps per run")
