@@ -56,6 +56,10 @@ class IPPOConfig(PPOConfig):
     max_grad_norm: float = preset("max_grad_norm", 10.0)
     agent_id: bool = field(default=False, metadata=doc(
         "append each agent's index, one-hot, to its observation"))
+    value_norm: bool = field(default=False, metadata=doc(
+        "MAPPO's value normalisation: the critic regresses returns normalised by running "
+        "statistics and its output is denormalised for GAE (agents/update/value_norm.py); "
+        "credit='gae' only (with 'coma' the critic fits raw returns)"))
     credit: str = field(default="gae", metadata=doc(
         "each step's weight: 'gae' (the GAE advantage of the agent's critic) or 'coma' (COMA's "
         "counterfactual advantage from a centralised Q critic: the chain "
@@ -70,6 +74,9 @@ class IPPOConfig(PPOConfig):
         "self_play: updates between snapshots added to the pool (the first at update 0)"))
     latest_prob: float = field(default=0.5, metadata=doc(
         "self_play: probability a game's opponent is the latest policy, not a snapshot"))
+    random_prob: float = field(default=0.0, metadata=doc(
+        "self_play: probability a game's opponent is a uniform random legal player (drawn "
+        "first; latest_prob splits the other games)"))
     anchor_update: int = field(default=20, metadata=doc(
         "self_play: the update whose policy is kept as the fixed earlier opponent of "
         "evaluation (0: the initial policy)"))
@@ -101,8 +108,9 @@ class IPPOConfig(PPOConfig):
         for name, low in (("pool_size", 1), ("snapshot_interval", 1), ("anchor_update", 0)):
             if not low <= int(getattr(self, name)) <= 10**9:
                 raise ValueError(f"{name} must be in [{low}, 1e9]; got {getattr(self, name)}")
-        if not 0.0 <= float(self.latest_prob) <= 1.0:
-            raise ValueError(f"latest_prob must be in [0, 1]; got {self.latest_prob}")
+        for name in ("latest_prob", "random_prob"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1]; got {getattr(self, name)}")
         if self.self_play and self.normalize_obs:
             raise ValueError("self_play acts past snapshots on the observations as they are: "
                              "normalize_obs must be False")
@@ -113,8 +121,15 @@ class IPPOConfig(PPOConfig):
 
 @dataclass
 class MAPPOConfig(IPPOConfig):
-    """MAPPO hyperparameters: IPPO's, and what the centralised critic reads."""
+    """MAPPO hyperparameters: IPPO's, value normalisation and value clipping on (the paper's
+    ``use_valuenorm``, ``use_clipped_value_loss`` with ``clip_param`` 0.2), and what the
+    centralised critic reads."""
 
+    value_norm: bool = field(default=True, metadata=doc(
+        "MAPPO's value normalisation: the critic regresses returns normalised by running "
+        "statistics and its output is denormalised for GAE (agents/update/value_norm.py); "
+        "credit='gae' only (with 'coma' the critic fits raw returns)"))
+    clip_range_vf: float | str = preset("clip_range_vf", 0.2)
     critic_input: str = field(default="state_and_obs", metadata=doc(
         "what the critic reads: 'state_and_obs' (the global state beside the agent's own "
         "observation: MAPPO's agent-specific global state) or 'state' (the state alone, with "
