@@ -78,7 +78,8 @@ class SelfPlay:
             self.anchor.add(agent.mirror.flat_numpy(), updates)
         weights, _ = self.pool.snapshots()
         return agent.collector.collect_games(policy_fn, int(cfg.n_steps), [agent.seed, updates],
-                                             weights, float(cfg.latest_prob))
+                                             weights, float(cfg.latest_prob),
+                                             float(cfg.random_prob))
 
     def evaluate(self, agent: Any, episodes: int, deterministic: bool, seed: int,
                  build_rows: Any) -> dict[str, Any]:

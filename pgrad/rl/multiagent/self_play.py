@@ -16,10 +16,12 @@ the learner plays one seat of each copy against an opponent drawn for the game.
   - seats alternate: in the rollout of update ``u`` the learner starts in seat ``(b + u) mod 2``
     of copy ``b``, and takes the other seat in each next game of the copy, so it trains as first
     and as second player;
-  - each game's opponent is the latest policy (the learner's own sampled actions) with
-    probability ``latest_prob`` (or while the pool is empty), else a snapshot drawn uniformly
-    from the pool, acting through :class:`~pgrad.rl.multiagent.opponents.SnapshotPlayer`
-    (sampled, masked to the legal actions);
+  - each game's opponent is the uniform random legal player
+    (:func:`~pgrad.rl.multiagent.opponents.random_legal`) with probability ``random_prob``;
+    otherwise the latest policy (the learner's own sampled actions) with probability
+    ``latest_prob`` (or while the pool is empty), else a snapshot drawn uniformly from the
+    pool, acting through :class:`~pgrad.rl.multiagent.opponents.SnapshotPlayer` (sampled,
+    masked to the legal actions);
   - only the learner's rows enter the update: the opponent's rows are never live (masked out
     as a waiting row is, :mod:`pgrad.rl.multiagent.compact`), and only the learner's episodes
     are reported (``episodes.csv``: the learner's result, +1 a win, -1 a loss, 0 a draw in
@@ -34,13 +36,16 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl.multiagent.collector import RowsCollector
-from pgrad.rl.multiagent.opponents import SnapshotPlayer
+from pgrad.rl.multiagent.opponents import SnapshotPlayer, random_legal
 from pgrad.rl.rollout import PolicyFn, Trajectory
 
-__all__ = ["SelfPlayCollector", "SnapshotPool"]
+__all__ = ["LATEST", "RANDOM", "SelfPlayCollector", "SnapshotPool"]
 
 #: Added to a rollout's key for the generator of its games' seeds, seats and opponents.
 _GAMES_STREAM = 0x5E1F
+#: :attr:`SelfPlayCollector.opponent` of a game against the latest policy / the random player
+#: (a snapshot's is its index in the pool, >= 0).
+LATEST, RANDOM = -1, -2
 
 
 class SnapshotPool:
@@ -117,11 +122,11 @@ class SelfPlayCollector(RowsCollector):
         B = self.num_games
         #: ``[B]`` the learner's seat in each copy's game (0: ``possible_agents[0]``).
         self.seat = np.arange(B) % 2
-        #: ``[B]`` the pool index of each copy's opponent; -1: the latest policy.
-        self.opponent = np.full(B, -1)
+        #: ``[B]`` the pool index of each copy's opponent, or :data:`LATEST`, :data:`RANDOM`.
+        self.opponent = np.full(B, LATEST)
         self._learner = np.zeros(self.num_envs, bool)  # [2 B] the learner's rows
         self._pool = np.zeros((0, player.size), np.float32)  # [M, P] this rollout's snapshots
-        self._latest_prob = 1.0
+        self._latest_prob, self._random_prob = 1.0, 0.0
         self._rng = np.random.default_rng(0)
         self._seat_rows()
 
@@ -140,10 +145,14 @@ class SelfPlayCollector(RowsCollector):
         latest = self._rng.random(len(games)) < self._latest_prob  # [G]
         M = len(self._pool)
         picks = self._rng.integers(max(M, 1), size=len(games))
-        self.opponent[games] = np.where(latest | (M == 0), -1, picks)
+        self.opponent[games] = np.where(latest | (M == 0), LATEST, picks)
+        if self._random_prob > 0:  # drawn after, so runs without it draw what they drew
+            random = self._rng.random(len(games)) < self._random_prob  # [G]
+            self.opponent[games] = np.where(random, RANDOM, self.opponent[games])
 
     def collect_games(self, policy_fn: PolicyFn, num_steps: int, key: list[int],
-                      pool: np.ndarray, latest_prob: float) -> tuple[Trajectory, list]:
+                      pool: np.ndarray, latest_prob: float, random_prob: float = 0.0
+                      ) -> tuple[Trajectory, list]:
         """One rollout of new games (module docstring).
 
         Args:
@@ -153,7 +162,9 @@ class SelfPlayCollector(RowsCollector):
           key: the rollout's key (``[seed, updates]``): the games' seeds, the seats and the
             opponents follow from it.
           pool: ``[M, P]`` the snapshots opponents are drawn from (``M`` may be 0).
-          latest_prob: the probability a game's opponent is the latest policy.
+          latest_prob: the probability a game's opponent is the latest policy, among the
+            games not against the random player.
+          random_prob: the probability a game's opponent is the uniform random legal player.
 
         Returns:
           ``(Trajectory [T, 2 B] whose opponent rows are masked out, the learner's
@@ -161,7 +172,9 @@ class SelfPlayCollector(RowsCollector):
         """
         self._rng = np.random.default_rng([*map(int, key), _GAMES_STREAM])
         self._pool = np.asarray(pool, np.float32).reshape(-1, self.player.size)
-        self._latest_prob = float(latest_prob)
+        self._latest_prob, self._random_prob = float(latest_prob), float(random_prob)
+        if not 0.0 <= self._random_prob <= 1.0:
+            raise ValueError(f"random_prob must be in [0, 1]; got {random_prob}.")
         self.reset(seed=int(self._rng.integers(2**31 - 1)))
         self.seat = (np.arange(self.num_games) + int(key[-1])) % 2
         self._seat_rows()
@@ -169,12 +182,14 @@ class SelfPlayCollector(RowsCollector):
         return self.collect(self._with_opponents(policy_fn), num_steps)
 
     def _with_opponents(self, policy_fn: PolicyFn) -> PolicyFn:
-        """``policy_fn`` with the live opponent rows of snapshot games acted by the snapshot."""
+        """``policy_fn`` with the live opponent rows of snapshot games acted by the snapshot,
+        those of games against the random player by the random player."""
+        n_actions = int(getattr(self.envs.single_action_space, "n", 0))
 
         def act(obs, action_mask=None):
             acted = (policy_fn(obs) if action_mask is None
                      else policy_fn(obs, action_mask=action_mask))
-            games = np.flatnonzero(self.opponent >= 0)
+            games = np.flatnonzero(self.opponent != LATEST)
             rows = 2 * games + 1 - self.seat[games]
             moving = self.live[rows]
             if not moving.any():
@@ -184,7 +199,8 @@ class SelfPlayCollector(RowsCollector):
             for k in np.unique(self.opponent[games]):
                 mine = rows[self.opponent[games] == k]
                 mask = None if action_mask is None else action_mask[mine]
-                chosen = self.player.act(self._pool[k], obs[mine], mask, self._rng)
+                chosen = (random_legal(self._rng, n_actions)(obs[mine], mask) if k == RANDOM
+                          else self.player.act(self._pool[k], obs[mine], mask, self._rng))
                 actions[mine] = chosen.astype(actions.dtype).reshape(actions[mine].shape)
                 env_actions[mine] = chosen.astype(env_actions.dtype)
             return (actions, env_actions, *acted[2:])
