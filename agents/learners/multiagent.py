@@ -220,9 +220,20 @@ class IPPO(ActorCriticAgent):
     # -- credit="coma": COMA's critic beside the update (agents/learners/counterfactual.py) -------
 
     def make_targets(self) -> Any:
-        """GAE(lambda); with ``credit="coma"`` also the rollout's Q values, the acting policy's
-        probabilities and the taken actions for the chain (:class:`CounterfactualCredit`)."""
-        if getattr(self.cfg, "credit", "gae") != "coma":
+        """GAE(lambda), through MAPPO's value normalisation with ``value_norm``
+        (:class:`agents.update.value_norm.ValueNormTargets`: its statistics count the live
+        steps, the mask :meth:`_update_args` hands it); with ``credit="coma"`` also the
+        rollout's Q values, the acting policy's probabilities and the taken actions for the
+        chain (:class:`CounterfactualCredit`)."""
+        cfg: Any = self.cfg  # the update's: num_envs counts rows
+        if getattr(cfg, "credit", "gae") != "coma" and getattr(cfg, "value_norm", False):
+            from agents.update.value_norm import ValueNormTargets
+            from pgrad.rl.normalize import ValueNormalizer
+
+            live = tf.Variable(tf.ones([int(cfg.n_steps), int(cfg.num_envs)]),
+                               trainable=False, name="value_norm_live")
+            return ValueNormTargets(cfg.gamma, cfg.gae_lambda, ValueNormalizer(), live)
+        if getattr(cfg, "credit", "gae") != "coma":
             return super().make_targets()
         from agents.learners.counterfactual import CounterfactualCredit
 
@@ -235,6 +246,14 @@ class IPPO(ActorCriticAgent):
         extra = {} if credit is None else credit.prepare(self, traj, updates)
         return {**super()._update_on(traj, updates, base, taken, recurrent, fixed_shape),
                 **extra}
+
+    def _update_args(self, traj: Any, updates: int, base: int, taken: int,
+                     recurrent: tuple | None = None) -> tuple:
+        live = getattr(self.update_targets, "live", None)
+        if live is not None:  # value_norm: the rollout's live steps enter its statistics
+            live.assign(np.ones(live.shape, np.float32) if traj.mask is None
+                        else np.asarray(traj.mask, np.float32))
+        return super()._update_args(traj, updates, base, taken, recurrent)
 
     def trackables(self) -> dict[str, Any]:
         credit = getattr(self, "credit", None)

@@ -1,4 +1,5 @@
-"""Running observation and reward normalisation, like Stable-Baselines3's ``VecNormalize``.
+"""Running observation and reward normalisation, like Stable-Baselines3's ``VecNormalize``;
+value normalisation of critic targets, like MAPPO's ``ValueNorm`` (:class:`ValueNormalizer`).
 
 The statistics live in ``tf.Variable`` s (float64) so that ``tf.train.Checkpoint`` saves them and
 an exported policy carries them. Rollouts run in numpy, so each normaliser keeps a numpy working
@@ -129,3 +130,65 @@ class RewardNormalizer(_Stats):
         self.returns[dones] = 0.0
         out = rewards / np.sqrt(self.rms.var + self.eps)
         return _clip(out, self.clip).astype(np.float32)
+
+
+class ValueNormalizer(tf.Module):
+    """Running statistics of a critic's targets, as MAPPO's ``ValueNorm`` (Yu et al. 2022).
+
+    The critic regresses normalised targets; its output is denormalised wherever a value in
+    reward units is needed (GAE). Exponential averages of the batch mean and mean square, with
+    a debiasing term (Adam's), updated in the graph by :meth:`update`::
+
+        m <- w m + (1 - w) mean(x);   q <- w q + (1 - w) mean(x^2);   d <- w d + (1 - w)
+        mu = m / max(d, eps);   var = max(q / max(d, eps) - mu^2, min_var)
+
+    with ``w = beta`` per call (MAPPO's ``per_element_update=False``). With ``beta`` near 1
+    (0.99999) ``mu`` is close to the plain average of the batch means seen so far. Before any
+    update ``mu = 0`` and ``var = min_var``. The statistics are float64 ``tf.Variable`` s, saved
+    by checkpoints as the other normalisers' are.
+
+    Args:
+      beta: the decay per update.
+      eps: lower bound of the debiasing term in the division.
+      min_var: lower bound of the variance.
+    """
+
+    def __init__(self, beta: float = 0.99999, eps: float = 1e-5, min_var: float = 1e-2):
+        super().__init__(name="value_normalizer")
+        if not 0.0 < float(beta) < 1.0:
+            raise ValueError(f"ValueNormalizer: beta must be in (0, 1); got {beta}")
+        self.beta, self.eps, self.min_var = float(beta), float(eps), float(min_var)
+        zero = lambda name: tf.Variable(0.0, dtype=tf.float64, trainable=False,  # noqa: E731
+                                        name=name)
+        self.running_mean, self.running_mean_sq = zero("running_mean"), zero("running_mean_sq")
+        self.debiasing_term = zero("debiasing_term")
+
+    def mean_var(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(mu, var)``: float64 scalars (class docstring)."""
+        d = tf.maximum(self.debiasing_term, self.eps)
+        mean = self.running_mean / d
+        return mean, tf.maximum(self.running_mean_sq / d - tf.square(mean), self.min_var)
+
+    def update(self, x: tf.Tensor, weights: tf.Tensor | None = None) -> None:
+        """Folds in a batch ``x`` (any shape); ``weights`` (its shape, 0/1) keeps only the
+        steps that count (an all-zero mask leaves the statistics as they are)."""
+        x = tf.cast(x, tf.float64)
+        w = tf.ones_like(x) if weights is None else tf.cast(weights, tf.float64)
+        total = tf.reduce_sum(w)
+        n = tf.maximum(total, 1.0)
+        decay = tf.where(total > 0, tf.constant(self.beta, tf.float64), 1.0)
+        self.running_mean.assign(decay * self.running_mean
+                                 + (1.0 - decay) * tf.reduce_sum(w * x) / n)
+        self.running_mean_sq.assign(decay * self.running_mean_sq
+                                    + (1.0 - decay) * tf.reduce_sum(w * tf.square(x)) / n)
+        self.debiasing_term.assign(decay * self.debiasing_term + (1.0 - decay))
+
+    def normalize(self, x: tf.Tensor) -> tf.Tensor:
+        """``(x - mu) / sqrt(var)``, in ``x`` 's dtype."""
+        mean, var = self.mean_var()
+        return tf.cast((tf.cast(x, tf.float64) - mean) / tf.sqrt(var), x.dtype)
+
+    def denormalize(self, y: tf.Tensor) -> tf.Tensor:
+        """``y sqrt(var) + mu``, in ``y`` 's dtype (the inverse of :meth:`normalize`)."""
+        mean, var = self.mean_var()
+        return tf.cast(tf.cast(y, tf.float64) * tf.sqrt(var) + mean, y.dtype)
