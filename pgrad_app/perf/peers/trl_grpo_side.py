@@ -24,6 +24,9 @@ optimizer step to the end of the last one. Prints one JSON line: ``tokens`` (the
 tokens of the timed steps, end-of-sequence tokens included: TRL's ``completion_mask`` summed,
 which equals pgrad's env steps of those completions), ``wall_s``, ``cpu_s`` (this process's CPU
 over the timed steps), ``completions``, ``params``, ``torch_threads`` and the versions.
+
+:func:`build_trainer` is the trainer alone, for other uses of the same setup (the TRL anchor of
+the reversal table, ``docs/sequences/results/trl_anchor.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 ALPHABET = "0123456789+="
 PAD, EOS = "<pad>", "<eos>"
@@ -77,18 +82,36 @@ def reversal_prompts(n: int, low: int, high: int, seed: int) -> dict[str, list[s
     return {"prompt": prompts, "answer": answers}
 
 
-def run(spec: dict) -> dict:
+def full_spec(spec: dict) -> dict:
+    """``spec`` over :data:`DEFAULTS`; an unknown key is a ValueError naming it."""
     unknown = sorted(set(spec) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"trl_grpo_side: unknown spec keys {unknown}; known: {sorted(DEFAULTS)}")
+    return {**DEFAULTS, **spec}
+
+
+def build_trainer(spec: dict, output_dir: str, reward: Callable[..., list[float]] | None = None,
+                  callbacks: Sequence[Any] = ()) -> Any:
+    """TRL's ``GRPOTrainer`` for ``spec``: the GPT-2, the character tokenizer, the Reversal
+    prompts and the GRPO settings of pgrad's ``grpo`` agent (the module's docstring), for
+    ``warmup + steps`` optimizer steps. Seeds torch and, with ``threads`` > 0, caps its threads.
+
+    Args:
+      spec: keys of :data:`DEFAULTS` (the others default).
+      output_dir: TRL's output directory (nothing is saved there; a temporary one will do).
+      reward: TRL's reward function ``(prompts, completions, answer=..., completion_ids=...,
+        **kwargs) -> [reward per completion]``; None: :func:`partial_credit` against the answer.
+      callbacks: ``transformers.TrainerCallback`` instances.
+
+    Returns:
+      The trainer (``trainer.model`` the GPT-2, ``trainer.processing_class`` the tokenizer).
+    """
     import torch
-    import transformers
-    import trl
     from datasets import Dataset
-    from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback
+    from transformers import GPT2Config, GPT2LMHeadModel
     from trl import GRPOConfig, GRPOTrainer
 
-    s = {**DEFAULTS, **spec}
+    s = full_spec(spec)
     torch.manual_seed(s["seed"])
     if s["threads"]:  # else torch's default, one per core
         torch.set_num_threads(int(s["threads"]))
@@ -101,6 +124,34 @@ def run(spec: dict) -> dict:
     model = GPT2LMHeadModel(config)
     model.generation_config.eos_token_id = [1, 0]  # pgrad's env ends on either
     model.generation_config.pad_token_id = 0
+
+    def answer_reward(prompts, completions, answer, **kwargs):
+        return [partial_credit(c, a) for c, a in zip(completions, answer)]
+
+    args = GRPOConfig(
+        output_dir=output_dir, report_to="none", use_cpu=True, bf16=False, fp16=False,
+        num_generations=s["group_size"], per_device_train_batch_size=s["num_envs"],
+        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+        max_completion_length=max_new, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=s["learning_rate"], lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=0.0, max_grad_norm=s["max_grad_norm"], loss_type=s["loss_type"],
+        epsilon=s["epsilon"], beta=0.0, max_steps=s["warmup"] + s["steps"],
+        logging_steps=10**9, save_strategy="no", disable_tqdm=True, seed=s["seed"],
+        dataloader_num_workers=0, log_completions=False)
+    prompts = reversal_prompts(s["prompts"], s["min_digits"], s["max_digits"], s["seed"])
+    return GRPOTrainer(model=model, reward_funcs=reward or answer_reward, args=args,
+                       train_dataset=Dataset.from_dict(prompts), processing_class=tokenizer,
+                       callbacks=list(callbacks))
+
+
+def run(spec: dict) -> dict:
+    """The timed run: :func:`build_trainer`, ``warmup`` steps untimed, ``steps`` timed; the
+    JSON record of the module's docstring."""
+    s = full_spec(spec)  # before torch is imported: a bad key costs nothing
+    import torch
+    import transformers
+    import trl
+    from transformers import TrainerCallback
 
     counted = {"tokens": 0, "completions": 0, "calls": 0}
     timing: dict[str, float] = {}
@@ -122,20 +173,7 @@ def run(spec: dict) -> dict:
                 timing["cpu1"] = _cpu()
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = GRPOConfig(
-            output_dir=tmp, report_to="none", use_cpu=True, bf16=False, fp16=False,
-            num_generations=s["group_size"], per_device_train_batch_size=s["num_envs"],
-            gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
-            max_completion_length=max_new, temperature=1.0, top_p=1.0, top_k=0,
-            learning_rate=s["learning_rate"], lr_scheduler_type="constant", warmup_steps=0,
-            weight_decay=0.0, max_grad_norm=s["max_grad_norm"], loss_type=s["loss_type"],
-            epsilon=s["epsilon"], beta=0.0, max_steps=s["warmup"] + s["steps"],
-            logging_steps=10**9, save_strategy="no", disable_tqdm=True, seed=s["seed"],
-            dataloader_num_workers=0, log_completions=False)
-        trainer = GRPOTrainer(model=model, reward_funcs=reversal_reward, args=args,
-                              train_dataset=Dataset.from_dict(reversal_prompts(
-                                  s["prompts"], s["min_digits"], s["max_digits"], s["seed"])),
-                              processing_class=tokenizer, callbacks=[Clock()])
+        trainer = build_trainer(s, tmp, reversal_reward, [Clock()])
         trainer.train()
     if "start" not in timing or "end" not in timing:
         raise RuntimeError(f"trl_grpo_side: the trainer stopped before step "
@@ -143,7 +181,7 @@ def run(spec: dict) -> dict:
     return {"side": "trl", "tokens": counted["tokens"], "completions": counted["completions"],
             "wall_s": round(timing["end"] - timing["start"], 4),
             "cpu_s": round(timing["cpu1"] - timing["cpu0"], 4), "steps": s["steps"],
-            "params": sum(p.numel() for p in model.parameters()),
+            "params": sum(p.numel() for p in trainer.model.parameters()),
             "torch_threads": torch.get_num_threads(),
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "trl": trl.__version__}}
