@@ -17,9 +17,17 @@ and build the rows themselves (:mod:`agents.learners.multiagent`). ``num_envs`` 
 the game; each update takes ``n_steps x n_agents x num_envs`` rows in ``num_minibatches``
 minibatches; env steps count steps of the game (BenchMARL's frames).
 
-Defaults are the MAPPO paper's for MPE (its ``train_mpe.sh`` / ``config.py``): learning rate
-7e-4, 10 epochs, clip 0.2, entropy 0.01, gamma 0.99, GAE 0.95, gradient norm 10, 64-unit
-layers; smaller batches than its 128 threads (8 copies, 50 steps, 4 minibatches).
+Defaults are the MAPPO paper's for MPE (Yu et al. 2022; on-policy's ``config.py`` and
+``train_mpe_spread.sh``): learning rate 7e-4, 10 epochs, clip 0.2, entropy 0.01, gamma 0.99,
+GAE 0.95, gradient norm 10, 64-64 tanh layers, orthogonal initialisation (policy output gain
+0.01), Adam epsilon 1e-5; ``mappo`` adds the paper's value normalisation (``value_norm``) and
+clipped value loss (``clip_range_vf`` 0.2, in normalised units); its Huber loss (delta 10,
+coefficient 1) is ``vf_coef`` 0.5 times the squared error wherever the normalised error is under
+10. The differences, and why (docs/multiagent/index.md, "MAPPO's settings"): smaller batches
+than its 128 threads x 25 steps (8 copies x 50 steps, in 4 minibatches), one gradient-norm clip
+over actor and critic together (the paper clips each), no LayerNorm in the MLPs, feed-forward
+policies (the spread script trains the recurrent rMAPPO), and ``ippo`` keeps value
+normalisation off by default (set ``value_norm=True clip_range_vf=0.2`` for the paper's IPPO).
 """
 
 from __future__ import annotations
