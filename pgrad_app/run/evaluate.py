@@ -9,6 +9,10 @@ safe loader, TensorFlow checkpoints, a SavedModel graph): an env module the run'
 (``module:EnvId``) is imported only if the user names it again (``--env``) or passes
 ``--trust-run-code``, and never from inside the run directory.
 
+What is evaluated comes from :mod:`pgrad_app.run.eval_sources` (settings, export, checkpoint);
+the refusals before any episode from :mod:`pgrad_app.run.eval_checks`; this module is the flow,
+the team evaluation of a game of many agents, and the result files.
+
 Failures are one line: bad input or a damaged run directory is a :class:`UserError` (exit 2),
 an env that fails during the episodes a :class:`RunError` (exit 1).
 """
@@ -22,89 +26,16 @@ from typing import Any
 
 from pgrad.rl.storage.files import write_json_atomic
 from pgrad_app.errors import RunError, UserError, one_line
+from pgrad_app.run.eval_checks import (
+    check_creates,
+    check_renders,
+    check_same_spaces,
+    check_writable_dir,
+)
+from pgrad_app.run.eval_sources import checkpoint_agent, load_export, run_settings
 from pgrad_app.run.layout import RunLayout
 
 SOURCES = ("auto", "policy", "checkpoint")
-
-
-def run_settings(run_dir: Path) -> dict[str, Any]:
-    """The run's ``config.yaml`` (safe YAML), or for a directory ``agent.save`` wrote, the same
-    settings from its ``agent.json``; a :class:`UserError` if it is neither."""
-    from pgrad_app.config.settings import saved_run_values
-    from pgrad_app.config.yamlfile import load_yaml
-
-    try:
-        is_dir = run_dir.is_dir()
-    except OSError as err:  # e.g. a name too long for the file system
-        raise UserError(f"{run_dir}: {err.strerror or err}.") from None
-    if not is_dir:
-        raise UserError(f"{run_dir} is not a directory; expected a run directory from "
-                        "pgrad-train or a directory from agent.save.")
-    if RunLayout(run_dir).config.is_file():
-        return load_yaml(RunLayout(run_dir).config)
-    saved = saved_run_values(run_dir)
-    if saved is None:
-        raise UserError(f"{run_dir} holds no run (no config.yaml) and no saved agent (no "
-                        "agent.json); expected a directory written by pgrad-train --out or "
-                        "agent.save.")
-    return saved
-
-
-def checkpoint_agent(run_dir: Path, values: dict, env_id: str, one_env: bool = True):
-    """A fresh agent of the run's kind on ``env_id`` with the newest good checkpoint's networks
-    and normaliser statistics (what acting needs); on one env unless ``one_env`` is false (the
-    run's own count: a game of many agents sizes its update by it)."""
-    import agents
-    from agents.persistence.save_load import restore
-    from pgrad_app.config.settings import build, split_keys
-
-    agent_cls = agents.get(str(values.get("agent")))
-    _, hyper = split_keys(values, agent_cls.Config, str(RunLayout(run_dir).config))
-    cfg = build(agent_cls.Config, dict(hyper, **({"num_envs": 1} if one_env else {}),
-                                       vector_mode="sync"), {})
-    try:
-        agent = agent_cls(cfg, env_id=env_id, seed=int(values.get("seed", 0)))
-    except ValueError as err:  # EnvError too: the env failed while being created
-        raise UserError(f"cannot rebuild the agent of {run_dir}: {one_line(err)}") from None
-    skipped: list[str] = []  # shown once a checkpoint was restored; else the error says it
-    try:
-        restore(agent, RunLayout(run_dir).checkpoints, acting_only=True, warn=skipped.append)
-    except ValueError as err:
-        agent.close()
-        if "holds no checkpoint" in str(err):
-            raise UserError(f"{run_dir} has neither an exported policy/ nor a checkpoint "
-                            "yet.") from None
-        raise UserError(f"{run_dir}: {one_line(err)}") from None
-    for text in skipped:
-        print(f"warning: {text}", file=sys.stderr, flush=True)
-    return agent
-
-
-def check_same_spaces(env_id: str, trained_id: str) -> None:
-    """Refuses an evaluation env whose spaces differ from the training env's."""
-    import gymnasium as gym
-
-    from pgrad.rl.envs.recipe import env_name
-
-    def short(space) -> str:
-        if isinstance(space, gym.spaces.Box):
-            return f"Box{space.shape} {space.dtype}"
-        return str(space)
-
-    ours, trained = _build(env_id), _build(trained_id)
-    try:
-        for what in ("observation_space", "action_space"):
-            a, b = getattr(ours, what), getattr(trained, what)
-            # Bounds may differ (the policy still runs); kind, shape and sizes may not.
-            if short(a) != short(b):
-                raise UserError(
-                    f"--env {env_name(env_id)}: its {what.replace('_', ' ')} {short(a)} differs "
-                    f"from "
-                    f"{short(b)} of {env_name(trained_id)}, which the policy was trained on."
-                )
-    finally:
-        ours.close()
-        trained.close()
 
 
 def evaluate_run(
@@ -220,7 +151,7 @@ def evaluate_run(
         if write:
             _save_result(written, result)
         return result
-    _check_creates(bare_id)
+    check_creates(bare_id)
     tracked = write and attack is None and values.get("track") == "wandb"
     if tracked:  # the tracked run gets the result too: its login checked before the work
         from pgrad_app.run.tracking import check_can_start
@@ -233,14 +164,14 @@ def evaluate_run(
         except ImportError:
             raise UserError("--video needs moviepy: pip install 'pgrad[video]' "
                             "(or pip install moviepy).") from None
-        _check_writable_dir(Path(video_dir))
-        _check_renders(bare_id)
+        check_writable_dir(Path(video_dir))
+        check_renders(bare_id)
     exported = find_export(RunLayout(run_dir).policy) is not None
     if source == "policy" and not exported:
         raise UserError(f"{run_dir} has no exported policy/ (the run did not finish).")
     target, used, problem = None, "policy", None
     if exported and source != "checkpoint":
-        target, problem = _load_export(RunLayout(run_dir).policy, bare_id)
+        target, problem = load_export(RunLayout(run_dir).policy, bare_id)
         if problem is not None and source == "policy":
             raise UserError(f"{run_dir}: {problem}")
         exported = problem is None
@@ -317,23 +248,6 @@ def variant_name(deterministic: bool, video_dir, env: str | None, attack: str | 
     return "-".join(parts)
 
 
-def _check_writable_dir(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".pgrad-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"--video {path}: cannot write there ({err.strerror or err}).") from None
-
-
-def _build(env_id, **kwargs):
-    """One env of an id or recipe (its options plus ``kwargs``)."""
-    from pgrad.rl.envs.recipe import EnvRecipe, make_env
-
-    return env_id(**kwargs) if isinstance(env_id, EnvRecipe) else make_env(env_id, **kwargs)
-
-
 def _save_result(written: Path, result: dict) -> None:
     """Writes an evaluation's JSON; an OS error is one line that carries the results (nothing
     was printed yet)."""
@@ -373,46 +287,3 @@ def _team_evaluation(run_dir: Path, values: dict, env: Any, episodes: int, deter
         agent.close()
 
 
-def _check_creates(env_id: str) -> None:
-    """Refuses an env whose constructor fails, in one line, before anything is loaded."""
-
-    from pgrad.rl.envs.recipe import env_name
-
-    try:
-        env = _build(env_id)
-    except Exception as err:  # noqa: BLE001  (the env's own constructor)
-        raise UserError(f"env {env_name(env_id)!r} could not be created: {type(err).__name__}: "
-                        f"{one_line(err)}") from None
-    env.close()
-
-
-def _check_renders(env_id: str) -> None:
-    """Refuses --video for an env that cannot render frames (e.g. no ``render_mode`` argument)."""
-    import warnings
-
-    from pgrad.rl.envs.recipe import env_name
-
-    try:
-        with warnings.catch_warnings(record=True) as caught:  # shown only if it works
-            env = _build(env_id, render_mode="rgb_array")
-    except Exception as err:  # noqa: BLE001  (the env's own constructor)
-        hint = (" (its constructor takes no render_mode)" if "render_mode" in str(err) else "")
-        raise UserError(f"--video: env {env_name(env_id)!r} cannot render frames{hint}: "
-                        f"{type(err).__name__}: {one_line(err)}") from None
-    for w in caught:
-        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
-    env.close()
-
-
-def _load_export(path: Path, env_id: str):
-    """``(policy, None)`` for a loadable export at ``path``, else ``(None, why not)``."""
-
-    from pgrad.rl.export.saved_model import ExportedPolicy
-
-    probe = _build(env_id)
-    try:
-        return ExportedPolicy(path, probe.observation_space, probe.action_space), None
-    except ValueError as err:
-        return None, one_line(err)
-    finally:
-        probe.close()
