@@ -9,12 +9,14 @@ processes (:mod:`pgrad_app.perf.peers`) alternate them the same way with
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -131,6 +133,33 @@ def timed_process(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, 
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return done, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def side_process(argv: list[str], what: str) -> dict:
+    """One side's run in a fresh process (:func:`timed_process`): the JSON of the last line of
+    its output that starts with ``{"side"``, plus ``process_wall_s`` and ``process_cpu_s`` of
+    the whole process (2 decimals).
+
+    Raises:
+      RuntimeError: ``"{what} failed (exit N):"`` and the end of its stderr, when the process
+        exits non-zero or prints no such line.
+    """
+    done, wall, cpu = timed_process(argv)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{"side"')]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return {**json.loads(lines[-1]), "process_wall_s": round(wall, 2),
+            "process_cpu_s": round(cpu, 2)}
+
+
+def interpreter_missing(python: Path, project: str, packages: str, env_var: str) -> str | None:
+    """The one-line reason another project's side cannot run under ``python`` (no executable
+    file there), or None; it names ``packages`` (what that venv holds) and ``env_var`` (the
+    variable naming another interpreter)."""
+    if not python.is_file() or not os.access(python, os.X_OK):
+        return (f"no {project} interpreter at {python} (a venv with {packages}; {env_var} names "
+                "another)")
+    return None
 
 
 def peak_rss_mb() -> float:

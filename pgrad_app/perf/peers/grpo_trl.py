@@ -38,7 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.perf.common import alternate_rounds, figure, interleaved, timed_process
+from pgrad_app.perf.common import (
+    alternate_rounds,
+    figure,
+    interleaved,
+    interpreter_missing,
+    side_process,
+)
 
 #: The interpreter with torch, transformers and trl (a separate venv: the project's has no torch);
 #: ``PGRAD_TRL_PYTHON`` overrides it.
@@ -120,22 +126,13 @@ def side_run(side: str, spec: dict, trl_python: Path | None = None) -> dict:
         argv = [str(trl_python or TRL_PYTHON), str(TRL_SCRIPT), json.dumps(spec)]
     else:
         raise ValueError(f"side_run: side must be 'pgrad' or 'trl'; got {side!r}")
-    done, wall, cpu = timed_process(argv)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{"side"')]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"grpo_vs_trl: the {side} run failed (exit {done.returncode}):\n"
-                           f"{done.stderr[-3000:]}")
-    return {**json.loads(lines[-1]), "process_wall_s": round(wall, 2),
-            "process_cpu_s": round(cpu, 2)}
+    return side_process(argv, f"grpo_vs_trl: the {side} run")
 
 
 def trl_missing(trl_python: Path | None = None) -> str | None:
     """The one-line reason the TRL side cannot run, or None."""
-    python = Path(trl_python or TRL_PYTHON)
-    if not python.is_file() or not os.access(python, os.X_OK):
-        return (f"no TRL interpreter at {python} (a venv with torch, transformers and trl; "
-                "PGRAD_TRL_PYTHON names another)")
-    return None
+    return interpreter_missing(Path(trl_python or TRL_PYTHON), "TRL",
+                               "torch, transformers and trl", "PGRAD_TRL_PYTHON")
 
 
 def grpo_vs_trl(repeats: int, steps: int | None = None, rounds: int = ROUNDS,

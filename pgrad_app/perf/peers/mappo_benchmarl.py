@@ -35,7 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pgrad_app.perf.common import alternate_rounds, figure, timed_process
+from pgrad_app.perf.common import (
+    alternate_rounds,
+    figure,
+    interpreter_missing,
+    side_process,
+    timed_process,
+)
 from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, loop_rate, process_rate, train_run
 
 #: The interpreter with benchmarl, torchrl and mpe2; ``PGRAD_MARL_PYTHON`` overrides it.
@@ -65,23 +71,14 @@ RESULTS = Path(__file__).resolve().parents[3] / "docs" / "multiagent" / "results
 
 def marl_missing(python: Path | None = None) -> str | None:
     """The one-line reason BenchMARL's side cannot run, or None."""
-    python = Path(python or MARL_PYTHON)
-    if not python.is_file() or not os.access(python, os.X_OK):
-        return (f"no BenchMARL interpreter at {python} (a venv with benchmarl, torchrl and mpe2; "
-                "PGRAD_MARL_PYTHON names another)")
-    return None
+    return interpreter_missing(Path(python or MARL_PYTHON), "BenchMARL",
+                               "benchmarl, torchrl and mpe2", "PGRAD_MARL_PYTHON")
 
 
 def benchmarl_run(spec: dict, python: Path | None = None) -> dict:
     """BenchMARL's side in a fresh process: its JSON plus the whole process's wall and CPU."""
-    done, wall, cpu = timed_process([str(python or MARL_PYTHON), str(MARL_SCRIPT),
-                                     json.dumps(spec)])
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{"side"')]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the BenchMARL run {spec} failed (exit {done.returncode}):\n"
-                           f"{done.stderr[-3000:]}")
-    return {**json.loads(lines[-1]), "process_wall_s": round(wall, 2),
-            "process_cpu_s": round(cpu, 2)}
+    return side_process([str(python or MARL_PYTHON), str(MARL_SCRIPT), json.dumps(spec)],
+                        f"the BenchMARL run {spec}")
 
 
 def game_argv(game: dict) -> list[str]:

@@ -24,7 +24,7 @@ import json
 import os
 from pathlib import Path
 
-from pgrad_app.perf.common import alternate_rounds, figure, timed_process
+from pgrad_app.perf.common import alternate_rounds, figure, interpreter_missing, side_process
 from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, loop_rate, process_rate, train_run
 
 #: The interpreter with torch, stable-baselines3 and sb3-contrib; ``PGRAD_SB3C_PYTHON``
@@ -48,24 +48,15 @@ def tuned_hp() -> dict:
 
 def sb3c_missing(python: Path | None = None) -> str | None:
     """The one-line reason sb3-contrib's side cannot run, or None."""
-    python = Path(python or SB3C_PYTHON)
-    if not python.is_file() or not os.access(python, os.X_OK):
-        return (f"no sb3-contrib interpreter at {python} (a venv with torch, stable-baselines3 "
-                "and sb3-contrib; PGRAD_SB3C_PYTHON names another)")
-    return None
+    return interpreter_missing(Path(python or SB3C_PYTHON), "sb3-contrib",
+                               "torch, stable-baselines3 and sb3-contrib", "PGRAD_SB3C_PYTHON")
 
 
 def sb3c_run(steps: int, seed: int, python: Path | None = None) -> dict:
     """sb3-contrib's side in a fresh process: its JSON plus the whole process's wall and CPU."""
     spec = {"env": ENV, "steps": int(steps), "seed": int(seed)}
-    done, wall, cpu = timed_process([str(python or SB3C_PYTHON), str(SB3C_SCRIPT),
-                                     json.dumps(spec)])
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{"side"')]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"recurrent_ppo_vs_sb3c: the sb3-contrib run failed "
-                           f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return {**json.loads(lines[-1]), "process_wall_s": round(wall, 2),
-            "process_cpu_s": round(cpu, 2)}
+    return side_process([str(python or SB3C_PYTHON), str(SB3C_SCRIPT), json.dumps(spec)],
+                        "recurrent_ppo_vs_sb3c: the sb3-contrib run")
 
 
 def pgrad_run(steps: int, seed: int) -> dict:

@@ -1,10 +1,15 @@
-"""``pgrad_app.perf.common.alternate_rounds``: the loop every figure beside another project runs
-(pgrad_app.perf.peers): the order of the runs (A, B, B, A, ...), the per-round ratios and their
-median, the load average around every run, and its bad arguments. Fake runners, no process."""
+"""What the figures beside other projects (pgrad_app.perf.peers) share in pgrad_app.perf.common:
+``alternate_rounds`` (the order of the runs A, B, B, A, ..., the per-round ratios and their
+median, the load average around every run, its bad arguments; fake runners), ``side_process``
+(one side's JSON line from a real child process, a failed run in one message) and
+``interpreter_missing``."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,3 +76,34 @@ def test_one_round_runs_each_side_once_in_the_given_order(monkeypatch):
 def test_bad_arguments_are_refused_before_any_run(sides, rounds, match):
     with pytest.raises(ValueError, match=f"alternate_rounds: {match}"):
         common.alternate_rounds(sides, rounds, {"wall": per_wall})
+
+
+def test_a_side_process_gives_its_last_side_line_and_its_whole_process_times():
+    code = ("import json; print('starting'); print(json.dumps({'side': 'x', 'n': 1})); "
+            "print(json.dumps({'side': 'x', 'n': 2})); print('done')")
+    out = common.side_process([sys.executable, "-c", code], "the x run")
+    assert out["side"] == "x" and out["n"] == 2  # the last such line
+    assert out["process_wall_s"] > 0 and out["process_cpu_s"] >= 0
+    assert json.loads(json.dumps(out)) == out
+
+
+@pytest.mark.parametrize("code, exit_code", [
+    ("import json, sys; print(json.dumps({'side': 1})); sys.stderr.write('boom'); sys.exit(3)",
+     3),
+    ("import sys; print('no record'); sys.stderr.write('boom')", 0),
+])
+def test_a_failed_side_process_is_one_error_naming_the_run(code, exit_code):
+    with pytest.raises(RuntimeError, match=rf"^the x run failed \(exit {exit_code}\):\nboom$"):
+        common.side_process([sys.executable, "-c", code], "the x run")
+
+
+def test_a_missing_or_unrunnable_interpreter_is_one_line(tmp_path):
+    args = ("TRL", "torch and trl", "PGRAD_X_PYTHON")
+    missing = tmp_path / "bin" / "python"
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    for python in (missing, plain, tmp_path):
+        reason = common.interpreter_missing(python, *args)
+        assert reason == (f"no TRL interpreter at {python} (a venv with torch and trl; "
+                          "PGRAD_X_PYTHON names another)")
+    assert common.interpreter_missing(Path(sys.executable), *args) is None
