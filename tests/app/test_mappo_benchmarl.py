@@ -1,6 +1,7 @@
 """The mappo_vs_benchmarl figure and the learning driver, without BenchMARL: the two sides'
 settings describe the same work, a missing interpreter is one skipped line, bad sizes are one
-error, the driver skips finished runs, and the team return of the last tenth is weighted by
+error, rounds alternate with the median ratio as the value (fake runs), the driver skips finished
+runs, and the team return of the last tenth is weighted by
 episodes."""
 
 from __future__ import annotations
@@ -46,6 +47,43 @@ def test_steps_must_be_whole_batches(tmp_path):
     python.chmod(0o755)
     with pytest.raises(ValueError, match="multiple of 400"):
         mappo_benchmarl.mappo_vs_benchmarl(1, steps=1000, python=python)
+
+
+def test_rounds_alternate_and_the_value_is_the_median_ratio(monkeypatch, tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    order, specs = [], []
+    walls = {"pgrad": iter([1.0, 4.0]), "benchmarl": iter([3.0, 4.0])}
+
+    def run(side, steps):
+        order.append(side)
+        wall = next(walls[side])
+        out = {"env_steps": steps, "process_wall_s": wall, "process_cpu_s": wall / 2}
+        if side == "pgrad":
+            return {**out, "side": "command", "loop_wall_s": wall / 4}
+        return {**out, "side": "benchmarl", "wall_s": wall / 2, "curve": [[400, -1.0, 2]]}
+
+    def pgrad_run(algo, steps, seed, hp, game):
+        assert algo == "mappo" and hp == MATCHED["pgrad"] and game == mappo_benchmarl.GAME
+        return run("pgrad", steps)
+
+    def benchmarl_run(spec, python_):
+        assert python_ == python
+        specs.append(spec)
+        return run("benchmarl", spec["frames"])
+
+    monkeypatch.setattr(mappo_benchmarl, "pgrad_run", pgrad_run)
+    monkeypatch.setattr(mappo_benchmarl, "benchmarl_run", benchmarl_run)
+    out = mappo_benchmarl.mappo_vs_benchmarl(0, steps=800, rounds=2, python=python, threads=0)
+    assert order == ["pgrad", "benchmarl", "benchmarl", "pgrad"]
+    assert specs[0]["algorithm"] == "mappo" and specs[0]["frames"] == 800
+    assert out["value"] == 2.0 and out["met"] is True  # median of 3 and 1
+    details = out["details"]
+    assert details["round_ratios"] == [3.0, 1.0] and details["cpu_ratio"] == 2.0
+    assert details["loop_ratio"] == 4.0  # loops: pgrad wall / 4, BenchMARL's wall / 2
+    assert details["env_steps_per_s"] == {"pgrad_train": 500.0, "benchmarl": 233.3}
+    assert "curve" not in details["runs"]["benchmarl"][0] and len(details["load_avg_1m"]) == 5
 
 
 def test_the_last_tenth_is_weighted_by_episodes():

@@ -42,7 +42,7 @@ from pgrad_app.perf.common import (
     side_process,
     timed_process,
 )
-from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, loop_rate, process_rate, train_run
+from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, env_step_details, train_run
 
 #: The interpreter with benchmarl, torchrl and mpe2; ``PGRAD_MARL_PYTHON`` overrides it.
 MARL_PYTHON = Path(os.environ.get("PGRAD_MARL_PYTHON", "/work/venv-marl/bin/python"))
@@ -128,16 +128,8 @@ def mappo_vs_benchmarl(repeats: int, steps: int = STEPS, rounds: int = ROUNDS, s
          "benchmarl": theirs}, rounds, ENV_STEP_RATES)
     value = measured.median("process")
     return figure("mappo_vs_benchmarl", value, GOAL, value >= 2.0,
-                  env_steps_per_s={"pgrad_train": measured.side_median("pgrad", process_rate),
-                                   "benchmarl": measured.side_median("benchmarl", process_rate)},
-                  loop_env_steps_per_s={"pgrad": measured.side_median("pgrad", loop_rate),
-                                        "benchmarl": measured.side_median("benchmarl", loop_rate)},
-                  threads=threads,
-                  round_ratios=[round(r, 3) for r in measured.ratios["process"]],
-                  loop_ratio=round(measured.median("loop"), 3),
-                  cpu_ratio=round(measured.median("cpu"), 3),
-                  steps=steps, matched=MATCHED, load_avg_1m=measured.load_avg_1m,
-                  runs=measured.runs,
+                  **env_step_details(measured, "benchmarl"), threads=threads, steps=steps,
+                  matched=MATCHED, load_avg_1m=measured.load_avg_1m, runs=measured.runs,
                   note="fresh process per run, one after the other (odd rounds reversed); "
                   "value = pgrad-train's env steps per second of whole-process wall over "
                   "BenchMARL's (a process building its Experiment and calling run); loop_ratio "

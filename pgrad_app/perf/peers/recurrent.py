@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 
 from pgrad_app.perf.common import alternate_rounds, figure, interpreter_missing, side_process
-from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, loop_rate, process_rate, train_run
+from pgrad_app.perf.peers.sb3 import ENV_STEP_RATES, env_step_details, train_run
 
 #: The interpreter with torch, stable-baselines3 and sb3-contrib; ``PGRAD_SB3C_PYTHON``
 #: overrides it.
@@ -82,13 +82,7 @@ def recurrent_ppo_vs_sb3c(repeats: int, steps: int = STEPS, rounds: int = 1, see
                                 rounds, ENV_STEP_RATES)
     value = measured.median("process")
     return figure("recurrent_ppo_vs_sb3c", value, GOAL, value >= 1.0,
-                  env_steps_per_s={"pgrad_train": measured.side_median("pgrad", process_rate),
-                                   "sb3c": measured.side_median("sb3c", process_rate)},
-                  loop_env_steps_per_s={"pgrad": measured.side_median("pgrad", loop_rate),
-                                        "sb3c": measured.side_median("sb3c", loop_rate)},
-                  round_ratios=[round(r, 3) for r in measured.ratios["process"]],
-                  loop_ratio=round(measured.median("loop"), 3),
-                  cpu_ratio=round(measured.median("cpu"), 3),
+                  **env_step_details(measured, "sb3c"),
                   measured_at_env_steps=steps, full_length=steps >= STEPS, hp=tuned_hp(),
                   load_avg_1m=measured.load_avg_1m, runs=measured.runs,
                   note="fresh process per run, one after the other (odd rounds reversed); "

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pgrad_app.perf.common import figure, timed_process
+from pgrad_app.perf.common import Rounds, figure, timed_process
 
 
 def sb3_available() -> bool:
@@ -56,6 +56,21 @@ def cpu_rate(run: dict) -> float:
 #: takes them.
 ENV_STEP_RATES: dict[str, Callable[[dict], float]] = {
     "process": process_rate, "loop": loop_rate, "cpu": cpu_rate}
+
+
+def env_step_details(measured: Rounds, theirs: str) -> dict:
+    """What a figure of ``pgrad-train`` (side ``"pgrad"``) beside another project's side
+    ``theirs`` reports of rounds measured with :data:`ENV_STEP_RATES`: each side's median env
+    steps/s by whole-process wall and by training loop, the per-round whole-process ratios, and
+    the median loop and CPU ratios."""
+    return {
+        "env_steps_per_s": {"pgrad_train": measured.side_median("pgrad", process_rate),
+                            theirs: measured.side_median(theirs, process_rate)},
+        "loop_env_steps_per_s": {"pgrad": measured.side_median("pgrad", loop_rate),
+                                 theirs: measured.side_median(theirs, loop_rate)},
+        "round_ratios": [round(r, 3) for r in measured.ratios["process"]],
+        "loop_ratio": round(measured.median("loop"), 3),
+        "cpu_ratio": round(measured.median("cpu"), 3)}
 
 
 def a2c_cartpole(repeats: int, seeds=(0, 1, 2), max_steps: int = 300_000) -> list[dict]:
