@@ -54,8 +54,8 @@ def one_run(algo: str, seed: int, frames: int, episodes: int, sets: list[str]) -
     run = Path(tempfile.mkdtemp(prefix=f"spread-{algo}-s{seed}-")) / "run"
     train = [str(BIN / "pgrad-train"), "--agent", algo, "--env", ENV, *GAME, "--seed",
              str(seed), "--total-steps", str(frames), "--out", str(run), "--quiet"]
-    if sets:
-        train += ["--set", *sets]
+    for item in sets:  # one --set per key=value
+        train += ["--set", item]
     env = {**os.environ, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
     start = time.perf_counter()
     done = subprocess.run(train, capture_output=True, text=True, env=env)
