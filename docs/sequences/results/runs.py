@@ -15,6 +15,9 @@ from pathlib import Path
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 COMMON = ["--agent", "grpo", "--set", "d_model=64", "--set", "num_layers=2", "--quiet"]
+#: process supervision with the per-position baseline and each token's own reward
+POSITION0 = ["--set", "supervision=process", "--set", "process_baseline=position", "--set",
+             "gamma=0"]
 TABLES = {
     "reversal35": {
         "env": ["--env", "pgrad/Reversal-v0", "--env-kwargs", "min_digits=3", "max_digits=5",
@@ -25,9 +28,9 @@ TABLES = {
             "process (dapo)": ["--set", "supervision=process"],
             "process, ent_coef 0.01": ["--set", "supervision=process", "--set",
                                        "ent_coef=0.01"],
-            "process, position baseline, gamma 0": [
-                "--set", "supervision=process", "--set", "process_baseline=position",
-                "--set", "gamma=0"],
+            "process, position baseline, gamma 0": POSITION0,
+            "position, gamma 0, ent_coef 0.05": [*POSITION0, "--set", "ent_coef=0.05"],
+            "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
         },
     },
     "addition2": {
@@ -38,6 +41,7 @@ TABLES = {
             "process (dapo)": ["--set", "supervision=process"],
             "process, ent_coef 0.01": ["--set", "supervision=process", "--set",
                                        "ent_coef=0.01"],
+            "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
         },
     },
 }
