@@ -21,9 +21,11 @@ from agents.population import (
 )
 
 TOL = 1e-6
-SMALL = {"a2c": {"num_envs": 4},
-         "ppo": {"num_envs": 4, "n_steps": 32, "minibatch_size": 64, "epochs": 2},
-         "reinforce": {"num_envs": 2, "batch_steps": 20}}
+#: Small nets (one hidden layer of 16: a cheaper trace, the same code paths) and rollouts.
+SMALL = {"a2c": {"num_envs": 4, "hidden": (16,)},
+         "ppo": {"num_envs": 4, "n_steps": 16, "minibatch_size": 32, "epochs": 2,
+                 "hidden": (16,)},
+         "reinforce": {"num_envs": 2, "batch_steps": 20, "hidden": (16,)}}
 
 
 def _max_diff(a, b) -> float:
@@ -71,7 +73,7 @@ def test_a_population_equals_its_seeds_trained_alone(algo, updates, groups, monk
 
 
 def test_members_share_nothing():
-    pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2)
+    pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2, hidden=(16,))
     a, b = pop.agents
     try:
         ids = lambda m: {id(v) for v in m.net.variables}  # noqa: E731
@@ -155,7 +157,7 @@ def _crashing_env():
 
 
 def test_one_seed_whose_env_crashes_stops_alone(capsys):
-    pop = Population("a2c", _crashing_env, seeds=[10, 20], num_envs=2)
+    pop = Population("a2c", _crashing_env, seeds=[10, 20], num_envs=2, hidden=(16,))
     try:
         pop.learn(200)
         assert list(pop.failures) == [20] and "the simulator lost its state" in pop.failures[20]
@@ -177,7 +179,7 @@ def test_callbacks_by_seed_and_a_member_that_stops_alone():
 
         return fn
 
-    pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2, n_steps=5)
+    pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2, n_steps=5, hidden=(16,))
     try:
         pop.learn(40, callbacks=count)
         assert seen == {0: 4, 1: 2}
@@ -195,12 +197,14 @@ def test_a_transform_that_captures_a_tensor_of_its_own_traces_each_member():
     factor = tf.Variable(0.5)  # not a member's variable: the shared trace cannot stand in
     chain = pgrad.chain(pgrad.weight_by("advantages"), pgrad.mean_steps(),
                         pgrad.stateless(lambda grads, **context: [g * factor for g in grads]))
-    pop = Population("a2c", "CartPole-v1", seeds=[1, 2], transform=chain, num_envs=2)
+    pop = Population("a2c", "CartPole-v1", seeds=[1, 2], transform=chain, num_envs=2,
+                     hidden=(16,))
     try:
         pop.learn(2 * pop.agents[0].steps_per_update())
         assert pop.update.shared is None and pop.update.tracing_count() >= 1
         for seed, member in zip([1, 2], pop.agents):
-            alone = agents.make("a2c", "CartPole-v1", seed=seed, transform=chain, num_envs=2)
+            alone = agents.make("a2c", "CartPole-v1", seed=seed, transform=chain, num_envs=2,
+                                hidden=(16,))
             alone.learn(2 * alone.steps_per_update(), progress=False)
             assert _max_diff(member, alone) <= TOL
             alone.close()

@@ -13,7 +13,8 @@ import pytest
 
 from tests.cli_helpers import evaluate, one_error_line, popen_train, train
 
-SMALL = ("--agent", "a2c", "--env", "CartPole-v1", "--num-envs", "4", "--no-tuned", "--quiet")
+SMALL = ("--agent", "a2c", "--env", "CartPole-v1", "--num-envs", "4", "--no-tuned", "--quiet",
+         "--set", "hidden=[16]")
 
 
 def _weights(run_dir):
@@ -142,7 +143,8 @@ if CRASHING not in gym.registry:
 def test_a_seed_whose_env_crashes_stops_alone_with_a_line_in_its_directory(tmp_path, capsys):
     out = tmp_path / "pop"
     code, stdout, err = train("--agent", "a2c", "--env", f"{__name__}:{CRASHING}", "--seeds",
-                              "10", "20", "--num-envs", "2", "--total-steps", "200",
+                              "10", "20", "--num-envs", "2", "--set", "hidden=[16]",
+                              "--total-steps", "200",
                               "--checkpoint-every", "20", "--quiet", "--out", out,
                               capsys=capsys)
     assert code == 1
