@@ -9,8 +9,8 @@ greedy learner on ``--episodes`` games per opponent (a uniform random legal play
 earlier policy) and seat, and writes ``self_play_<game>_<config>_s<seed>.json`` (the commands,
 the wall time, the learner's mean result over its last 2,000 training games, the evaluation's
 ``games``) and ``self_play_<game>_<config>_summary.json`` (mean, min and max over seeds).
-``--collect DIR`` reads runs made already with these commands (``DIR/<game>_s<seed>`` and its
-``.log``) instead of training.
+``--runs DIR`` puts the runs there (default: ``--out``); ``--collect DIR`` reads runs made
+already with these commands (``DIR/<game>_s<seed>`` and its ``.log``) instead of training.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ CONFIGS = {
                         "hidden=[128,128]"],
     "lr3e-4_epochs4": ["self_play=true", "num_envs=16", "n_steps=64", "learning_rate=0.0003",
                        "epochs=4", "hidden=[128,128]"],
+    # One row in four is the learner's live move (2 seats, the learner's half of the moves):
+    # num_minibatches=16 makes 4 minibatches of 128 decisions (4 gives one of 512).
+    "mix25_mb16_lr1e-3": ["self_play=true", "num_envs=16", "n_steps=64", "learning_rate=0.001",
+                          "epochs=4", "num_minibatches=16", "random_prob=0.25",
+                          "hidden=[128,128]"],
+    "mix25_mb16_lr1e-3_h256": ["self_play=true", "num_envs=16", "n_steps=64",
+                               "learning_rate=0.001", "epochs=4", "num_minibatches=16",
+                               "random_prob=0.25", "hidden=[256,256]"],
 }
 
 
@@ -66,12 +74,14 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", type=Path, help="where the runs go (default: --out)")
     parser.add_argument("--collect", type=Path, help="runs made already: DIR/<game>_s<seed>")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for seed in args.seeds:
-        base = args.collect or args.out
+        base = args.collect or args.runs or args.out
+        base.mkdir(parents=True, exist_ok=True)
         run = base / f"{args.game}_s{seed}"
         cmds = commands(args.game, args.config, seed, args.steps, run, args.episodes)
         if args.collect is None:
