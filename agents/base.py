@@ -2,11 +2,10 @@
 
 An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
 (:class:`pgrad.rl.models.networks.ActorCritic`, built by :mod:`agents.build`) with a numpy mirror
-for
-acting (:mod:`agents.acting.policy`: the rollout's policy function, ``act``, ``predict``; the
-agent's
-acting methods: :mod:`agents.acting.methods`), a transform chain whose state lives in
-``tf.Variable`` s, a Keras optimizer, and one compiled update per rollout:
+for acting (:mod:`agents.acting.policy`: the rollout's policy function, ``act``, ``predict``;
+the agent's acting methods: :mod:`agents.acting.methods`; its saving methods:
+:mod:`agents.persistence.methods`), a transform chain whose state lives in ``tf.Variable`` s, a
+Keras optimizer, and one compiled update per rollout:
 
 1. values ``V(o_t)``, ``V(o_{t+1})`` and GAE(lambda) advantages over the whole ``[T, B]`` rollout
    (bootstrapped at truncations, never at terminations; ``V(o_t)`` from the acting call where
@@ -45,7 +44,8 @@ from agents.acting.methods import ActingMethods
 from agents.build import make_optimizer
 from agents.catalog import registry
 from agents.config import MAX_OBS_DIM, ActorCriticConfig
-from agents.learn_stats import LearnStats
+from agents.learn_methods import LearningMethods
+from agents.persistence.methods import PersistenceMethods
 from agents.schedules import Schedules
 from agents.update import diagnostics
 from agents.update.compiled import CompiledUpdate
@@ -53,7 +53,6 @@ from agents.update.parts import Counters, UpdateParts
 from agents.update.targets import GAETargets
 from pgrad.rl import rollout, spaces
 from pgrad.rl.envs import vector as envs_lib
-from pgrad.rl.export.saved_model import export_policy
 from pgrad.rl.models import encoders
 from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.rl.policy import make_actor
@@ -64,7 +63,7 @@ from pgrad.transforms import TransformState
 VALUES_FROM_ACTING = True
 
 
-class ActorCriticAgent(ActingMethods):
+class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
     """The actor-critic agent; see the module docstring and ``agents/__init__.py``.
 
     Its acting methods (``act``, ``predict``, ``policy``, ``acting_fn``, ``acting_state``) are
@@ -322,48 +321,7 @@ class ActorCriticAgent(ActingMethods):
                 self, self.cfg.adversarial_epsilon)
         return self._adversarial_acting
 
-    # -- persistence -----------------------------------------------------------------------------
-
-    def trackables(self) -> dict[str, Any]:
-        """Everything a ``tf.train.Checkpoint`` needs to resume this agent exactly.
-
-        The caller may restore into these objects, so the numpy copies are marked stale here and
-        re-read from the variables on next use (``step`` also re-reads them whenever the update
-        counter differs from the one it last saw).
-        """
-        self._synced_updates = -1
-        out: dict[str, Any] = dict(self.net.modules())
-        if self.critic_optimizer is not None:
-            out["critic_optimizer"] = self.critic_optimizer
-        if self.net.recurrent:
-            out.update(rollout_state=self.state_var, critic_state=self.critic_state_var)
-        if hasattr(self.update_targets, "trackables"):
-            out.update(self.update_targets.trackables())
-        out.update(optimizer=self.optimizer, transform_state=self.transform_state,
-                   env_steps=self.env_steps_var, updates=self.updates_var, seed=self.seed_var)
-        if self.obs_norm is not None:
-            out["obs_normalizer"] = self.obs_norm
-        if self.reward_norm is not None:
-            out["reward_normalizer"] = self.reward_norm
-        return out
-
-    def export_policy(self, path: str) -> None:
-        """Saves a deterministic ``action(observation)`` SavedModel (see
-        pgrad.rl.export.saved_model)."""
-        self._sync()
-        recipe = self.env_id.record() if isinstance(self.env_id, envs_lib.EnvRecipe) else None
-        meta = {"env_id": self.env_id if isinstance(self.env_id, str) else None,
-                "agent": self.name}
-        if recipe is not None and not recipe["wrappers"]:  # an id with options: evaluable
-            meta.update(env_id=recipe["id"], env_kwargs=recipe["kwargs"])
-        export_policy(self.net, self.obs_norm, self.observation_space, path, meta)
-
-    def save(self, path: str | Path) -> Any:
-        """Saves the agent into directory ``path``: ``agent.json``, a checkpoint, the exported
-        policy (see :mod:`agents.persistence.save_load`; ``agents.load(path)`` restores it
-        exactly)."""
-        from agents.persistence import save_load as persistence
-        return persistence.save(self, path)
+    # -- persistence: trackables, export_policy, save (agents.persistence.methods) ---------
 
     def close(self) -> None:
         self.collector.close()
@@ -381,45 +339,7 @@ class ActorCriticAgent(ActingMethods):
                              "agents.load(path).")
         return persistence.load(path, registry=agent_class, **kwargs)
 
-    def learn(self, total_steps: int | None = None, callbacks: Any = None,
-              progress: bool | None = None, *, total_timesteps: int | None = None,
-              progress_bar: bool | None = None, callback: Any = None, **sb3: Any
-              ) -> ActorCriticAgent:
-        """Trains for ``total_steps`` more env steps (the counters continue, as
-        Stable-Baselines3's ``learn(..., reset_num_timesteps=False)``); returns the agent.
-
-        Args:
-          total_steps: env steps to add (rounded up to whole updates).
-          callbacks: a :class:`agents.learning.Callback`, a plain ``fn(loop) -> bool | None``
-            called after every update (``False`` stops), or a list of them
-            (:mod:`agents.callbacks`: evaluation, checkpoints, stop at a return).
-          progress: a progress bar on stderr; None: as the agent's ``verbose`` says (shown
-            unless it is 0; 2 adds a line of metrics per update).
-          total_timesteps, progress_bar, callback: Stable-Baselines3's names of the three.
-        """
-        from agents.catalog import sb3_names
-        from agents.learning import Loop
-
-        total_steps, callbacks, progress = sb3_names.learn_arguments(
-            total_steps, callbacks, progress, total_timesteps, progress_bar, callback, sb3)
-        progress, callbacks = sb3_names.verbose_learning(self.verbose, progress, callbacks)
-        if int(total_steps) < 0:
-            raise ValueError(f"total_steps must be >= 0; got {total_steps}.")
-        if self.tensorboard_log is not None:  # after the user's (an EvalCallback's rows)
-            from agents.logger import TensorBoardLog
-
-            callbacks = [callbacks, TensorBoardLog(self.tensorboard_log)]
-        Loop(self, self.env_steps + int(total_steps), callbacks, progress).run()
-        return self
-
-    @property
-    def learn_stats(self) -> LearnStats:
-        """Episodes, wall time and recent returns over every ``learn`` (saved with the agent):
-        an :class:`agents.learn_stats.LearnStats`."""
-        stats = self.__dict__.get("_learn_stats")
-        if stats is None:
-            stats = self._learn_stats = LearnStats()
-        return stats
+    # -- learn, learn_stats: agents.learn_methods.LearningMethods -------------------------------
 
 
 #: name -> (the declaration, its agent class): built once per declaration.
