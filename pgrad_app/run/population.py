@@ -18,6 +18,7 @@ the export), so each directory is what ``pgrad-train --seed S --out DIR`` writes
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
@@ -171,11 +172,19 @@ class PopulationRun:
                 stale.unlink()
             loops[i] = Loop(trainer.agent, s.total_steps, [*trainer.callbacks(), self.signals],
                             progress=False)
+        from agents.population.exports import SharedExport
+
+        shared = SharedExport()  # the members' exports: one trace, each member's variables
+        for member in self.population.agents:
+            member.export_policy = functools.partial(shared.export, member)
         self.signals.install()
         try:
             run_loops(self.population, loops, self._failed, self._progress)
         finally:
             self.signals.restore()
+            for member in self.population.agents:
+                del member.export_policy  # the agent's own method again
+            shared.close()
         results = []
         for i, loop in loops.items():
             seed = self.population.seeds[i]

@@ -27,6 +27,13 @@ def _weights(run_dir):
         agent.close()
 
 
+def _export_logits(policy_dir, obs):
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(policy_dir))  # held: its functions read its variables
+    return loaded.distribution_params(obs)["logits"].numpy()
+
+
 def test_seeds_write_the_run_directory_of_each_seed(tmp_path, capsys):
     out = tmp_path / "pop"
     code, stdout, err = train(*SMALL, "--seeds", "80..81", "--total-steps", "120", "--out", out,
@@ -46,6 +53,17 @@ def test_seeds_write_the_run_directory_of_each_seed(tmp_path, capsys):
     (pw, ps), (aw, as_) = _weights(out / "seed80"), _weights(tmp_path / "alone")
     assert ps == as_ == 120
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(pw, aw)) <= 1e-6
+    # seed 81's export is written into a copy of seed 80's (one trace): each is its own policy
+    code, _, err = train(*SMALL, "--seed", "81", "--total-steps", "120", "--out",
+                         tmp_path / "alone81", capsys=capsys)
+    assert code == 0, err
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    logits = {name: _export_logits(d / "policy", obs) for name, d in (
+        ("p80", out / "seed80"), ("p81", out / "seed81"), ("a80", tmp_path / "alone"),
+        ("a81", tmp_path / "alone81"))}
+    np.testing.assert_array_equal(logits["p80"], logits["a80"])
+    np.testing.assert_array_equal(logits["p81"], logits["a81"])
+    assert np.max(np.abs(logits["p80"] - logits["p81"])) > 1e-3
     code, stdout, err = evaluate(out / "seed81", "--episodes", "2", capsys=capsys)
     assert code == 0 and (out / "seed81" / "eval.json").is_file(), err
 
