@@ -4,6 +4,9 @@ call), then pgrad-evaluate greedy on 200 episodes; one JSON per table here.
 
     python docs/sequences/results/runs.py reversal35 [--out DIR]   # 3-5-digit reversal, 1M
     python docs/sequences/results/runs.py addition2 [--out DIR]    # 2-digit addition
+
+--seeds and --variants pick runs (e.g. --seeds 0 --variants "position, gamma 0" for a screen);
+a row already in the JSON is not run again.
 """
 import argparse
 import json
@@ -31,6 +34,7 @@ TABLES = {
             "process, position baseline, gamma 0": POSITION0,
             "position, gamma 0, ent_coef 0.05": [*POSITION0, "--set", "ent_coef=0.05"],
             "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
+            "position, gamma 0, ent_coef 0.2": [*POSITION0, "--set", "ent_coef=0.2"],
         },
     },
     "addition2": {
@@ -42,6 +46,8 @@ TABLES = {
             "process, ent_coef 0.01": ["--set", "supervision=process", "--set",
                                        "ent_coef=0.01"],
             "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
+            "position, gamma 0": POSITION0,
+            "position, gamma 0, ent_coef 0.01": [*POSITION0, "--set", "ent_coef=0.01"],
         },
     },
 }
