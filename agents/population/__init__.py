@@ -2,7 +2,8 @@
 
 :mod:`agents.population.members` holds the population (its members, checks and rounds);
 :mod:`agents.population.loop` its training loop (each member's own ``agents.learning.Loop``,
-driven in rounds). See docs/populations.md.
+driven in rounds); :mod:`agents.population.exports` the members' policy exports with one
+trace. See docs/populations.md.
 """
 
 from agents.population.members import (
