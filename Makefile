@@ -35,17 +35,20 @@ REQS    = $(PY) -c 'import importlib.metadata as m, re; \
 	for r in m.requires("pgrad") if not r.startswith("tf-keras") \
 	and ("extra ==" not in r or any(f"extra == \"{e}\"" in r for e in "$(1)".split()))))'
 
-# The core and docs layers install pgrad itself without its dependencies, then those.
+# The core and docs layers install pgrad itself without its dependencies, then those; pip's
+# conflict check would name `tensorflow` (which tensorflow-cpu stands in for) as missing, in an
+# ERROR line a new user takes for a failure, so these installs skip it.
+LAYER  := $(PIP) --no-warn-conflicts
 $(CORE): pyproject.toml constraints.txt | $(PY)
-	$(PIP) --no-deps -e .
+	$(LAYER) --no-deps -e .
 	$(call REQS,) > $(VENV)/core-requirements.txt
-	$(PIP) -r $(VENV)/core-requirements.txt
-	$(PIP) --no-deps tf-keras
+	$(LAYER) -r $(VENV)/core-requirements.txt
+	$(LAYER) --no-deps tf-keras
 	touch $@
 
 $(DOCS): $(CORE)
 	$(call REQS,docs) > $(VENV)/docs-requirements.txt
-	$(PIP) -r $(VENV)/docs-requirements.txt
+	$(LAYER) -r $(VENV)/docs-requirements.txt
 	touch $@
 
 # What a layer installs, one requirement a line: make -s requirements [EXTRAS="docs"] [TF=...]
