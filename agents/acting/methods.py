@@ -61,6 +61,11 @@ class ActingMethods:
             return int(self.env_steps_var.numpy())
         return self._env_steps
 
+    @property
+    def num_timesteps(self) -> int:
+        """Stable-Baselines3's name for :attr:`env_steps` (read-only)."""
+        return self.env_steps
+
     def _sync(self) -> int:
         """Refreshes the numpy copies if the variables changed outside ``step`` (a restore).
 

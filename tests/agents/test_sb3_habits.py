@@ -109,6 +109,18 @@ def test_sb3_constructor_keywords_and_other_classes():
         ppo.close()
 
 
+def test_num_timesteps_is_the_env_step_counter():
+    """SB3's ``model.num_timesteps`` reads pgrad's ``env_steps``: 0 before learning, then the
+    env steps of the whole updates ``learn`` ran (2 updates of 4 envs x 5 steps)."""
+    a2c = agents.A2C("MlpPolicy", "CartPole-v1", n_envs=4, n_steps=5, seed=0)
+    try:
+        assert a2c.num_timesteps == a2c.env_steps == 0
+        a2c.learn(total_timesteps=40)
+        assert a2c.num_timesteps == a2c.env_steps == 40
+    finally:
+        a2c.close()
+
+
 def test_policy_names_and_refusals():
     assert {k: sb3_names.encoder_of(k) for k in sb3_names.POLICIES} == {
         "MlpPolicy": "mlp", "CnnPolicy": "nature_cnn", "MultiInputPolicy": "auto"}
