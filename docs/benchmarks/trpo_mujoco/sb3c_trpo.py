@@ -27,7 +27,9 @@ ZOO = {"n_steps": 1024, "batch_size": 128, "gamma": 0.99, "gae_lambda": 0.95,
 
 def zoo_settings(env_id: str, target_kl: float | None = None) -> dict:
     """rl-zoo's settings for ``env_id``; ``target_kl`` overrides the env's (a variant run)."""
-    kl = target_kl if target_kl is not None else (0.04 if env_id.startswith("HalfCheetah") else 0.01)
+    if target_kl is None:
+        target_kl = 0.04 if env_id.startswith("HalfCheetah") else 0.01
+    kl = target_kl
     return {**ZOO, "target_kl": kl}
 
 

@@ -57,7 +57,8 @@ def main() -> None:
             print(args.name, point, flush=True)
     finally:
         agent.close()
-    table = json.loads(out.read_text()) if out.exists() else table  # another screen may have written
+    if out.exists():  # another screen may have written it meanwhile
+        table = json.loads(out.read_text())
     table["runs"][args.name] = {"settings": json.loads(args.settings), "seed": args.seed,
                                 "games_per_seat": args.games, "curve": curve}
     out.write_text(json.dumps(table, indent=1) + "\n")

@@ -35,6 +35,8 @@ TABLES = {
             "position, gamma 0, ent_coef 0.05": [*POSITION0, "--set", "ent_coef=0.05"],
             "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
             "position, gamma 0, ent_coef 0.2": [*POSITION0, "--set", "ent_coef=0.2"],
+            "position, gamma 0, ent_coef 0.2, epochs 2": [*POSITION0, "--set", "ent_coef=0.2",
+                                                          "--set", "epochs=2"],
         },
     },
     "addition2": {
