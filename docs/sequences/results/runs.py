@@ -38,7 +38,7 @@ TABLES = {
             "position, gamma 0, ent_coef 0.2, epochs 2": [*POSITION0, "--set", "ent_coef=0.2",
                                                           "--set", "epochs=2"],
             "position, gamma 0, ent_coef 0.3": [*POSITION0, "--set", "ent_coef=0.3"],
-            "position, gamma 0, ent_coef 0.2, group 16": [*POSITION0, "--set", "ent_coef=0.2",
+            "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
                                                           "--set", "group_size=16"],
         },
     },
