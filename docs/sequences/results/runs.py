@@ -53,6 +53,8 @@ TABLES = {
             "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
             "position, gamma 0": POSITION0,
             "position, gamma 0, ent_coef 0.01": [*POSITION0, "--set", "ent_coef=0.01"],
+            "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
+                                                          "--set", "group_size=16"],
         },
     },
 }
