@@ -6,8 +6,7 @@ final policy (the observation statistics frozen), as the pgrad rows are evaluate
 run here, ``sb3c_trpo__ENV__seedS.json`` (``sb3c_trpo_kl0.04__...`` for a ``--target-kl 0.04``
 variant). Run under an interpreter with sb3-contrib and gymnasium[mujoco] (not pgrad's):
 
-    pip install torch --index-url https://download.pytorch.org/whl/cpu
-    pip install sb3-contrib "gymnasium[mujoco]"
+    pip install torch sb3-contrib "gymnasium[mujoco]"   # (torch's CPU index makes it smaller)
     python docs/benchmarks/trpo_mujoco/sb3c_trpo.py Hopper-v5 0 [--ckpt DIR] [--target-kl X]
 """
 import argparse
@@ -29,8 +28,7 @@ def zoo_settings(env_id: str, target_kl: float | None = None) -> dict:
     """rl-zoo's settings for ``env_id``; ``target_kl`` overrides the env's (a variant run)."""
     if target_kl is None:
         target_kl = 0.04 if env_id.startswith("HalfCheetah") else 0.01
-    kl = target_kl
-    return {**ZOO, "target_kl": kl}
+    return {**ZOO, "target_kl": target_kl}
 
 
 def main() -> None:

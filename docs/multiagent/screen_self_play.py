@@ -3,20 +3,23 @@ greedy learner evaluated against the uniform random legal player (``games`` per 
 ``--every`` env steps; each run's curve is written into ``--out`` (a JSON holding every screen
 run so far; a name already there is not run again).
 
-    python docs/multiagent/results/screen_self_play.py NAME '{"hidden": [256, 256]}' \
+    python docs/multiagent/screen_self_play.py NAME '{"hidden": [256, 256]}' \
         [--steps 300000] [--every 100000] [--seed 0] [--games 300] [--out FILE]
 
 The settings in the JSON go on top of the best measured ones (``BASE``: the
-``mix25_mb16_lr1e-3`` row of docs/multiagent/self_play.md).
+``mix25_mb16_lr1e-3`` configuration of ``self_play_games.py``, the 3-seed runner beside it).
 """
 import argparse
 import json
 import time
 from pathlib import Path
 
+import yaml
+from self_play_games import CONFIGS
+
 ENV = "pettingzoo.classic.connect_four_v3:env"
-BASE = {"self_play": True, "num_envs": 16, "n_steps": 64, "learning_rate": 1e-3, "epochs": 4,
-        "num_minibatches": 16, "random_prob": 0.25, "hidden": [128, 128]}
+#: ``key=value`` settings as pgrad-train's ``--set`` reads them (values in YAML).
+BASE = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in CONFIGS["mix25_mb16_lr1e-3"])}
 
 
 def main() -> None:
@@ -27,7 +30,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--games", type=int, default=300)
-    parser.add_argument("--out", default=str(Path(__file__).parent
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"
                                              / "self_play_connect_four_v3_screens2_s0.json"))
     args = parser.parse_args()
     out = Path(args.out)
