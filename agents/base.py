@@ -1,6 +1,7 @@
 """The one actor-critic agent. REINFORCE, A2C, PPO and NPG are presets of it: a config and a chain.
 
-An agent is a vector env and :class:`pgrad.rl.rollout.Collector`, Keras actor/critic networks
+An agent is a vector env and :class:`pgrad.rl.collection.rollout.Collector`, Keras actor/critic
+networks
 (:class:`pgrad.rl.models.networks.ActorCritic`, built by :mod:`agents.build`) with a numpy mirror
 for acting (:mod:`agents.acting.policy`: the rollout's policy function, ``act``, ``predict``;
 the agent's acting methods: :mod:`agents.acting.methods`; its saving methods:
@@ -51,11 +52,12 @@ from agents.update import diagnostics
 from agents.update.compiled import CompiledUpdate
 from agents.update.parts import Counters, UpdateParts
 from agents.update.targets import GAETargets
-from pgrad.rl import rollout, spaces
+from pgrad.rl.acting.policy import make_actor
+from pgrad.rl.collection import rollout
 from pgrad.rl.envs import vector as envs_lib
 from pgrad.rl.models import encoders
-from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.policy import make_actor
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
 from pgrad.transforms import TransformState
 
 #: Take ``V(o_t)`` from the acting call where it is exact (:attr:`ActorCriticAgent.
@@ -174,7 +176,7 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
             self.update_targets.bind(self.net, lambda: build.network(
                 cfg, self.layout, self.encoder, self.action_space, self.seed))
         self.updater = CompiledUpdate(self.update_parts())
-        try:  # also decides where the env's action masks come from (pgrad.rl.masks)
+        try:  # also decides where the env's action masks come from (pgrad.rl.collection.masks)
             self.collector.reset(seed=self.seed)
         except Exception:
             self.collector.close()
@@ -219,7 +221,8 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
         call and the update uses them instead of its value pass over the observations.
 
         Only where they equal the update's pass to float round-off: a compiled actor whose
-        critic shares its encoder (:attr:`pgrad.rl.compiled_actor.CompiledActor.fused_values`;
+        critic shares its encoder
+        (:attr:`pgrad.rl.acting.compiled_actor.CompiledActor.fused_values`;
         the numpy mirror's MLPs are cheaper in the update's batched pass), an on-policy update
         (the weights that acted are the weights that update; IMPALA/APPO learn from lagged
         actors and need V on the learner's weights). The stored observations are the ones the

@@ -1,7 +1,8 @@
 """What an agent builds from its config for its env: the actor-critic network and the optimizer.
 
 :class:`agents.base.ActorCriticAgent` calls these once, in its constructor, after it has the
-env's spaces, their layout (:func:`pgrad.rl.spaces.obs_layout`) and the resolved encoder
+env's spaces, their layout (:func:`pgrad.rl.observations.spaces.obs_layout`) and the resolved
+encoder
 (:func:`pgrad.rl.models.encoders.resolve`): :func:`check_encoder_options` refuses settings that do
 not
 fit the env's observations, :func:`network` builds the :class:`pgrad.rl.models.networks.ActorCritic`
@@ -24,7 +25,7 @@ import pgrad
 from agents.config import ActorCriticConfig
 from pgrad.rl.models import encoders
 from pgrad.rl.models.networks import ActorCritic, actor_critic
-from pgrad.rl.spaces import ObsLayout
+from pgrad.rl.observations.spaces import ObsLayout
 
 
 def make_optimizer(cfg: ActorCriticConfig, learning_rate: float) -> keras.optimizers.Optimizer:

@@ -223,8 +223,8 @@ class ActorCriticConfig:
         """Raises ValueError naming the first field out of range (checked before anything runs)."""
         # The owners of these names import TensorFlow: imported here, not with the data.
         from pgrad.engine import PATHS
+        from pgrad.rl.collection.rollout import VECTOR_MODES
         from pgrad.rl.models import encoders
-        from pgrad.rl.rollout import VECTOR_MODES
 
         for f in fields(self):
             value = getattr(self, f.name)

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 from agents.config import ActorCriticConfig
 from agents.learn_stats import LearnStats
 from agents.schedules import Schedules
-from pgrad.rl import rollout
+from pgrad.rl.collection import rollout
 from pgrad.rl.distributions import ActionHead
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.normalize import ObsNormalizer
+from pgrad.rl.observations.normalize import ObsNormalizer
 
 
 class Agent(Protocol):

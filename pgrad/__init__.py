@@ -17,9 +17,15 @@ from pgrad.core.apply import all_finite, apply_updates
 from pgrad.core.per_step import per_step_grads, per_step_norms
 from pgrad.engine import EngineOutput, plan, policy_gradients
 from pgrad.engine import run as run_engine
+from pgrad.rl.advantages.returns import (
+    VTraceReturns,
+    discounted_returns,
+    gae,
+    lambda_returns,
+    vtrace,
+)
 from pgrad.rl.distributions import ActionHead, make_head
 from pgrad.rl.models.networks import mlp
-from pgrad.rl.returns import VTraceReturns, discounted_returns, gae, lambda_returns, vtrace
 from pgrad.tools.adversarial import fgsm, pgd
 from pgrad.tools.diagnostics import per_step_diagnostics, policy_diagnostics
 from pgrad.tools.gradcheck import GradCheck, check_gradients

@@ -53,7 +53,7 @@ def pgrad_loss_and_grad(fixture, path: str = "auto") -> tuple[float, np.ndarray,
     import tensorflow as tf
 
     import pgrad
-    from pgrad.rl.group_advantages import group_advantages, rloo_advantages, token_context
+    from pgrad.rl.advantages.groups import group_advantages, rloo_advantages, token_context
     from pgrad.transforms.sequence import grpo_chain, sequence_loss
 
     meta = json.loads(str(fixture["meta"]))

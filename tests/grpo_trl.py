@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad import engine
-from pgrad.rl.group_advantages import group_advantages, rloo_advantages, token_context
+from pgrad.rl.advantages.groups import group_advantages, rloo_advantages, token_context
 from pgrad.transforms import grpo_chain, sequence_loss
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grpo_trl"

@@ -56,7 +56,8 @@ def assert_all_close(actual, expected, atol=1e-5, rtol=1e-4):
 
 
 def assert_same_trajectory(traj, ref, log_probs_atol=None):
-    """Every field of two ``pgrad.rl.rollout.Trajectory`` s equal: same dtype, shape and values
+    """Every field of two ``pgrad.rl.collection.rollout.Trajectory`` s equal: same dtype, shape and
+    values
     (a tuple field part by part); ``log_probs`` to ``log_probs_atol`` when given (a network that
     saw other batch sizes: float round-off)."""
     for name in type(ref)._fields:

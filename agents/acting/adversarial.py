@@ -22,7 +22,7 @@ import pgrad
 
 if TYPE_CHECKING:
     from agents.protocol import Agent
-    from pgrad.rl.rollout import Trajectory
+    from pgrad.rl.collection.rollout import Trajectory
 
 
 def _epsilon_vector(agent, epsilon: float) -> np.ndarray:

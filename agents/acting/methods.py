@@ -20,23 +20,23 @@ import tensorflow as tf
 
 from agents.acting import policy as acting
 from agents.config import ActorCriticConfig
-from pgrad.rl import masks, rollout
+from pgrad.rl.acting.policy import NetworkPolicy
+from pgrad.rl.collection import masks, rollout
 from pgrad.rl.distributions import ActionHead
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.policy import NetworkPolicy
-from pgrad.rl.spaces import MASK_KEY, ObsLayout
+from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl.observations.spaces import MASK_KEY, ObsLayout
 
 
 class ActingMethods:
     """How an agent acts: on raw observations (:meth:`act`, :meth:`predict`), as a
-    :class:`pgrad.rl.policy.Policy` (:attr:`policy`), in its rollouts (:meth:`acting_fn`) and in
-    a copy elsewhere (:meth:`acting_state`). See :mod:`agents.acting.methods`."""
+    :class:`pgrad.rl.acting.policy.Policy` (:attr:`policy`), in its rollouts (:meth:`acting_fn`) and
+    in a copy elsewhere (:meth:`acting_state`). See :mod:`agents.acting.methods`."""
 
     # What the methods read of the agent (its constructor sets them: agents.base).
     cfg: ActorCriticConfig
     net: ActorCritic
-    mirror: Any  # the numpy mirror or the compiled actor (pgrad.rl.policy.make_actor)
+    mirror: Any  # the numpy mirror or the compiled actor (pgrad.rl.acting.policy.make_actor)
     head: ActionHead
     layout: ObsLayout
     observation_space: gym.Space
@@ -93,7 +93,7 @@ class ActingMethods:
         for a feed-forward policy (a recurrent one acts with its state: :meth:`predict`).
 
         ``action_masks``: ``[N, n]`` legal actions (sb3-contrib's argument); by default the
-        observations' ``action_mask`` key if they have one (:mod:`pgrad.rl.masks`).
+        observations' ``action_mask`` key if they have one (:mod:`pgrad.rl.collection.masks`).
         """
         if self.net.recurrent:
             raise ValueError("a recurrent policy acts with its state: use "
@@ -133,14 +133,15 @@ class ActingMethods:
 
     @property
     def policy(self) -> NetworkPolicy:
-        """The current policy as a :class:`pgrad.rl.policy.Policy` (for ``pgrad.evaluate``)."""
+        """The current policy as a :class:`pgrad.rl.acting.policy.Policy` (for
+        ``pgrad.evaluate``)."""
         self._sync()
         return NetworkPolicy(self.net, self.mirror, self.obs_norm, self.observation_space,
                              self.action_space)
 
     def acting_fn(self, rng: np.random.Generator, values: bool = False) -> rollout.PolicyFn:
-        """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
-        the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
+        """The rollout's ``policy_fn`` (see :class:`pgrad.rl.collection.rollout.Collector`): samples
+        from the numpy mirror with ``rng``; returns stored actions, env actions, log-probs
         (:func:`agents.acting.policy.rollout_policy`; a recurrent policy carries ``rollout_state``),
         and with ``values`` (only where :attr:`values_from_acting`) ``V(o_t)`` from the same
         call."""
@@ -156,8 +157,8 @@ class ActingMethods:
         recurrent policy's ``rollout_state`` ``[B, S]`` (the state before the next observation).
 
         A collector that runs elsewhere replaces ``agent.collector`` (same interface as
-        :class:`pgrad.rl.rollout.Collector`, ``episode_start`` included) and reads this at
-        each collect; it leaves the merged normaliser statistics in ``obs_norm.rms`` /
+        :class:`pgrad.rl.collection.rollout.Collector`, ``episode_start`` included) and reads this
+        at each collect; it leaves the merged normaliser statistics in ``obs_norm.rms`` /
         ``reward_norm.rms``, which the update then stores, and a recurrent policy's state after
         the rollout in ``rollout_state``.
         """

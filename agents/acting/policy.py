@@ -1,8 +1,8 @@
 """Acting: the agent's policy as the rollout, ``predict`` and rollout workers use it.
 
 Plain functions over what acting needs -- the acting copy of the network (the numpy mirror or
-the compiled actor, :func:`pgrad.rl.policy.make_actor`), its action head, the observation layout
--- rather than over the agent. The agent's public methods (``acting_fn``, ``act``,
+the compiled actor, :func:`pgrad.rl.acting.policy.make_actor`), its action head, the observation
+layout -- rather than over the agent. The agent's public methods (``acting_fn``, ``act``,
 ``predict``: :class:`agents.acting.methods.ActingMethods`) are thin calls that hand over its
 *current* pieces: IMPALA swaps ``agent.mirror`` for one ``acting_fn`` call and Ray replaces
 ``agent.collector``, so an object holding its own references to them could act with stale ones.
@@ -16,10 +16,11 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl import masks, rollout, spaces
+from pgrad.rl.collection import masks, rollout
 from pgrad.rl.distributions import ActionHead
-from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.spaces import ObsLayout
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl.observations.spaces import ObsLayout
 
 
 class StateCarrier(Protocol):
@@ -34,8 +35,8 @@ class StateCarrier(Protocol):
 def rollout_policy(mirror: Any, head: ActionHead, layout: ObsLayout, rng: np.random.Generator,
                    sde_sample_freq: int, carrier: StateCarrier | None = None,
                    values: bool = False) -> rollout.PolicyFn:
-    """The rollout's ``policy_fn`` (see :class:`pgrad.rl.rollout.Collector`): samples from
-    ``mirror`` with ``rng``; returns stored actions, env actions, log-probs and, with
+    """The rollout's ``policy_fn`` (see :class:`pgrad.rl.collection.rollout.Collector`): samples
+    from ``mirror`` with ``rng``; returns stored actions, env actions, log-probs and, with
     ``values``, ``V(o_t)`` ``[B]`` from the same call (else None).
 
     Args:
@@ -48,7 +49,7 @@ def rollout_policy(mirror: Any, head: ActionHead, layout: ObsLayout, rng: np.ran
         replaces ``carrier.rollout_state`` ``[B, S]``, resetting the rows where the collector's
         ``episode_start`` says an episode starts; None for a feed-forward policy.
       values: return the critic's ``V(o_t)`` from the acting call, for a mirror whose
-        ``fused_values`` says one call gives both (:class:`pgrad.rl.compiled_actor.
+        ``fused_values`` says one call gives both (:class:`pgrad.rl.acting.compiled_actor.
         CompiledActor` with a shared encoder); a ValueError otherwise.
     """
     if values and (carrier is not None or not getattr(mirror, "fused_values", False)):

@@ -4,7 +4,8 @@ Each algorithm is the actor-critic agent with three parts (docs/sequences/grpo_f
 
 * group rollouts (``rollout="groups"``): every update resets the envs in groups of
   ``group_size`` with one seed each, so a token task's group shares a prompt
-  (:meth:`pgrad.rl.rollout.Collector.collect_groups`), and each env writes one completion;
+  (:meth:`pgrad.rl.collection.rollout.Collector.collect_groups`), and each env writes one
+  completion;
 * the targets part :class:`agents.update.targets.GroupTargets`: a completion's reward is its
   episode's, its advantage group-relative (GRPO: ``(R - mean_g R) / std_g R`` as
   ``scale_rewards`` says; RLOO: ``R`` minus the mean of the group's others) on each token;

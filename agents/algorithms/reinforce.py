@@ -1,7 +1,7 @@
 """REINFORCE: Monte-Carlo policy gradient over whole episodes, optional learned baseline.
 
 A preset of the actor-critic agent: whole-episode rollouts (at least ``batch_steps`` steps,
-see :meth:`pgrad.rl.rollout.Collector.collect_episodes`), reward-to-go returns (GAE with
+see :meth:`pgrad.rl.collection.rollout.Collector.collect_episodes`), reward-to-go returns (GAE with
 ``lambda = 1``; a time-limit truncation bootstraps from the baseline's value of the final
 observation when there is a baseline, else counts as the end), and the chain
 ``chain(weight_by(key, standardize=standardize), mean_steps())`` with ``key = "advantages"``

@@ -13,8 +13,8 @@ import pgrad
 from agents.algorithms.impala import APPOConfig, IMPALAConfig
 from agents.base import ActorCriticAgent
 from agents.update.targets import PROXIMAL_KEY, VTraceTargets
-from pgrad.rl.policy import NumpyPolicy
-from pgrad.rl.rollout import Trajectory
+from pgrad.rl.acting.policy import NumpyPolicy
+from pgrad.rl.collection.rollout import Trajectory
 
 
 class Batch(NamedTuple):

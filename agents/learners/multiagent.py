@@ -228,7 +228,7 @@ class IPPO(ActorCriticAgent):
         cfg: Any = self.cfg  # the update's: num_envs counts rows
         if getattr(cfg, "credit", "gae") != "coma" and getattr(cfg, "value_norm", False):
             from agents.update.value_norm import ValueNormTargets
-            from pgrad.rl.normalize import ValueNormalizer
+            from pgrad.rl.observations.normalize import ValueNormalizer
 
             live = tf.Variable(tf.ones([int(cfg.n_steps), int(cfg.num_envs)]),
                                trainable=False, name="value_norm_live")

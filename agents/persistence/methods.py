@@ -19,7 +19,7 @@ from agents.config import ActorCriticConfig
 from pgrad.rl.envs import vector as envs_lib
 from pgrad.rl.export.saved_model import export_policy
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
+from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
 
 
 class PersistenceMethods:

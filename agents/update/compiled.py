@@ -35,7 +35,7 @@ from agents.update.minibatch import MinibatchStep
 from agents.update.parts import UpdateParts
 from agents.update.reference import RolloutLogProbs
 from pgrad.core.per_step import map_chunks
-from pgrad.rl import rollout
+from pgrad.rl.collection import rollout
 from pgrad.rl.flat_call import flat_call_supported, flat_caller  # noqa: F401 (re-exported)
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).

@@ -6,8 +6,8 @@ apiece), so a rollout travels as four tensors (floats, actions, mask, float64 st
 its image parts in their own dtype, handed over without a copy where the Collector's frame
 buffers allow (:func:`frames_tensor`). Each frame travels once: the next observations' image
 parts are the observations' buffers shifted by one row plus the few final frames of the steps
-whose next observation is not the following row's (:class:`pgrad.rl.frames.NextFrames`; in the
-graph :class:`NextImages`), so the graph never needs a ``[T, B, ...]`` next-frames tensor.
+whose next observation is not the following row's (:class:`pgrad.rl.observations.frames.NextFrames`;
+in the graph :class:`NextImages`), so the graph never needs a ``[T, B, ...]`` next-frames tensor.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from pgrad.rl import rollout
-from pgrad.rl.frames import NextFrames, writable_alias
+from pgrad.rl.collection import rollout
+from pgrad.rl.observations.frames import NextFrames, writable_alias
 
 
 def frames_tensor(x: np.ndarray) -> tf.Tensor:
     """A rollout's ``[T, B, ...]`` image part as a tensor, on the same memory where it allows
-    (the Collector's page-aligned frame buffers, :mod:`pgrad.rl.frames`: handed over through
+    (the Collector's page-aligned frame buffers, :mod:`pgrad.rl.observations.frames`: handed over
+    through
     DLPack, the graph only reads it), else a copy. A copy would hold every frame twice during
     the update: 29 MB more for rl-zoo's 8 x 128 Atari rollout."""
     alias = (writable_alias(x) if x.flags.c_contiguous and x.ctypes.data % 64 == 0 else None)
@@ -34,8 +35,8 @@ def frames_tensor(x: np.ndarray) -> tf.Tensor:
 
 class NextImages(NamedTuple):
     """The next observations of a rollout with images, in the graph (as
-    :class:`pgrad.rl.frames.NextFrames`): row ``t`` of image part ``i`` is ``frames[i][t + 1]``
-    except at the steps ``index`` whose next frame is ``finals[i][k]``."""
+    :class:`pgrad.rl.observations.frames.NextFrames`): row ``t`` of image part ``i`` is
+    ``frames[i][t + 1]`` except at the steps ``index`` whose next frame is ``finals[i][k]``."""
 
     frames: tuple  # per image part [T + 1, B, *shape]: rows 0..T-1 the observations' parts
     finals: tuple  # per image part [K, *shape]

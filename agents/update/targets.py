@@ -94,9 +94,9 @@ class GroupTargets:
     completion ``b``; envs ``g G .. g G + G - 1`` share a prompt).
 
     Each completion's reward is the sum of its episode's rewards ``R_b``; its advantage is
-    :func:`pgrad.rl.group_advantages.group_advantages` of ``R`` (``kind="grpo"``: ``(R_b -
+    :func:`pgrad.rl.advantages.groups.group_advantages` of ``R`` (``kind="grpo"``: ``(R_b -
     mean_g R) / (std_g R + eps)``, the std as ``scale_rewards`` says) or
-    :func:`~pgrad.rl.group_advantages.rloo_advantages` (``kind="rloo"``: ``R_b`` minus the mean
+    :func:`~pgrad.rl.advantages.groups.rloo_advantages` (``kind="rloo"``: ``R_b`` minus the mean
     of the other ``G - 1``), on every one of its tokens; rows after the episode ended get 0
     (the rollout's mask drops them). ``returns`` is ``R_b`` on each token (no critic reads it).
 
@@ -108,7 +108,7 @@ class GroupTargets:
         ``normalize_advantages``).
       supervision: with ``"grpo"``: ``"outcome"`` (the above) or ``"process"``: each token's
         reward normalised within its group's tokens and summed from that token on
-        (:func:`pgrad.rl.group_advantages.process_advantages`; for envs that pay rewards as
+        (:func:`pgrad.rl.advantages.groups.process_advantages`; for envs that pay rewards as
         they accrue, e.g. a token task's ``dense_rewards``).
       gamma, process_baseline: with ``"process"``: the discount of the rewards-to-go and the
         baseline (``"steps"`` or ``"position"``) of ``process_advantages``.
@@ -135,7 +135,7 @@ class GroupTargets:
                  behaviour_log_probs: tf.Tensor | None = None,
                  learner_log_probs: Callable[[], tf.Tensor] | None = None
                  ) -> tuple[tf.Tensor, tf.Tensor, dict]:
-        from pgrad.rl.group_advantages import (
+        from pgrad.rl.advantages.groups import (
             group_advantages,
             process_advantages,
             rloo_advantages,

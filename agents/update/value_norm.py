@@ -1,6 +1,7 @@
 """Value normalisation as a targets part: GAE on denormalised values, normalised critic targets.
 
-MAPPO's value normalisation (Yu et al. 2022; :class:`pgrad.rl.normalize.ValueNormalizer`): the
+MAPPO's value normalisation (Yu et al. 2022;
+:class:`pgrad.rl.observations.normalize.ValueNormalizer`): the
 critic's output lives in normalised units. For one ``[T, B]`` rollout,
 
 1. ``V = denormalize(v)`` and ``V' = denormalize(v')`` of the critic's outputs ``v``, ``v'`` at
@@ -24,14 +25,14 @@ from typing import Any
 import tensorflow as tf
 
 import pgrad
-from pgrad.rl.normalize import ValueNormalizer
+from pgrad.rl.observations.normalize import ValueNormalizer
 
 __all__ = ["ValueNormTargets"]
 
 
 class ValueNormTargets:
-    """GAE(lambda) targets through a :class:`~pgrad.rl.normalize.ValueNormalizer` (module
-    docstring); same call as :class:`agents.update.targets.GAETargets`.
+    """GAE(lambda) targets through a :class:`~pgrad.rl.observations.normalize.ValueNormalizer`
+    (module docstring); same call as :class:`agents.update.targets.GAETargets`.
 
     Args:
       gamma: the discount; gae_lambda: GAE's lambda.

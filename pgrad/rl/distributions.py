@@ -49,7 +49,7 @@ class ActionHead(keras.layers.Layer):
     def distribution(self, params: tf.Tensor, action_mask: tf.Tensor | None = None
                      ) -> tfp.distributions.Distribution:
         """The distribution at ``[N, param_size]`` params; ``action_mask`` ``[N, n]`` bool (the
-        legal actions, :mod:`pgrad.rl.masks`) for the heads that take one."""
+        legal actions, :mod:`pgrad.rl.collection.masks`) for the heads that take one."""
         raise NotImplementedError
 
     def call(self, params: tf.Tensor, action_mask: tf.Tensor | None = None

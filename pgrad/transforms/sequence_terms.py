@@ -15,7 +15,7 @@ one token of one completion, padding rows allowed):
 * ``num_sequences`` ``[]`` int -- ``N`` (default ``max(sequence_ids) + 1``; pass it when a
   completion may have no rows).
 
-:func:`pgrad.rl.group_advantages.token_context` builds these from ``[N, L]`` tensors. Padding
+:func:`pgrad.rl.advantages.groups.token_context` builds these from ``[N, L]`` tensors. Padding
 rows must hold finite numbers (they are masked out).
 
 Each term is a :class:`TokenTerm`: a per-token loss ``l_t`` (``loss(**context) -> [T]``, as TRL

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from pgrad.rl.frames import NextFrames
-from pgrad.rl.rollout import Trajectory
+from pgrad.rl.collection.rollout import Trajectory
+from pgrad.rl.observations.frames import NextFrames
 
 
 def merge_trajectories(parts: list[Trajectory]) -> Trajectory:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from pgrad.rl.rollout import Trajectory
+from pgrad.rl.collection.rollout import Trajectory
 from pgrad_app.distributed.merge import merge_stats, merge_trajectories
 from pgrad_app.distributed.session import start_with, wait_for_cpus, worker_runtime_env
 from pgrad_app.errors import RunError, UserError, one_line
@@ -187,7 +187,8 @@ class RolloutWorker:
 
 
 class RemoteCollector:
-    """The :class:`pgrad.rl.rollout.Collector` interface over :class:`RolloutWorker` actors.
+    """The :class:`pgrad.rl.collection.rollout.Collector` interface over :class:`RolloutWorker`
+    actors.
 
     Args:
       agent: the learner's agent (its own envs stay open for ``preprocess`` and are not

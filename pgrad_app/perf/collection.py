@@ -12,7 +12,7 @@ from pgrad_app.perf.common import figure, interleaved, ratio
 def rollout_ratio(repeats: int) -> dict:
     """Rollout collection with the A2C policy vs random-action stepping of the same vector env."""
     import agents
-    from pgrad.rl import rollout
+    from pgrad.rl.collection import rollout
 
     num_envs, steps = 8, 256
     cls = agents.get("a2c")
@@ -47,7 +47,7 @@ def collection_backends(repeats: int, env_id: str = "CartPole-v1", num_envs: int
     env steps/s over Gymnasium sync's.
     """
     import agents
-    from pgrad.rl import rollout
+    from pgrad.rl.collection import rollout
     from pgrad.rl.envs import envpool as envpool_env
     name = "collection_envpool_" + env_id.split("-")[0].lower() + f"_{num_envs}envs"
     if not envpool_env.is_available():
@@ -139,7 +139,7 @@ def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: in
                          vector_steps: int = 20) -> dict:
     """Collection with a NatureCNN policy against raw stepping of the same envs (goal: >= 0.7x):
     PPO's collector on 8 Atari envs with the standard preprocessing (84x84x4 uint8), acting
-    through :class:`pgrad.rl.compiled_actor.CompiledActor`, in the default
+    through :class:`pgrad.rl.acting.compiled_actor.CompiledActor`, in the default
     ``vector_mode="sync"`` (acting and stepping one after the other; the value) and in
     ``"overlap"`` (the network acts on one half of the envs while a thread steps the other;
     ``overlap_ratio``), against random-action stepping of the sync collector's own envs (one

@@ -15,7 +15,7 @@ def a2c_speed_ratio(repeats: int) -> dict:
     stepping of a vector env like the agent's (CartPole-v1, same number of envs and steps).
     """
     import agents
-    from pgrad.rl import rollout
+    from pgrad.rl.collection import rollout
 
     cls = agents.get("a2c")
     cfg = cls.Config()
@@ -46,7 +46,7 @@ def a2c_speed_ratio(repeats: int) -> dict:
 def update_overhead(repeats: int) -> dict:
     """Fixed cost per update: ``agent.step()`` on a 1 env x 1 step rollout minus collecting it."""
     import agents
-    from pgrad.rl import rollout
+    from pgrad.rl.collection import rollout
 
     cls = agents.get("a2c")
     agent = cls(cls.Config(num_envs=1, n_steps=1), env_id="CartPole-v1", seed=0)

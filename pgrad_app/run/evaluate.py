@@ -81,9 +81,9 @@ def evaluate_run(
       RunError: the env failed during the episodes.
     """
     import pgrad
+    from pgrad.rl.collection.rollout import EnvError
     from pgrad.rl.evaluation.evaluate_policy import ATTACKS, MAX_EPISODES, eval_seed
     from pgrad.rl.export.saved_model import find_export
-    from pgrad.rl.rollout import EnvError
     from pgrad_app.config.plugins import (
         check_run_code,
         env_source,

@@ -44,7 +44,7 @@ def make_agent(agent_cls, cfg, env_id, seed: int, transform):
     # Subprocess envs (vector_mode=async) are forked here: with SIGINT ignored while they start,
     # they inherit that, so Ctrl-C (sent to the whole process group) reaches only this process,
     # which then checkpoints and closes them in order.
-    from pgrad.rl.rollout import EnvError, env_name
+    from pgrad.rl.collection.rollout import EnvError, env_name
 
     async_envs = getattr(cfg, "vector_mode", "sync") == "async"
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if async_envs else None

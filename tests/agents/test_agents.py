@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from pgrad.rl import spaces
+from pgrad.rl.observations import spaces
 
 
 class ToyEnv(gym.Env):

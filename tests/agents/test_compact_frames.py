@@ -1,4 +1,5 @@
-"""The update on image rollouts whose frames are stored once (pgrad.rl.frames.NextFrames):
+"""The update on image rollouts whose frames are stored once
+(pgrad.rl.observations.frames.NextFrames):
 the same weights, bit for bit, as on the whole next observations, and one trace for every
 number of final frames."""
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from pgrad.rl import masks
+from pgrad.rl.collection import masks
 from pgrad.rl.envs.masked import OffersEnv
 
 LOG3 = float(np.log(3.0))  # the entropy of 3 legal actions at most (of all 10: log 10 = 2.30)

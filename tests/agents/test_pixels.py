@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from pgrad.rl.compiled_actor import CompiledActor
+from pgrad.rl.acting.compiled_actor import CompiledActor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv  # noqa: E402

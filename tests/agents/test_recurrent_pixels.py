@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import agents
+from pgrad.rl.acting.recurrent_actor import CompiledRecurrentActor
 from pgrad.rl.export.saved_model import ExportedPolicy
-from pgrad.rl.recurrent_actor import CompiledRecurrentActor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv  # noqa: E402

@@ -17,13 +17,13 @@ from cli_helpers import train
 import agents
 import pgrad
 from agents.config import ActorCriticConfig
-from pgrad.rl import spaces
-from pgrad.rl.compiled_actor import CompiledActor
+from pgrad.rl.acting.compiled_actor import CompiledActor
+from pgrad.rl.acting.transformer_actor import CachedTransformerActor, transformer_of
 from pgrad.rl.models import encoders
 from pgrad.rl.models.token_encoder import CausalLM, TokenEncoder
 from pgrad.rl.models.transformer import CausalTransformer
+from pgrad.rl.observations import spaces
 from pgrad.rl.tokens import register
-from pgrad.rl.transformer_actor import CachedTransformerActor, transformer_of
 
 register()
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 import agents
 from agents.update import loss as loss_lib
 from agents.update.value_norm import ValueNormTargets
-from pgrad.rl.normalize import ValueNormalizer
+from pgrad.rl.observations.normalize import ValueNormalizer
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"
 TINY = dict(num_envs=2, n_steps=10, epochs=2, num_minibatches=2)

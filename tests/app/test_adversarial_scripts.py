@@ -152,7 +152,7 @@ def test_update_diagnostics_hook_matches_materialised_per_step_gradients():
     reference in numpy, in tf.function as the agent runs it."""
     import gymnasium as gym
 
-    from pgrad.rl.policy import ActorCritic
+    from pgrad.rl.acting.policy import ActorCritic
 
     head = pgrad.make_head(gym.spaces.Discrete(2))
     net = ActorCritic(4, head, (8,), "tanh", False, critic=False, seed=3)

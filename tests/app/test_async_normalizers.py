@@ -11,7 +11,7 @@ import numpy as np
 
 import agents
 from agents.learners.actor_learner import IMPALA, Batch
-from pgrad.rl.normalize import _RunningMeanStd
+from pgrad.rl.observations.normalize import _RunningMeanStd
 from pgrad_app.distributed.async_learner import TrajectoryActor, merge_statistics
 
 L = 5  # episode length of the counting env

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from cli_helpers import one_error_line, read_rows, train
 
-from pgrad.rl.normalize import _RunningMeanStd
-from pgrad.rl.rollout import Trajectory
+from pgrad.rl.collection.rollout import Trajectory
+from pgrad.rl.observations.normalize import _RunningMeanStd
 from pgrad_app.cli import sweep as sweep_cli
 from pgrad_app.distributed import merge, session
 from pgrad_app.distributed import workers as distributed

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pgrad.rl.rollout import Trajectory
+from pgrad.rl.collection.rollout import Trajectory
 from pgrad_app.distributed import merge
 
 

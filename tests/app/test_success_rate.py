@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import agents
 from agents import logger
-from pgrad.rl.rollout import ended_successes
+from pgrad.rl.collection.rollout import ended_successes
 
 LENGTH = 3  # every episode lasts 3 steps, whatever the actions
 

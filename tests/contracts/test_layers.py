@@ -1,7 +1,8 @@
 """The import contract: each layer imports only the layers below it; importing is inert.
 
 Layers, bottom to top (docs/architecture.md): pgrad.core < pgrad.transforms < pgrad.engine <
-pgrad.tools < pgrad.rl < pgrad (the public package) < agents < the application's rooms
+pgrad.tools < pgrad.rl (its rooms: the basics < envs, models < acting, collection < multiagent,
+export < evaluation) < pgrad (the public package) < agents < the application's rooms
 (errors, quiet < config < run, distributed < experiments, perf < cli < the pgrad_app package
 itself) < scripts, examples. Rooms on one floor (run and distributed; experiments and perf) may
 not import each other either. Every import counts, including those inside functions: a lazy
@@ -21,7 +22,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Floors, bottom to top; each floor holds one or more rooms (module prefixes).
 FLOORS: list[tuple[str, ...]] = [
-    ("pgrad.core",), ("pgrad.transforms",), ("pgrad.engine",), ("pgrad.tools",), ("pgrad.rl",),
+    ("pgrad.core",), ("pgrad.transforms",), ("pgrad.engine",), ("pgrad.tools",),
+    # pgrad.rl's rooms (docs/architecture.md), then its package face
+    ("pgrad.rl._lazy", "pgrad.rl.distributions", "pgrad.rl.flat_call", "pgrad.rl.storage",
+     "pgrad.rl.observations", "pgrad.rl.advantages", "pgrad.rl.tokens"),
+    ("pgrad.rl.envs", "pgrad.rl.models"), ("pgrad.rl.acting", "pgrad.rl.collection"),
+    ("pgrad.rl.multiagent", "pgrad.rl.export"), ("pgrad.rl.evaluation",), ("pgrad.rl",),
     ("pgrad",), ("agents",),
     ("pgrad_app.errors", "pgrad_app.quiet"), ("pgrad_app.config",),
     ("pgrad_app.run", "pgrad_app.distributed"), ("pgrad_app.experiments", "pgrad_app.perf"),

@@ -8,7 +8,7 @@ anything:
   ``scripts/train.py``); placeholders stand for any name (``AGENT.yaml``, ``<agent>.yaml``,
   ``*.yaml``) and ``{a,b}`` for each of its choices, so ``hyperparams/AGENT.yaml`` needs at least
   one file there;
-* dotted names of pgrad's own modules in a reference (``:mod:`pgrad.rl.rollout```,
+* dotted names of pgrad's own modules in a reference (``:mod:`pgrad.rl.collection.rollout```,
   ``:func:`pgrad_app.run.evaluate.evaluate_run```, or between double backticks): the module must
   be a file or a package, and the first name after it one that the module defines or imports.
 

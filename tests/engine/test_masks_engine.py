@@ -9,7 +9,7 @@ from policies import SmallPolicy, assert_all_close, jacobian_reference
 
 import pgrad
 from pgrad import chain
-from pgrad.rl.policy import sample_numpy
+from pgrad.rl.acting.policy import sample_numpy
 
 SPACES = {"discrete": gym.spaces.Discrete(6), "multidiscrete": gym.spaces.MultiDiscrete([3, 4])}
 

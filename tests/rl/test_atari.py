@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import rollout
+from pgrad.rl.collection import rollout
 from pgrad.rl.envs import atari
 from pgrad.rl.envs import envpool as envpool_env
 from pgrad.rl.envs import vector as envs

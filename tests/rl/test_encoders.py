@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 import pgrad
-from pgrad.rl import spaces
-from pgrad.rl.compiled_actor import CompiledActor
+from pgrad.rl.acting.compiled_actor import CompiledActor
+from pgrad.rl.acting.policy import make_actor, mode_numpy, sample_numpy
 from pgrad.rl.models import encoders
 from pgrad.rl.models.networks import actor_critic
-from pgrad.rl.policy import make_actor, mode_numpy, sample_numpy
+from pgrad.rl.observations import spaces
 
 FRAMES = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
 PLANES = gym.spaces.Box(0, 1, (10, 10, 4), bool)

@@ -20,7 +20,7 @@ import pytest
 
 import agents
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import rollout
+from pgrad.rl.collection import rollout
 from pgrad.rl.envs import envpool as envpool_env
 
 needs_envpool = pytest.mark.skipif(not envpool_env.is_available(),

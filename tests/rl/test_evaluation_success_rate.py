@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 import pgrad
-from pgrad.rl.policy import Policy
+from pgrad.rl.acting.policy import Policy
 from pgrad.rl.tokens import register
 
 register()

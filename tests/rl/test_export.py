@@ -14,13 +14,13 @@ import tensorflow as tf
 
 import pgrad
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import spaces
+from pgrad.rl.acting.policy import NetworkPolicy, _categorical, gaussian_numpy, make_actor
 from pgrad.rl.export import deploy
 from pgrad.rl.export.saved_model import export_policy, read_metadata
 from pgrad.rl.models import encoders
 from pgrad.rl.models.networks import actor_critic
-from pgrad.rl.normalize import ObsNormalizer
-from pgrad.rl.policy import NetworkPolicy, _categorical, gaussian_numpy, make_actor
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.normalize import ObsNormalizer
 
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 IMAGE = gym.spaces.Box(0, 255, (12, 12, 3), np.uint8)  # small: MinAtar's CNN

@@ -15,12 +15,12 @@ import tensorflow as tf
 
 import agents
 import pgrad
-from pgrad.rl import spaces
+from pgrad.rl.acting.policy import NetworkPolicy, make_actor
 from pgrad.rl.export import deploy
 from pgrad.rl.export.saved_model import ExportedPolicy, export_policy, read_metadata
 from pgrad.rl.models.networks import actor_critic
-from pgrad.rl.normalize import ObsNormalizer
-from pgrad.rl.policy import NetworkPolicy, make_actor
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.normalize import ObsNormalizer
 
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 BOX = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)

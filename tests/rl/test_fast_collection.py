@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import policy as policy_lib
-from pgrad.rl import rollout
+from pgrad.rl.acting import policy as policy_lib
+from pgrad.rl.acting.policy import NumpyPolicy
+from pgrad.rl.collection import rollout
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.policy import NumpyPolicy
 
 
 class BadAtEnv(gym.Env):
@@ -119,7 +119,7 @@ def test_env_error_after_a_nan_names_the_nan_first():
 
 def test_normalised_collection_still_checks_every_step():
     """With an observation normaliser the statistics must never see a NaN: the step raises."""
-    from pgrad.rl.normalize import ObsNormalizer
+    from pgrad.rl.observations.normalize import ObsNormalizer
 
     envs = rollout.make_vec_env(lambda: BadAtEnv(2, "obs"), 2)
     norm = ObsNormalizer(2)
@@ -194,7 +194,7 @@ def test_mirror_forward_equals_plain_numpy_bit_for_bit(activation, shared):
 
 @pytest.mark.parametrize("shape", [(1, 17), (8, 4), (16,), (1,)])
 def test_running_statistics_equal_numpy_mean_var_bit_for_bit(shape):
-    from pgrad.rl import normalize
+    from pgrad.rl.observations import normalize
 
     rng = np.random.default_rng(0)
     for _ in range(100):
@@ -211,7 +211,7 @@ def test_running_statistics_equal_numpy_mean_var_bit_for_bit(shape):
 def test_normalised_observations_reused_across_steps_equal_normalising_each_time():
     """The collector normalises a step's observations once for both uses; a collector that
     normalises every time (the plain way) records the same arrays, episode ends included."""
-    from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
+    from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
 
     def make(plain: bool):
         envs = rollout.make_vec_env(lambda: BadAtEnv(10**9, "obs"), 3)

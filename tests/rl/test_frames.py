@@ -1,5 +1,5 @@
-"""Image rollouts written in place (pgrad.rl.frames): the same Trajectory as stacking the steps,
-buffers on memory maps of their own, handed to TensorFlow without a copy."""
+"""Image rollouts written in place (pgrad.rl.observations.frames): the same Trajectory as stacking
+the steps, buffers on memory maps of their own, handed to TensorFlow without a copy."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import tensorflow as tf
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
 from agents.update.inputs import frames_tensor as _frames_tensor
-from pgrad.rl import rollout
-from pgrad.rl.frames import NextFrames, page_array, writable_alias
+from pgrad.rl.collection import rollout
+from pgrad.rl.observations.frames import NextFrames, page_array, writable_alias
 from pgrad_app.distributed import merge
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgrad.rl.group_advantages import (
+from pgrad.rl.advantages.groups import (
     broadcast_to_tokens,
     group_advantages,
     rloo_advantages,

@@ -17,7 +17,7 @@ from pettingzoo.utils.env import ParallelEnv
 import agents
 import pgrad
 from agents.callbacks import EvalCallback
-from pgrad.rl import masks, rollout
+from pgrad.rl.collection import masks, rollout
 from pgrad.rl.envs.vector import EnvError
 from pgrad.rl.multiagent import AgentRowsVectorEnv
 

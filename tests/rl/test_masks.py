@@ -9,9 +9,10 @@ import tensorflow as tf
 
 import pgrad  # noqa: F401  (first: silences TensorFlow)
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import masks, rollout, spaces
+from pgrad.rl.acting.policy import _categorical, mode_numpy, sample_numpy
+from pgrad.rl.collection import masks, rollout
 from pgrad.rl.envs.masked import OffersEnv
-from pgrad.rl.policy import _categorical, mode_numpy, sample_numpy
+from pgrad.rl.observations import spaces
 
 
 def log_softmax_legal(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:

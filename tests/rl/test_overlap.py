@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import agents
-from pgrad.rl import rollout
+from pgrad.rl.collection import rollout
 from pgrad.rl.envs.masked import OffersEnv
 from pgrad.rl.envs.overlap import OverlapVectorEnv, merge_info
-from pgrad.rl.normalize import ObsNormalizer
+from pgrad.rl.observations.normalize import ObsNormalizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import ImageEnv, assert_same_trajectory  # noqa: E402

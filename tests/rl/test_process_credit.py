@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from agents.algorithms.grpo import GRPOConfig
 from agents.update.targets import GroupTargets
-from pgrad.rl.group_advantages import discounted_to_go, group_advantages, process_advantages
+from pgrad.rl.advantages.groups import discounted_to_go, group_advantages, process_advantages
 
 
 def loop_to_go(rewards, live, gamma):

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import agents
 from agents.update.targets import GroupTargets
-from pgrad.rl.group_advantages import process_advantages
+from pgrad.rl.advantages.groups import process_advantages
 from pgrad.rl.tokens import register
 
 register()

@@ -194,9 +194,9 @@ def test_per_step_grads_through_a_cnn_and_the_core_are_the_jacobian():
     boundaries inside the sequences (the conv layers untapped: the generic path)."""
     import gymnasium as gym
 
-    from pgrad.rl import spaces
     from pgrad.rl.models import encoders
     from pgrad.rl.models.networks import actor_critic
+    from pgrad.rl.observations import spaces
 
     layout = spaces.obs_layout(gym.spaces.Box(0, 1, (6, 6, 2), np.bool_))
     net = actor_critic(layout, lambda latent: pgrad.make_head(gym.spaces.Discrete(3)),

@@ -93,7 +93,7 @@ def test_unrolled_recursions_equal_the_scan_bit_for_bit(steps, monkeypatch):
     exactly (eager and traced; dynamic or long T takes the scan)."""
     import tensorflow as tf
 
-    from pgrad.rl import returns
+    from pgrad.rl.advantages import returns
 
     rng = np.random.default_rng(steps)
     r, v, nv = (rng.normal(size=(steps, 3)).astype(np.float32) for _ in range(3))

@@ -9,9 +9,10 @@ import tensorflow as tf
 
 import agents
 import pgrad  # noqa: F401  (first: silences TensorFlow)
-from pgrad.rl import rollout, spaces
-from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.policy import ActorCritic, NumpyPolicy
+from pgrad.rl.acting.policy import ActorCritic, NumpyPolicy
+from pgrad.rl.collection import rollout
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
 
 
 class CounterEnv(gym.Env):

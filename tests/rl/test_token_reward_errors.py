@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pgrad.rl import rollout
+from pgrad.rl.collection import rollout
 from pgrad.rl.envs.vector import EnvError
 from pgrad.rl.tokens import RewardFunctionError, TokenTaskEnv, from_prompts
 from pgrad.rl.tokens.rewards import clip

@@ -13,8 +13,8 @@ import tensorflow as tf
 
 import pgrad
 from pgrad.core import taps
-from pgrad.rl import spaces
-from pgrad.rl.compiled_actor import CompiledActor
+from pgrad.rl.acting.compiled_actor import CompiledActor
+from pgrad.rl.acting.transformer_actor import CachedTransformerActor
 from pgrad.rl.models.networks import actor_critic
 from pgrad.rl.models.token_encoder import (
     CausalLM,
@@ -28,7 +28,7 @@ from pgrad.rl.models.token_encoder import (
     transformer_encoder,
 )
 from pgrad.rl.models.transformer import CausalTransformer
-from pgrad.rl.transformer_actor import CachedTransformerActor
+from pgrad.rl.observations import spaces
 
 V, L = 7, 8  # vocabulary (0 pads), context length
 SPACE = gym.spaces.Box(0, V - 1, (L,), np.int64)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from grpo_trl import FIXTURES, TOLERANCE, load, pgrad_loss_and_grad, relative_errors
 
-from pgrad.rl.group_advantages import group_advantages, rloo_advantages
+from pgrad.rl.advantages.groups import group_advantages, rloo_advantages
 
 #: ``sapo`` is TRL's, built as a user's variant in docs/sequences/write_your_own_variant.md
 #: (tests/transforms/test_sequence_docs.py checks it against its fixture).

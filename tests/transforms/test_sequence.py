@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import pgrad
 from pgrad import engine
-from pgrad.rl.group_advantages import group_advantages, token_context
+from pgrad.rl.advantages.groups import group_advantages, token_context
 from pgrad.transforms import (
     LOSS_TYPES,
     TransformError,

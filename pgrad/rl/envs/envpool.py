@@ -1,4 +1,5 @@
-"""envpool's C++ vector envs behind the contract :class:`pgrad.rl.rollout.Collector` needs.
+"""envpool's C++ vector envs behind the contract :class:`pgrad.rl.collection.rollout.Collector`
+needs.
 
 The optional backend of ``vector_mode="envpool"`` (``pip install 'pgrad[envpool]'``), for envpool's
 classic-control, MuJoCo (Gymnasium-style ids, e.g. ``HalfCheetah-v5``) and Atari ids.
@@ -26,7 +27,8 @@ How envpool (1.2) reports episode ends, and what :class:`EnvpoolVectorEnv` does 
   made with it and has not stepped.
 
 Episode returns and lengths come from Gymnasium's own ``RecordEpisodeStatistics`` vector wrapper
-around this env (:func:`pgrad.rl.rollout.make_vec_env` adds it), as for the other vector modes.
+around this env (:func:`pgrad.rl.collection.rollout.make_vec_env` adds it), as for the other vector
+modes.
 
 Atari (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4`` or envpool's own ``Breakout-v5``) runs
 under :class:`EnvpoolAtariVectorEnv` (:mod:`pgrad.rl.envs.envpool_atari`): the contract of

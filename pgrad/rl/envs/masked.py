@@ -17,7 +17,7 @@ agent what is legal:
 
 ``OffersEnv(mask="observation")`` gives the mask as a Dict observation key instead
 (PettingZoo's convention), and ``ActionMasker(OffersEnv(mask=None), OffersEnv.legal_actions)``
-as an ``action_masks()`` method (sb3-contrib's); see :mod:`pgrad.rl.masks`. The ids are
+as an ``action_masks()`` method (sb3-contrib's); see :mod:`pgrad.rl.collection.masks`. The ids are
 registered on first use (:func:`pgrad.rl.envs.vector.ensure_registered`).
 """
 
@@ -77,7 +77,8 @@ class OffersEnv(gym.Env):
         return {"action_mask": self._legal.copy()} if self.mask == "info" else {}
 
     def legal_actions(self) -> np.ndarray:
-        """``[n]`` bool: the items on offer now (for :class:`pgrad.rl.masks.ActionMasker`)."""
+        """``[n]`` bool: the items on offer now (for
+        :class:`pgrad.rl.collection.masks.ActionMasker`)."""
         return self._legal.astype(bool)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -3,7 +3,7 @@
 ``vector_mode="overlap"`` (Sample Factory's double-buffered sampling, in one process): sub-envs
 ``0 .. h-1`` and ``h .. B-1`` (``h = B // 2``) are two ``SAME_STEP`` vector envs of their own,
 and one worker thread steps a half while the caller's thread runs the network on the other
-(:func:`overlapped_steps`, which :meth:`pgrad.rl.rollout.Collector.collect` runs). The
+(:func:`overlapped_steps`, which :meth:`pgrad.rl.collection.rollout.Collector.collect` runs). The
 network's TensorFlow call releases the interpreter lock while its kernels run, so a second core
 that would idle while the network runs can step the emulators instead; the stepping itself
 (Python wrappers) holds the lock, so two halves stepping at once would gain nothing. It costs
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl import spaces
+from pgrad.rl.observations import spaces
 
 __all__ = ["OverlapVectorEnv", "merge_info", "merge_obs", "merge_step", "not_overlappable",
            "overlapped_steps", "Stepper"]
@@ -152,8 +152,8 @@ def not_overlappable(name: str, what: str) -> ValueError:
 
 
 class Stepper(Protocol):
-    """What :func:`overlapped_steps` uses of :class:`pgrad.rl.rollout.Collector` (documented
-    there): its env, where the env stands, and the pieces of one vector step."""
+    """What :func:`overlapped_steps` uses of :class:`pgrad.rl.collection.rollout.Collector`
+    (documented there): its env, where the env stands, and the pieces of one vector step."""
 
     envs: Any  # an OverlapVectorEnv
     name: str
@@ -179,8 +179,9 @@ class Stepper(Protocol):
 
 def overlapped_steps(col: Stepper, policy_fn: Callable, num_steps: int,
                      check: bool) -> Iterator[tuple]:
-    """The :class:`pgrad.rl.rollout.Collector` 's ``num_steps`` vector steps (its
-    :meth:`~pgrad.rl.rollout.Collector.record_step` results) on an :class:`OverlapVectorEnv`:
+    """The :class:`pgrad.rl.collection.rollout.Collector` 's ``num_steps`` vector steps (its
+    :meth:`~pgrad.rl.collection.rollout.Collector.record_step` results) on an
+    :class:`OverlapVectorEnv`:
     the policy acts on one half of the envs while the worker thread steps the other. Per vector
     step ``t``: act on B at ``t`` while A steps ``t``; start B's step ``t``; act on A at
     ``t + 1`` while B steps ``t``; start A's step ``t + 1`` and record step ``t`` while it runs.

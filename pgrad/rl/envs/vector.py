@@ -1,9 +1,9 @@
 """Vector envs for rollouts, and env failures as one sentence.
 
 :func:`make_vec_env` builds a Gymnasium vector env in ``AutoresetMode.SAME_STEP`` wrapped in
-``RecordEpisodeStatistics`` (the contract :class:`pgrad.rl.rollout.Collector` needs: see
-:mod:`pgrad.rl.rollout`); ``mode="envpool"`` presents envpool's pools through the same contract
-(:mod:`pgrad.rl.envs.envpool`). :func:`make_env` builds one env the same way.
+``RecordEpisodeStatistics`` (the contract :class:`pgrad.rl.collection.rollout.Collector` needs: see
+:mod:`pgrad.rl.collection.rollout`); ``mode="envpool"`` presents envpool's pools through the same
+contract (:mod:`pgrad.rl.envs.envpool`). :func:`make_env` builds one env the same way.
 
 Env ids work without importing their packages first: :func:`ensure_registered` imports ale-py for
 Atari ids (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``) and MinAtar for ``MinAtar/...`` ids.
@@ -33,7 +33,6 @@ from typing import Any
 
 import gymnasium as gym
 
-from pgrad.rl import spaces
 from pgrad.rl.envs.async_worker import WORKER_LOG, ChildEnvError, _async_worker, guarded_worker
 from pgrad.rl.envs.ids import GAME_INFO, ensure_registered, is_atari_id  # noqa: F401 (re-exported)
 from pgrad.rl.envs.recipe import (  # noqa: F401 (re-exported: their home before the split)
@@ -46,6 +45,7 @@ from pgrad.rl.envs.recipe import (  # noqa: F401 (re-exported: their home before
     recipe_of,
     wrapper_list,
 )
+from pgrad.rl.observations import spaces
 
 #: "envpool": the optional C++ backend (:mod:`pgrad.rl.envs.envpool`; ``pgrad[envpool]`` extra).
 VECTOR_MODES = ("sync", "async", "envpool", "overlap")

@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pgrad.rl.acting.policy import Policy
 from pgrad.rl.evaluation.episodes import run_episodes, summary
-from pgrad.rl.policy import Policy
 
 ATTACKS = ("fgsm", "pgd")
 #: Bounds on the work of one robustness evaluation, checked before any episode: PGD's
@@ -68,7 +68,7 @@ def attack_function(policy: Policy, kind: str, pgd_steps: int = 10) -> Callable[
 
 
 def _sample_batch(space):
-    from pgrad.rl.spaces import batch_of_one
+    from pgrad.rl.observations.spaces import batch_of_one
 
     return batch_of_one(space.sample())
 

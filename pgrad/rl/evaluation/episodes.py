@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.policy import Policy
+from pgrad.rl.acting.policy import Policy
 
 #: The step cap of an evaluation episode whose env's spec sets none (an env whose episodes never
 #: end must not hang an evaluation); with a spec, its ``max_episode_steps``.
@@ -58,17 +58,17 @@ def run_episodes(
     the flat raw observations before the policy sees them (an attack); ``name`` names the env in
     errors.
 
-    Action masks are read as training reads them (:class:`pgrad.rl.masks.EnvMasks`): the
+    Action masks are read as training reads them (:class:`pgrad.rl.collection.masks.EnvMasks`): the
     source is decided at each env's reset, and every later step must give its mask from it.
 
     Raises:
       EnvError: an env failed (constructor, reset or step, an observation that does not fit
         its space, a NaN/Inf observation or reward), or gave a missing or bad action mask
-        (:func:`pgrad.rl.masks.check`), naming the episode and its step.
+        (:func:`pgrad.rl.collection.masks.check`), naming the episode and its step.
     """
+    from pgrad.rl.collection.masks import EnvMasks
     from pgrad.rl.envs.vector import GAME_INFO, EnvError, describe_failure
-    from pgrad.rl.masks import EnvMasks
-    from pgrad.rl.spaces import batch_of_one, obs_layout
+    from pgrad.rl.observations.spaces import batch_of_one, obs_layout
 
     def failed(err: Exception, i: int, what: str) -> EnvError:
         return EnvError(f"env {name!r} failed at {what} of evaluation episode {i} (seed "

@@ -4,8 +4,8 @@
 ``episodes`` episodes, env ``i`` seeded ``seed + i``, all stepped together (one batched policy
 call per step: :func:`pgrad.rl.evaluation.episodes.run_episodes`). The policy is an agent (anything
 with
-a ``policy`` attribute that is a :class:`pgrad.rl.policy.Policy`, e.g. ``agents.make(...)``), a
-``Policy``, or a path to an exported policy (a run or save directory holding ``policy/``, or the
+a ``policy`` attribute that is a :class:`pgrad.rl.acting.policy.Policy`, e.g. ``agents.make(...)``),
+a ``Policy``, or a path to an exported policy (a run or save directory holding ``policy/``, or the
 export itself: see :mod:`pgrad.rl.export.saved_model`). Loading a path reads data only; no code
 from it is
 imported.
@@ -86,7 +86,7 @@ def evaluate(
     needs a display, or ``SDL_VIDEODRIVER=dummy`` to render nowhere).
 
     Args:
-      target: an agent, a :class:`~pgrad.rl.policy.Policy`, or the path of an exported policy
+      target: an agent, a :class:`~pgrad.rl.acting.policy.Policy`, or the path of an exported policy
         (a run/save directory with ``policy/``, or the export itself).
       env_id: the env: a registered id, a factory (an
         :class:`pgrad.rl.envs.recipe.EnvRecipe` too) or one ``gym.Env`` instance (its

@@ -1,4 +1,5 @@
-"""What to evaluate: an agent, a :class:`pgrad.rl.policy.Policy` or an export path, as a policy.
+"""What to evaluate: an agent, a :class:`pgrad.rl.acting.policy.Policy` or an export path, as a
+policy.
 
 :func:`as_policy` resolves the target :func:`pgrad.evaluate` is given, with the env it runs on:
 an export path is loaded as data (its env id and options from ``pgrad_policy.json``, the code a
@@ -15,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from pgrad.rl.policy import Policy
+from pgrad.rl.acting.policy import Policy
 
 
 def as_policy(target: Any, env_id: Any,

@@ -12,10 +12,10 @@ import types
 import keras
 import tensorflow as tf
 
-from pgrad.rl import spaces
+from pgrad.rl.acting.policy import dense_layers
 from pgrad.rl.export.module import ExportedModule, observation_spec
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.policy import dense_layers
+from pgrad.rl.observations import spaces
 
 
 def _tf_activation(name: str):
@@ -80,7 +80,7 @@ class EncoderExport(ExportedModule):
     def _preprocess(self, obs):
         if self._context.layout.flat:
             return super()._preprocess(obs)
-        return obs  # the parts, as pgrad.rl.spaces preprocesses them
+        return obs  # the parts, as pgrad.rl.observations.spaces preprocesses them
 
     @staticmethod
     def _sources(net: ActorCritic) -> list:

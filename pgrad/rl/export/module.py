@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import spaces
 from pgrad.rl.export import heads as export_heads
+from pgrad.rl.observations import spaces
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 

@@ -16,17 +16,19 @@ shape and dtype -- or a batch of them (any number of leading axes), and return a
   ``{"mean", "log_std"}`` (:func:`pgrad.rl.export.heads.distribution_params`);
 * ``action_masked(observation, action_mask)`` (also a serving signature), for Discrete and
   MultiDiscrete actions: deterministic actions with ``action_mask`` ``[..., n]`` bool the legal
-  actions (:mod:`pgrad.rl.masks`; for MultiDiscrete the per-dimension masks concatenated): the
+  actions (:mod:`pgrad.rl.collection.masks`; for MultiDiscrete the per-dimension masks
+  concatenated): the
   argmax over the legal actions. A Dict observation's ``action_mask`` key is not part of the
-  ``observation`` argument (:mod:`pgrad.rl.spaces`): pass it as ``action_mask``;
+  ``observation`` argument (:mod:`pgrad.rl.observations.spaces`): pass it as ``action_mask``;
 * ``params(flat_observation)``: the distribution parameters ``[N, param_size]`` from flat raw
   observations (normaliser inside) -- differentiable, so observation attacks and sampled
   evaluation work from an export alone (:class:`ExportedPolicy`).
 
 Observations are raw for Box (``[*shape]`` in its dtype) and Discrete (an int64 scalar), the
-flat float32 vector of :mod:`pgrad.rl.spaces` (``[flat_dim]``) for other spaces without images.
-Observations with images are the parts of :class:`pgrad.rl.spaces.ObsLayout`: an image space
-as its raw ``[H, W, C]`` frames in their own dtype (uint8, bool); a Dict with images as one
+flat float32 vector of :mod:`pgrad.rl.observations.spaces` (``[flat_dim]``) for other spaces without
+images.
+Observations with images are the parts of :class:`pgrad.rl.observations.spaces.ObsLayout`: an image
+space as its raw ``[H, W, C]`` frames in their own dtype (uint8, bool); a Dict with images as one
 argument per part (each image by its key, then ``vector``: the flat float32 rest).
 
 The SavedModel's signatures (``loaded.signatures[name]``, what TF Serving, TFLite and ONNX
@@ -58,14 +60,14 @@ import numpy as np
 import tensorflow as tf
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl import spaces
+from pgrad.rl.acting.policy import Policy
 from pgrad.rl.export.columns import ColumnsExport, read_columns
 from pgrad.rl.export.feedforward import DenseExport, EncoderExport
 from pgrad.rl.export.module import SEED_SPEC, ExportedModule, compiled, traced
 from pgrad.rl.export.recurrent import ExportedRecurrentPolicy
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.normalize import ObsNormalizer
-from pgrad.rl.policy import Policy
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.normalize import ObsNormalizer
 
 __all__ = ["FILES", "META_FILE", "SEED_SPEC", "ExportedPolicy", "compiled", "export_policy",
            "find_export", "head_options", "read_metadata", "traced"]
@@ -141,7 +143,7 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 class ExportedPolicy(Policy):
-    """A :class:`pgrad.rl.policy.Policy` read from an export (no agent, no Keras model).
+    """A :class:`pgrad.rl.acting.policy.Policy` read from an export (no agent, no Keras model).
 
     Args:
       path: the export directory (or a directory holding ``policy/``).

@@ -26,8 +26,8 @@ by name, or is the user's own Keras model:
   ``"mlp"``.
 * own -- from Python, a function ``fn(observation_space) -> keras.Model`` (called once more for
   the critic's copy when the encoder is not shared) or a built ``keras.Model`` / ``Layer``.
-  It is called on the parts of :class:`pgrad.rl.spaces.ObsLayout` with images already scaled to
-  float32 in [0, 1], channel-last (one tensor, or a list in part order), and must return
+  It is called on the parts of :class:`pgrad.rl.observations.spaces.ObsLayout` with images already
+  scaled to float32 in [0, 1], channel-last (one tensor, or a list in part order), and must return
   ``[N, features]``. On token observations a causal language model -- a
   :class:`~pgrad.rl.models.token_encoder.CausalLM`, a ``CausalTransformer``, or any Keras model
   mapping ids ``[N, L]`` (or keras-hub's ``{"token_ids", "padding_mask"}``) to ``[N, L, d]`` --
@@ -57,7 +57,7 @@ import tensorflow as tf
 from pgrad.rl.models import token_encoder
 from pgrad.rl.models.dense import mlp
 from pgrad.rl.models.transformer import CausalTransformer
-from pgrad.rl.spaces import ObsLayout, Part
+from pgrad.rl.observations.spaces import ObsLayout, Part
 
 #: Names accepted for the ``encoder`` setting.
 NAMES = ("auto", "mlp", "nature_cnn", "impala_cnn", "minatar_cnn", "transformer")
@@ -233,7 +233,7 @@ class ObservationEncoder(keras.layers.Layer):
     """``observation parts -> [N, feature_dim]`` float32 (see the module docstring).
 
     Args:
-      layout: the observation layout (:func:`pgrad.rl.spaces.obs_layout`).
+      layout: the observation layout (:func:`pgrad.rl.observations.spaces.obs_layout`).
       encoder: ``"mlp"``, a CNN name, ``"transformer"``, or the user's function / Keras model
         (as :func:`resolve` returns).
       hidden, activation: the MLP's widths and activation (the vector part; with ``"mlp"``

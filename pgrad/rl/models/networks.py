@@ -28,7 +28,7 @@ from pgrad.tools.ops import scale_gradient
 
 if TYPE_CHECKING:
     from pgrad.rl.models.recurrent import RecurrentCore
-    from pgrad.rl.spaces import ObsLayout
+    from pgrad.rl.observations.spaces import ObsLayout
 
 ACTIVATIONS = ("tanh", "relu")
 
@@ -193,7 +193,8 @@ class ActorCritic:
     def params(self, obs: Any) -> tf.Tensor:
         """``[N, obs_dim] -> [N, param_size]`` distribution parameters (for a head that uses the
         latent, the actor's outputs and then its last hidden features). With an encoder ``obs``
-        is the observation as the encoder takes it (:class:`pgrad.rl.spaces.ObsLayout`)."""
+        is the observation as the encoder takes it
+        (:class:`pgrad.rl.observations.spaces.ObsLayout`)."""
         if self.core is not None:
             raise ValueError("a recurrent policy's parameters depend on its state: use "
                              "params_sequence")
@@ -283,7 +284,7 @@ def actor_critic(layout: ObsLayout, head_fn: Callable[[int], dist_lib.ActionHead
     ``share_encoder`` decides whether the critic has its own copy.
 
     Args:
-      layout: :func:`pgrad.rl.spaces.obs_layout` of the observation space.
+      layout: :func:`pgrad.rl.observations.spaces.obs_layout` of the observation space.
       head_fn: ``fn(latent_dim) -> ActionHead``: the head, given the width of the actor's last
         features (what gSDE reads).
       encoder: as :func:`pgrad.rl.models.encoders.resolve` returns it.

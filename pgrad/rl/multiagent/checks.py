@@ -5,7 +5,8 @@ line naming the env, the copy, the agent and the step.
 Checked: an agent that is not one of ``possible_agents``; a reward, termination or truncation
 missing for an agent that was in the episode; a reward that is not a finite number; an action
 mask of the wrong size, of values other than bools or 0/1 integers
-(:func:`pgrad.rl.masks.bool_values`), or that forbids every action; an action the mask forbids
+(:func:`pgrad.rl.collection.masks.bool_values`), or that forbids every action; an action the mask
+forbids
 (refused before the game sees it); an agent whose observation or action space changed since the
 start.
 """
@@ -19,8 +20,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from pgrad.rl.collection.masks import bool_values
 from pgrad.rl.envs.vector import EnvError
-from pgrad.rl.masks import bool_values
 from pgrad.rl.multiagent.pettingzoo_env import MASK_KEY
 
 __all__ = ["action_mask", "error", "known_agents", "legal", "same_spaces", "step_dicts"]
@@ -67,7 +68,8 @@ def action_mask(name: str, copy: int, agent: Any, where: str, obs: Any, info: An
     Args:
       obs / info: the agent's observation and info; the mask is ``obs["action_mask"]`` if
         ``from_obs``, else ``info["action_mask"]``.
-      sizes: :func:`pgrad.rl.masks.mask_sizes` of the action space (None: cannot be masked).
+      sizes: :func:`pgrad.rl.collection.masks.mask_sizes` of the action space (None: cannot be
+      masked).
     """
     if sizes is None:
         raise error(name, copy, agent, where,

@@ -1,4 +1,4 @@
-"""The rollout of agent rows: :class:`pgrad.rl.rollout.Collector` plus the live mask.
+"""The rollout of agent rows: :class:`pgrad.rl.collection.rollout.Collector` plus the live mask.
 
 :class:`RowsCollector` steps an :class:`~pgrad.rl.multiagent.rows.AgentRowsVectorEnv` as the
 Collector steps any vector env, remembers which rows were live at each step, and returns each
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from pgrad.rl.collection.rollout import Collector, PolicyFn, Trajectory
 from pgrad.rl.multiagent.compact import compact_rows
-from pgrad.rl.rollout import Collector, PolicyFn, Trajectory
 
 __all__ = ["RowsCollector", "is_agent_rows", "use_agent_rows"]
 
@@ -29,9 +29,9 @@ def is_agent_rows(envs: Any) -> bool:
 
 
 class RowsCollector(Collector):
-    """A :class:`pgrad.rl.rollout.Collector` over agent rows (see the module docstring).
+    """A :class:`pgrad.rl.collection.rollout.Collector` over agent rows (see the module docstring).
 
-    Args: as :class:`pgrad.rl.rollout.Collector`; ``envs`` must present agent rows
+    Args: as :class:`pgrad.rl.collection.rollout.Collector`; ``envs`` must present agent rows
       (``metadata["agent_rows"]`` agents per copy, ``info["live"]`` at each observation).
     """
 
@@ -53,8 +53,8 @@ class RowsCollector(Collector):
 
     def record_step(self, obs, acted: tuple, action_mask, stepped: tuple, where: int,
                     check: bool):
-        """:meth:`pgrad.rl.rollout.Collector.record_step`, keeping the live rows of the step
-        and counting it as ``B`` env steps."""
+        """:meth:`pgrad.rl.collection.rollout.Collector.record_step`, keeping the live rows of the
+        step and counting it as ``B`` env steps."""
         before = self.env_steps
         self._live_steps.append(self.live)
         self.live = np.array(stepped[4]["live"], dtype=np.bool_)

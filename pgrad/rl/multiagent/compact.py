@@ -18,8 +18,8 @@ they do not:
   as at the end of a rollout.
 
 So GAE over the rewritten ``[T, B]`` equals GAE over each agent's own sequence of decisions
-(the recursion in :func:`pgrad.rl.returns.gae`, one step per decision), and the update's mask
-keeps exactly the live steps. Where every row is live at every step (no agent left, nobody
+(the recursion in :func:`pgrad.rl.advantages.returns.gae`, one step per decision), and the update's
+mask keeps exactly the live steps. Where every row is live at every step (no agent left, nobody
 waits), the trajectory is unchanged except for its all-ones ``mask``.
 
 One approximation remains, the same as at any rollout's end: an agent still waiting for its
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from pgrad.rl.trajectory import Trajectory
+from pgrad.rl.collection.trajectory import Trajectory
 
 __all__ = ["compact_plan", "compact_rows"]
 

@@ -8,7 +8,7 @@ and return actions ``[N]``.
 * :func:`random_legal` draws uniformly among the legal actions of each row (every action where
   the game gives no mask).
 * :class:`SnapshotPlayer` acts with a flat weight vector of a Dense-only policy
-  (:meth:`pgrad.rl.policy.NumpyPolicy.flat_numpy`: a snapshot taken earlier in training),
+  (:meth:`pgrad.rl.acting.policy.NumpyPolicy.flat_numpy`: a snapshot taken earlier in training),
   through a numpy mirror of the same network whose weights it replaces for each call.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pgrad.rl.acting.policy import NumpyPolicy
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.policy import NumpyPolicy
 
 __all__ = ["Act", "SnapshotPlayer", "random_legal"]
 

@@ -15,14 +15,15 @@ Per row and step:
   agent acts at the next step -- it is in the episode and, in a turn-based game, it is its
   turn. The action of a row that is not live is never sent to the game; such a row belongs to
   no loss (:mod:`pgrad.rl.multiagent.compact` drops it from the batch).
-* **action mask** (``info["action_mask"]`` ``[n B, k]`` bool, where :mod:`pgrad.rl.masks`
+* **action mask** (``info["action_mask"]`` ``[n B, k]`` bool, where :mod:`pgrad.rl.collection.masks`
   reads it): the ``action_mask`` of the agent's observation or info; all true on rows that are
   not live (their action is ignored). An action a live row's mask forbids is refused before the
   game sees it.
 * **reward / terminated / truncated**: the agent's; after an agent's episode ended and until its
   copy resets, its row has reward 0 and neither flag.
 * **reset**: a copy resets in the step where its last agent is done (Gymnasium's ``SAME_STEP``
-  autoreset, as :class:`pgrad.rl.rollout.Collector` expects): every done row's last observation
+  autoreset, as :class:`pgrad.rl.collection.rollout.Collector` expects): every done row's last
+  observation
   is in ``info["final_obs"]``, and ``info["env_done"]`` ``[n B]`` marks the rows of the copies
   that reset.
 * **state** (``global_state=True``): ``info["state"]`` ``[n B, S]`` float32, the copy's
@@ -42,7 +43,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.masks import mask_sizes
+from pgrad.rl.collection.masks import mask_sizes
 from pgrad.rl.multiagent import checks
 from pgrad.rl.multiagent.pettingzoo_env import (
     MASK_KEY,

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from pgrad.rl.collection.rollout import PolicyFn, Trajectory
 from pgrad.rl.multiagent.collector import RowsCollector
 from pgrad.rl.multiagent.opponents import SnapshotPlayer, random_legal
-from pgrad.rl.rollout import PolicyFn, Trajectory
 
 __all__ = ["LATEST", "RANDOM", "SelfPlayCollector", "SnapshotPool"]
 
@@ -104,7 +104,7 @@ class SelfPlayCollector(RowsCollector):
       envs: agent rows of a game of two agents (``metadata["agent_rows"] == 2``).
       name: the env's name in messages.
       player: acts the pool's snapshots (a numpy mirror of the learner's network).
-      obs_norm, reward_norm: as :class:`~pgrad.rl.rollout.Collector` (observation
+      obs_norm, reward_norm: as :class:`~pgrad.rl.collection.rollout.Collector` (observation
         normalisation is refused: a snapshot would act on today's statistics).
     """
 

@@ -17,9 +17,9 @@ counts the steps of envs whose completion had ended while others in the batch we
 the update), which are not counted here. Without the interpreter the figure is marked skipped.
 
 ``transformer_cached_acting``: one batch of completions acted token by token (64 Reversal
-prompts, 6 acting calls each) by :class:`pgrad.rl.transformer_actor.CachedTransformerActor`
+prompts, 6 acting calls each) by :class:`pgrad.rl.acting.transformer_actor.CachedTransformerActor`
 (the keys and values kept between calls, one token per row per call) against
-:class:`pgrad.rl.compiled_actor.CompiledActor` (the whole context each call) on the same
+:class:`pgrad.rl.acting.compiled_actor.CompiledActor` (the whole context each call) on the same
 network, interleaved; the value is the cache's speed-up.
 
 One side of ``grpo_vs_trl`` in this process (what the figure runs in a fresh one)::
@@ -195,8 +195,8 @@ def completion_contexts(spec: dict, seed: int = 0) -> list[np.ndarray]:
 
 def cached_acting(repeats: int, spec: dict | None = None) -> dict:
     """The KV-cached actor against the compiled actor acting one batch of completions."""
-    from pgrad.rl.compiled_actor import CompiledActor
-    from pgrad.rl.transformer_actor import CachedTransformerActor
+    from pgrad.rl.acting.compiled_actor import CompiledActor
+    from pgrad.rl.acting.transformer_actor import CachedTransformerActor
 
     s = {**SPEC, **(spec or {})}
     agent = make_agent(s)

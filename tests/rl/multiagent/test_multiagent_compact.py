@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pgrad.rl.advantages.returns import gae
+from pgrad.rl.collection.trajectory import Trajectory
 from pgrad.rl.multiagent import compact_rows
-from pgrad.rl.returns import gae
-from pgrad.rl.trajectory import Trajectory
 
 
 def _column(rng: np.random.Generator, T: int, start: float) -> tuple[dict, list]:

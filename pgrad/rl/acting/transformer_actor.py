@@ -1,7 +1,7 @@
 """Acting for a Transformer token policy with a key/value cache: one token per env per step.
 
 A token policy is feed-forward (:mod:`pgrad.rl.models.token_encoder`: the observation is the
-context), and :class:`pgrad.rl.compiled_actor.CompiledActor` can act with it as with any
+context), and :class:`pgrad.rl.acting.compiled_actor.CompiledActor` can act with it as with any
 encoder, recomputing the whole context each step: ``O(L^2 d)`` per token. When the encoder is a
 :class:`pgrad.rl.models.transformer.CausalTransformer`, :class:`CachedTransformerActor` keeps
 each env's keys and values ``[layers, 2, B, heads, L, head_dim]`` between calls and runs one
@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from pgrad.rl.compiled_actor import CompiledActor
+from pgrad.rl.acting.compiled_actor import CompiledActor
 from pgrad.rl.flat_call import flat_caller
 from pgrad.rl.models.networks import ActorCritic
 from pgrad.rl.models.token_encoder import TokenEncoder, context_lengths, last_position_features
 from pgrad.rl.models.transformer import CausalTransformer, token_ids
-from pgrad.rl.spaces import ObsLayout
+from pgrad.rl.observations.spaces import ObsLayout
 
 
 def transformer_of(net: ActorCritic) -> CausalTransformer | None:

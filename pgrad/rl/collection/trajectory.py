@@ -1,9 +1,9 @@
 """The time-major batch of transitions a rollout returns: :class:`Trajectory` ``[T, B, ...]``.
 
 Its arrays are read-only; for observations with images the next observations are kept in the
-compact form of :mod:`pgrad.rl.frames` (each frame once) and materialised on first access.
-:func:`build_trajectory` stacks a rollout's per-step pieces into one
-(:class:`pgrad.rl.rollout.Collector` collects them).
+compact form of :mod:`pgrad.rl.observations.frames` (each frame once) and materialised on first
+access. :func:`build_trajectory` stacks a rollout's per-step pieces into one
+(:class:`pgrad.rl.collection.rollout.Collector` collects them).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pgrad.rl import spaces
-from pgrad.rl.frames import FrameBuffer, NextFrames
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.frames import FrameBuffer, NextFrames
 
 __all__ = ["Trajectory", "build_trajectory", "next_vector"]
 
@@ -36,7 +36,8 @@ class Trajectory(_Fields):
 
     Attributes:
       observations: ``[T, B, obs_dim]`` float32, preprocessed (and normalised) o_t. For
-        observations with images, the parts of :class:`pgrad.rl.spaces.ObsLayout` instead: each
+        observations with images, the parts of :class:`pgrad.rl.observations.spaces.ObsLayout`
+        instead: each
         image ``[T, B, *shape]`` in its own dtype (uint8, bool), the vector part (normalised)
         ``[T, B, d]`` float32; one array, or a tuple of them in part order.
       actions: ``[T, B, *action_shape]`` int32 / float32 as sampled (before clipping to bounds).
@@ -52,15 +53,15 @@ class Trajectory(_Fields):
       next_observations: ``[T, B, obs_dim]`` (or parts, as ``observations``) the observation that
         followed step t: o_{t+1} within an episode, the episode's final observation where it
         ended. For observations with images the Collector stores each frame once
-        (:class:`pgrad.rl.frames.NextFrames`, see :attr:`next_frames`): this array is then
-        materialised on first access (a copy of the frames, kept with the trajectory; the
+        (:class:`pgrad.rl.observations.frames.NextFrames`, see :attr:`next_frames`): this array is
+        then materialised on first access (a copy of the frames, kept with the trajectory; the
         tuple itself holds the compact form at this position, so read the attribute rather
         than unpacking the tuple).
       mask: ``[T, B]`` float32, 1 for steps in the batch; None when every step counts. Whole-episode
         collection masks each env's steps after its last finished episode.
       action_mask: ``[T, B, n]`` bool, the legal actions at o_t (``n = sum(nvec)`` for
         MultiDiscrete: the per-dimension masks concatenated), for an env that masks actions
-        (:mod:`pgrad.rl.masks`); else None.
+        (:mod:`pgrad.rl.collection.masks`); else None.
     """
 
     __slots__ = ()
@@ -123,7 +124,7 @@ def build_trajectory(layout: spaces.ObsLayout, steps: list[tuple], mask: np.ndar
         their image parts already written into ``frames``, if given).
       mask: ``[T, B]`` float32 steps in the batch, or None (every step counts).
       frames: the rollout's image buffer; the next observations are then kept in their compact
-        form (:class:`pgrad.rl.frames.NextFrames`).
+        form (:class:`pgrad.rl.observations.frames.NextFrames`).
       last_obs: with ``frames``, the observation after the last step (None if not known).
     """
     obs, act, rew, term, trunc, logp, vals, nxt, legal = zip(*steps)

@@ -85,7 +85,7 @@ class ObsNormalizer(_Stats):
     """Normalises ``[N, dim]`` flat observations with running statistics.
 
     Args:
-      dim: observation width (after :mod:`pgrad.rl.spaces` flattening).
+      dim: observation width (after :mod:`pgrad.rl.observations.spaces` flattening).
       clip: normalised values are clipped to ``[-clip, clip]``.
       eps: added to the variance.
     """

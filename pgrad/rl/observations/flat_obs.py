@@ -2,7 +2,8 @@
 
 ``Box`` cast and flattened, ``Discrete`` / ``MultiDiscrete`` one-hot, ``MultiBinary`` as 0/1,
 ``Dict`` / ``Tuple`` each entry so and concatenated in the space's order; a top-level
-``action_mask`` key (:data:`MASK_KEY`) left out. :mod:`pgrad.rl.spaces` builds the layouts of
+``action_mask`` key (:data:`MASK_KEY`) left out. :mod:`pgrad.rl.observations.spaces` builds the
+layouts of
 spaces with images on top of this; all numpy (it runs once per env step on the whole batch).
 """
 
@@ -116,7 +117,8 @@ def _flat_preprocessor(space: gym.Space) -> Callable[[object], np.ndarray]:
 def flat_entries(space: gym.spaces.Dict | gym.spaces.Tuple, keys: list
                  ) -> Callable[[object], np.ndarray]:
     """The flat float32 vector of entries ``keys`` (Dict keys or Tuple indices) of ``space``,
-    concatenated in that order (an image space's vector part, :class:`pgrad.rl.spaces.ObsLayout`).
+    concatenated in that order (an image space's vector part,
+    :class:`pgrad.rl.observations.spaces.ObsLayout`).
     """
     if isinstance(space, gym.spaces.Dict):
         return _flat_dict(space, keys)

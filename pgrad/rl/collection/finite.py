@@ -3,7 +3,8 @@ names the env and the env step it came from.
 
 :func:`check_step` checks one vector step as it is recorded; :func:`check_rollout` checks a whole
 rollout collected without them (one pass over the stacked arrays, the same error naming the same
-env step), which :meth:`pgrad.rl.rollout.Collector.collect` does where no normaliser reads the
+env step), which :meth:`pgrad.rl.collection.rollout.Collector.collect` does where no normaliser
+reads the
 values before the update. Only the float32 vector part of observations is checked: images are
 integers or bools.
 """
@@ -14,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from pgrad.rl import spaces
+from pgrad.rl.collection.trajectory import Trajectory, next_vector
 from pgrad.rl.envs.vector import EnvError
-from pgrad.rl.trajectory import Trajectory, next_vector
+from pgrad.rl.observations import spaces
 
 __all__ = ["check_rollout", "check_step"]
 

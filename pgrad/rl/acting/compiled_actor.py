@@ -4,9 +4,9 @@ A CNN's forward pass is work a TensorFlow call amortises (NatureCNN on 8 frames 
 few milliseconds, the call's own overhead ~0.1-0.3 ms), and a user's Keras encoder cannot be
 mirrored at all. :class:`CompiledActor` computes the distribution parameters on the batch with
 one traced ``tf.function`` (batch dimension left open, so one trace serves every batch size)
-on the live Keras variables, then samples with the numpy samplers of :mod:`pgrad.rl.policy`:
+on the live Keras variables, then samples with the numpy samplers of :mod:`pgrad.rl.acting.policy`:
 from the same parameters and the same generator it draws exactly the actions the numpy mirror
-would. Its interface is :class:`pgrad.rl.policy.NumpyPolicy` 's, so the agent, the rollout
+would. Its interface is :class:`pgrad.rl.acting.policy.NumpyPolicy` 's, so the agent, the rollout
 workers and evaluation use either without knowing which.
 
 Where actor and critic share the encoder (SB3's default for images), the same call can also
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from pgrad.rl.acting.sampling import NumpySampling
 from pgrad.rl.flat_call import flat_caller
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.sampling import NumpySampling
-from pgrad.rl.spaces import ObsLayout
+from pgrad.rl.observations.spaces import ObsLayout
 
 #: Compile the acting call with XLA. Off: no clear gain measured (docs/performance.md, "Images"),
 #: and XLA compiles again for every new batch size.

@@ -10,7 +10,8 @@ Vector observations (no image anywhere in the space) become one flat float32 vec
   own key/index order (``Dict`` keys are sorted by Gymnasium).
 
 A top-level ``Dict`` key ``action_mask`` (PettingZoo's convention, :data:`MASK_KEY`) is not part
-of what the network sees: it is the env's action mask (:mod:`pgrad.rl.masks`), read from the raw
+of what the network sees: it is the env's action mask (:mod:`pgrad.rl.collection.masks`), read from
+the raw
 observation by :meth:`ObsLayout.action_mask`. Everything here describes the space without it.
 
 Images are kept in their own dtype until the network scales them (:class:`ObsLayout`): an image
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple, TypeGuard
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl.flat_obs import (
+from pgrad.rl.observations.flat_obs import (
     MASK_KEY,
     SUPPORTED,
     flat_dim,
@@ -165,8 +166,8 @@ class ObsLayout:
 
     def action_mask(self, raw_obs: Any) -> np.ndarray | None:
         """``[N, n]``: the ``action_mask`` key of a batch of raw Dict observations as given (its
-        values unchecked: :func:`pgrad.rl.masks.given_mask` refuses NaN, strings, 2s), or None
-        when the space has no such key."""
+        values unchecked: :func:`pgrad.rl.collection.masks.given_mask` refuses NaN, strings, 2s), or
+        None when the space has no such key."""
         if not self.has_mask_key:
             return None
         mask = np.asarray(raw_obs[MASK_KEY])

@@ -5,9 +5,9 @@ A TensorFlow call costs ~300-450 us whatever the batch; a 64-64 MLP on 8 observa
 pass refreshed from the Keras weights after every update. Training never reads the mirror:
 gradients come from the Keras models (:mod:`pgrad.rl.models.networks`). Policies with an encoder (a
 CNN, the user's own) act through one compiled TensorFlow call instead
-(:class:`pgrad.rl.compiled_actor.CompiledActor`; a causal Transformer on token contexts with a
-key/value cache, :class:`pgrad.rl.transformer_actor.CachedTransformerActor`), sampling with the
-same numpy samplers below; :func:`make_actor` picks.
+(:class:`pgrad.rl.acting.compiled_actor.CompiledActor`; a causal Transformer on token contexts with
+a key/value cache, :class:`pgrad.rl.acting.transformer_actor.CachedTransformerActor`), sampling with
+the same numpy samplers below; :func:`make_actor` picks.
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from pgrad.rl import distributions as dist_lib
-from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.sampling import (  # noqa: F401 (the samplers, re-exported)
+from pgrad.rl.acting.sampling import (  # noqa: F401 (the samplers, re-exported)
     NumpySampling,
     _categorical,
     gaussian_numpy,
     mode_numpy,
     sample_numpy,
 )
+from pgrad.rl.models.networks import ActorCritic
 
 if TYPE_CHECKING:
-    from pgrad.rl.compiled_actor import CompiledActor
-    from pgrad.rl.normalize import ObsNormalizer
-    from pgrad.rl.spaces import ObsLayout
+    from pgrad.rl.acting.compiled_actor import CompiledActor
+    from pgrad.rl.observations.normalize import ObsNormalizer
+    from pgrad.rl.observations.spaces import ObsLayout
 
 
 def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -69,7 +69,8 @@ class NumpyPolicy(NumpySampling):
     def __init__(self, net: ActorCritic):
         if net.encoder is not None:
             raise ValueError("NumpyPolicy mirrors Dense-only networks; a network with an encoder "
-                             "acts through pgrad.rl.compiled_actor.CompiledActor (make_actor).")
+                             "acts through pgrad.rl.acting.compiled_actor.CompiledActor "
+                             "(make_actor).")
         self.net, self.head = net, net.head
         self._spec = {k: dense_layers(getattr(net, k)) for k in ("trunk", "actor", "critic")}
         self._vars = [v for k in self._spec for w, b, _ in self._spec[k] for v in (w, b)]
@@ -176,20 +177,20 @@ class NumpyPolicy(NumpySampling):
 def make_actor(net: ActorCritic, layout: ObsLayout | None = None) -> NumpyPolicy | CompiledActor:
     """The acting copy of ``net``: the numpy mirror for Dense-only networks, the KV-cached
     actor for a :class:`pgrad.rl.models.transformer.CausalTransformer` token policy
-    (:mod:`pgrad.rl.transformer_actor`), else a compiled TensorFlow call (same interface:
+    (:mod:`pgrad.rl.acting.transformer_actor`), else a compiled TensorFlow call (same interface:
     ``forward``, ``sample``, ``mode``, ``sync``, ...)."""
     if net.encoder is None:
         return NumpyPolicy(net)
     layout = layout if layout is not None else net.encoder.layout
-    if net.recurrent:  # encoder -> core -> actor (pgrad.rl.recurrent_actor)
-        from pgrad.rl.recurrent_actor import CompiledRecurrentActor
+    if net.recurrent:  # encoder -> core -> actor (pgrad.rl.acting.recurrent_actor)
+        from pgrad.rl.acting.recurrent_actor import CompiledRecurrentActor
 
         return CompiledRecurrentActor(net, layout)
-    from pgrad.rl.transformer_actor import CachedTransformerActor, transformer_of
+    from pgrad.rl.acting.transformer_actor import CachedTransformerActor, transformer_of
 
     if transformer_of(net) is not None and not net.head.uses_latent:
         return CachedTransformerActor(net, layout)
-    from pgrad.rl.compiled_actor import CompiledActor
+    from pgrad.rl.acting.compiled_actor import CompiledActor
 
     return CompiledActor(net, layout)
 
@@ -199,8 +200,8 @@ class Policy:
 
     ``flatten`` turns raw batched observations into flat float32 ``[N, d]`` (before any
     normalisation) -- or, for observations with images, into the parts of
-    :class:`pgrad.rl.spaces.ObsLayout` (images in their own dtype); ``params`` maps those to
-    distribution parameters in TensorFlow (differentiable, normaliser inside); ``act_flat``
+    :class:`pgrad.rl.observations.spaces.ObsLayout` (images in their own dtype); ``params`` maps
+    those to distribution parameters in TensorFlow (differentiable, normaliser inside); ``act_flat``
     picks env-ready actions.
     """
 
@@ -209,7 +210,7 @@ class Policy:
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  head: dist_lib.ActionHead):
-        from pgrad.rl import spaces
+        from pgrad.rl.observations import spaces
 
         self.observation_space, self.action_space, self.head = (observation_space, action_space,
                                                                  head)
@@ -218,7 +219,7 @@ class Policy:
 
     def flatten(self, obs_batch: Any) -> Any:
         """Raw batched observations -> ``[N, d]`` float32 or the layout's parts (as
-        :mod:`pgrad.rl.spaces`)."""
+        :mod:`pgrad.rl.observations.spaces`)."""
         return self._flatten(obs_batch)
 
     def params(self, flat: Any) -> tf.Tensor:
@@ -234,7 +235,7 @@ class Policy:
                  rng: np.random.Generator | None = None,
                  action_mask: np.ndarray | None = None) -> np.ndarray:
         """Env-ready actions ``[N, ...]`` at flat raw observations (or the layout's parts);
-        ``action_mask`` ``[N, n]`` bool: only legal actions (:mod:`pgrad.rl.masks`)."""
+        ``action_mask`` ``[N, n]`` bool: only legal actions (:mod:`pgrad.rl.collection.masks`)."""
         params = self.params(self.layout.to_tensors(flat)).numpy()
         return self._env_actions(params, deterministic, rng, action_mask)
 

@@ -1,9 +1,9 @@
 """Acting for a recurrent policy with an encoder (a CNN before the core): one compiled call.
 
-The numpy mirror (:class:`pgrad.rl.policy.NumpyPolicy`) copies Dense layers and the core only;
-with an encoder in front, :class:`CompiledRecurrentActor` runs ``encoder -> core -> actor`` as
+The numpy mirror (:class:`pgrad.rl.acting.policy.NumpyPolicy`) copies Dense layers and the core
+only; with an encoder in front, :class:`CompiledRecurrentActor` runs ``encoder -> core -> actor`` as
 one traced ``tf.function`` on the live Keras variables (as
-:class:`pgrad.rl.compiled_actor.CompiledActor` does for feed-forward encoded policies) and
+:class:`pgrad.rl.acting.compiled_actor.CompiledActor` does for feed-forward encoded policies) and
 samples with the same numpy samplers, so acting reads exactly the Keras model's parameters.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from pgrad.rl.compiled_actor import JIT_COMPILE, CompiledActor
+from pgrad.rl.acting.compiled_actor import JIT_COMPILE, CompiledActor
 from pgrad.rl.models.networks import ActorCritic
-from pgrad.rl.spaces import ObsLayout
+from pgrad.rl.observations.spaces import ObsLayout
 
 
 class CompiledRecurrentActor(CompiledActor):

@@ -1,6 +1,6 @@
 """Acting's numpy sampling from ``[N, param_size]`` action-distribution parameters, shared by the
-numpy mirror (:class:`pgrad.rl.policy.NumpyPolicy`) and the compiled actor
-(:class:`pgrad.rl.compiled_actor.CompiledActor`)."""
+numpy mirror (:class:`pgrad.rl.acting.policy.NumpyPolicy`) and the compiled actor
+(:class:`pgrad.rl.acting.compiled_actor.CompiledActor`)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def sample_numpy(head: dist_lib.ActionHead, params: np.ndarray, log_std: np.ndar
     """Samples from ``head``'s distribution at ``[N, param_size]`` params, in numpy.
 
     ``action_mask``: ``[N, n]`` bool, the legal actions (the per-dimension masks concatenated
-    for MultiDiscrete; every row allowing something, as :mod:`pgrad.rl.masks` checks): illegal
-    actions are never drawn and log-probabilities are over the legal ones. Draws the same
+    for MultiDiscrete; every row allowing something, as :mod:`pgrad.rl.collection.masks` checks):
+    illegal actions are never drawn and log-probabilities are over the legal ones. Draws the same
     uniforms with or without a mask.
 
     Returns ``([N, *action_shape]`` stored actions, ``[N]`` float32 log-probabilities).

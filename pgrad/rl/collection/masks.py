@@ -4,7 +4,7 @@ An env says which actions are legal in one of three ways; the first of them it p
 one read (the precedence, as listed):
 
 1. ``"observation"``: a top-level ``Dict`` observation key ``action_mask`` (PettingZoo's
-   convention). The key is not part of what the network sees (:mod:`pgrad.rl.spaces`).
+   convention). The key is not part of what the network sees (:mod:`pgrad.rl.observations.spaces`).
 2. ``"info"``: ``info["action_mask"]`` from ``reset`` and from every ``step`` (Gymnasium's
    convention, e.g. ``Taxi-v4``). An env that gives it only from some step on, or not for every
    sub-env, is an error: the mask of every step is needed.
@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from pgrad.rl.envs.vector import EnvError, describe_failure
-from pgrad.rl.spaces import MASK_KEY, ObsLayout
+from pgrad.rl.observations.spaces import MASK_KEY, ObsLayout
 
 SOURCES = ("observation", "info", "method")
 METHOD = "action_masks"  # sb3-contrib's env method

@@ -7,7 +7,7 @@ real (none of the dummy "reset" steps of the default ``NEXT_STEP`` mode) and
 ``next_observations[t, b]`` -- the observation that really followed step ``t`` -- is the next
 row's observation within an episode and the final observation at an episode end. Returns then
 bootstrap from ``V(next_observations)`` at truncations and not at terminations
-(:mod:`pgrad.rl.returns`).
+(:mod:`pgrad.rl.advantages.returns`).
 
 Episode returns and lengths come from Gymnasium's ``RecordEpisodeStatistics`` (raw rewards, before
 any reward normalisation), or for an env that reports whole games
@@ -20,14 +20,15 @@ The vector envs and the env failures (:class:`EnvError`, one sentence naming the
 step and what went wrong) are in :mod:`pgrad.rl.envs.vector`; their names are importable from here
 too.
 
-Acting is a numpy callable (see :class:`pgrad.rl.policy.NumpyPolicy`): one TensorFlow call per env
-step would cost several times the env step itself.
+Acting is a numpy callable (see :class:`pgrad.rl.acting.policy.NumpyPolicy`): one TensorFlow call
+per env step would cost several times the env step itself.
 
 This module is the Collector's step loop. What it returns, :class:`Trajectory`, is in
-:mod:`pgrad.rl.trajectory`; its image frames go through :mod:`pgrad.rl.frames`; the NaN/Inf
-checks are :mod:`pgrad.rl.finite`; ended episodes and whole-episode batches are
-:mod:`pgrad.rl.episodes`; double-buffered stepping is :mod:`pgrad.rl.envs.overlap` (through the
-Collector's stepping interface). Their public names are importable from here too.
+:mod:`pgrad.rl.collection.trajectory`; its image frames go through
+:mod:`pgrad.rl.observations.frames`; the NaN/Inf
+checks are :mod:`pgrad.rl.collection.finite`; ended episodes and whole-episode batches are
+:mod:`pgrad.rl.collection.episodes`; double-buffered stepping is :mod:`pgrad.rl.envs.overlap`
+(through the Collector's stepping interface). Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pgrad.rl import masks, spaces
+from pgrad.rl.collection import masks
+from pgrad.rl.collection.episodes import ended_episodes, ended_successes, whole_episodes
+from pgrad.rl.collection.finite import check_rollout, check_step
+from pgrad.rl.collection.trajectory import Trajectory, build_trajectory, next_vector
 from pgrad.rl.envs.overlap import OverlapVectorEnv, not_overlappable, overlapped_steps
 from pgrad.rl.envs.vector import (
     GAME_INFO,
@@ -49,17 +53,15 @@ from pgrad.rl.envs.vector import (
     env_name,
     make_vec_env,
 )
-from pgrad.rl.episodes import ended_episodes, ended_successes, whole_episodes
-from pgrad.rl.finite import check_rollout, check_step
-from pgrad.rl.frames import FrameBuffer
-from pgrad.rl.normalize import ObsNormalizer, RewardNormalizer
-from pgrad.rl.trajectory import Trajectory, build_trajectory, next_vector
+from pgrad.rl.observations import spaces
+from pgrad.rl.observations.frames import FrameBuffer
+from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
 
 __all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
            "describe_failure", "ended_successes", "env_name", "make_vec_env", "next_vector"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
-#: (for an env that masks actions, :mod:`pgrad.rl.masks`, it is called as
+#: (for an env that masks actions, :mod:`pgrad.rl.collection.masks`, it is called as
 #: ``policy_fn(obs, action_mask=[B, n] bool)`` and must act legally).
 PolicyFn = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
@@ -121,14 +123,14 @@ class Collector:
     @property
     def current_obs(self) -> Any:
         """``[B, ...]`` preprocessed observations the policy acts on next (before observation
-        normalisation; parts as :class:`pgrad.rl.spaces.ObsLayout`), None before the first
-        :meth:`reset`."""
+        normalisation; parts as :class:`pgrad.rl.observations.spaces.ObsLayout`), None before the
+        first :meth:`reset`."""
         return self._raw_obs
 
     @property
     def action_mask(self) -> np.ndarray | None:
         """``[B, n]`` bool, the legal actions at :attr:`current_obs`; None for an env without
-        action masks (:mod:`pgrad.rl.masks`)."""
+        action masks (:mod:`pgrad.rl.collection.masks`)."""
         return self._action_mask
 
     def env_call(self, where: str | int, fn: Callable, *args, **kwargs):
@@ -197,7 +199,7 @@ class Collector:
         """One vector step. Returns the transition pieces and finished episodes.
 
         ``check=False`` leaves the finite checks of this step's observations and rewards to
-        the caller (:func:`pgrad.rl.finite.check_rollout`).
+        the caller (:func:`pgrad.rl.collection.finite.check_rollout`).
         """
         if self._raw_obs is None:
             self.reset()
@@ -228,7 +230,7 @@ class Collector:
         Returns:
           ``(pieces, episodes)``: the step's 9 pieces (``obs, actions, rewards, terminated,
           truncated, log_probs, values, next_obs, action_mask``, see
-          :func:`pgrad.rl.trajectory.build_trajectory`) and its finished episodes
+          :func:`pgrad.rl.collection.trajectory.build_trajectory`) and its finished episodes
           ``(env_step, return, length)``. :attr:`current_obs` is then the next observations.
         """
         actions, _, log_probs, values = acted
@@ -274,7 +276,8 @@ class Collector:
         """
         steps: list[tuple] = []  # per vector step, the 9 pieces of _step (columns at the end)
         episodes: list = []
-        # images go straight into [T, B, ...] buffers (see pgrad.rl.frames), not into the list
+        # images go straight into [T, B, ...] buffers (see pgrad.rl.observations.frames), not into
+        # the list
         frames = None if self.layout.flat else FrameBuffer(self.layout, num_steps, self.num_envs)
         # Without normalisers nothing is computed from an observation or reward before the
         # update but the next action, so their finite checks run once over the whole rollout
@@ -309,8 +312,8 @@ class Collector:
     def collect_episodes(self, policy_fn: PolicyFn, min_steps: int,
                          max_vector_steps: int = 100_000) -> tuple[Trajectory, list]:
         """Whole episodes: at least ``min_steps`` steps, every env's batch ending at an episode end
-        (:func:`pgrad.rl.episodes.whole_episodes`; steps after an env's part closed are masked
-        out in ``Trajectory.mask``)."""
+        (:func:`pgrad.rl.collection.episodes.whole_episodes`; steps after an env's part closed are
+        masked out in ``Trajectory.mask``)."""
         return whole_episodes(lambda: self._step(policy_fn), self.layout, self.num_envs,
                               self.name, min_steps, max_vector_steps)
 
@@ -359,7 +362,8 @@ class Collector:
 
     def _trajectory(self, steps: list[tuple], mask, frames: FrameBuffer | None = None,
                     last_obs=None) -> Trajectory:
-        """:func:`pgrad.rl.trajectory.build_trajectory` of ``T`` :meth:`_step` results."""
+        """:func:`pgrad.rl.collection.trajectory.build_trajectory` of ``T`` :meth:`_step`
+        results."""
         return build_trajectory(self.layout, steps, mask, frames, last_obs)
 
     def close(self) -> None:

@@ -168,7 +168,8 @@ class FrameBuffer:
     is written over it, the env columns that differ are kept as finals of ``(t, b)``.
 
     Args:
-      layout: the Collector's :class:`pgrad.rl.spaces.ObsLayout` (with at least one image).
+      layout: the Collector's :class:`pgrad.rl.observations.spaces.ObsLayout` (with at least one
+        image).
       num_steps: ``T``, the vector steps of the rollout.
       num_envs: ``B``.
     """

@@ -1,6 +1,7 @@
 """Episodes in a rollout: the ones that ended in a vector step (their returns, lengths and
 successes, as the env reports them) and whole-episode batches (:func:`whole_episodes`, which
-:meth:`pgrad.rl.rollout.Collector.collect_episodes` runs for REINFORCE's reward-to-go returns).
+:meth:`pgrad.rl.collection.rollout.Collector.collect_episodes` runs for REINFORCE's reward-to-go
+returns).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pgrad.rl import spaces
+from pgrad.rl.collection.trajectory import Trajectory, build_trajectory
 from pgrad.rl.envs.vector import GAME_INFO
-from pgrad.rl.trajectory import Trajectory, build_trajectory
+from pgrad.rl.observations import spaces
 
 __all__ = ["ended_episodes", "ended_successes", "whole_episodes"]
 
@@ -54,7 +55,7 @@ def whole_episodes(step: Callable[[], tuple], layout: spaces.ObsLayout, num_envs
 
     Args:
       step: one vector step -> ``(pieces, episodes)``, as
-        :meth:`pgrad.rl.rollout.Collector.record_step` returns them.
+        :meth:`pgrad.rl.collection.rollout.Collector.record_step` returns them.
       layout: the observation layout.
       num_envs: ``B``.
       name: the env's name, for the error.
