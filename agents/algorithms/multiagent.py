@@ -32,11 +32,16 @@ normalisation off by default (set ``value_norm=True clip_range_vf=0.2`` for the 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from agents.algorithms.ppo import PPOConfig, ppo_chain
 from agents.catalog.declare import Algorithm
 from agents.config import doc, preset
+
+#: ``encoder`` value of ippo's board CNN (pgrad.rl.multiagent.board.BOARD_CNN; the config
+#: module imports no TensorFlow).
+BOARD_CNN = "board_cnn"
 
 #: How the critic of ``mappo`` reads a row (:class:`MAPPOConfig.critic_input`).
 CRITIC_INPUTS = ("state_and_obs", "state")
@@ -64,6 +69,14 @@ class IPPOConfig(PPOConfig):
     max_grad_norm: float = preset("max_grad_norm", 10.0)
     agent_id: bool = field(default=False, metadata=doc(
         "append each agent's index, one-hot, to its observation"))
+    encoder: str = field(default="auto", metadata=doc(
+        "what reads a row: 'auto' / 'mlp' (the MLP of hidden on the flat row), or "
+        "'board_cnn' (ippo, board games: the observation's 3-D Box board (H, W, C) reshaped "
+        "from the row, board_filters 3x3 ReLU convolutions, then the MLP of hidden with the "
+        "row's other columns beside them; pgrad.rl.multiagent.board); from Python as "
+        "ActorCriticConfig's"))
+    board_filters: tuple[int, ...] = field(default=(64, 64), metadata=doc(
+        "encoder='board_cnn': the output channels of each 3x3 'same' convolution"))
     value_norm: bool = field(default=False, metadata=doc(
         "MAPPO's value normalisation: the critic regresses returns normalised by running "
         "statistics and its output is denormalised for GAE (agents/update/value_norm.py); "
@@ -90,6 +103,15 @@ class IPPOConfig(PPOConfig):
         "evaluation (0: the initial policy)"))
 
     def validate(self) -> None:
+        if isinstance(self.encoder, str) and self.encoder == BOARD_CNN:
+            # ippo's own encoder (built on the rows, agents.learners.multiagent): every other
+            # field checked as with the MLP
+            if not self.board_filters or not all(1 <= int(f) <= 1024
+                                                  for f in self.board_filters):
+                raise ValueError(f"board_filters must be 1 to 1024 channels per convolution, "
+                                 f"at least one; got {self.board_filters}")
+            dataclasses.replace(self, encoder="mlp").validate()
+            return
         # First (PPO's check reads it in copies). The agent's update runs on a copy of the
         # config counting rows (agents.learners.multiagent), marked so.
         if int(self.minibatch_size) != 0 and not getattr(self, "counts_rows", False):
@@ -146,8 +168,8 @@ class MAPPOConfig(IPPOConfig):
     def validate(self) -> None:
         super().validate()
         if self.self_play:
-            raise ValueError("self_play runs on ippo (its opponents act through the numpy "
-                             "mirror of one MLP); mappo's critic reads the state: use ippo")
+            raise ValueError("self_play runs on ippo (its snapshots act with the policy "
+                             "alone); mappo's critic reads the state: use ippo")
         if self.critic_input not in CRITIC_INPUTS:
             raise ValueError(f"critic_input must be one of {CRITIC_INPUTS}; got "
                              f"{self.critic_input!r}")

@@ -13,7 +13,10 @@ in the actor-critic agent, and nothing else:
   (saved with the agent, and ``steps_per_update`` in steps of the game);
 * MAPPO's network: the actor's MLP reads the row's own columns, the critic's MLP the state
   (and the own columns with ``critic_input="state_and_obs"``), each through the network
-  builder's own-encoder hook (:class:`ColumnsMLP`), followed by one output layer each.
+  builder's own-encoder hook (:class:`ColumnsMLP`), followed by one output layer each;
+* IPPO's ``encoder="board_cnn"``: the same hook builds a
+  :class:`~pgrad.rl.multiagent.board.BoardCNN` on the board columns of the rows (the
+  game's 3-D observation ``Box``), shared by actor and critic unless ``share_encoder=False``.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents.algorithms.multiagent import IPPOConfig, MAPPOConfig, rows_chain
+from agents.algorithms.multiagent import BOARD_CNN, IPPOConfig, MAPPOConfig, rows_chain
 from agents.base import ActorCriticAgent
 from pgrad.rl import multiagent
 from pgrad.rl.models.dense import mlp
+from pgrad.rl.multiagent.board import BoardCNN, board_columns
 from pgrad.rl.multiagent.central import StateRowsVectorEnv
 from pgrad.rl.multiagent.games import game_source
 from pgrad.rl.multiagent.statistics import AgentEpisodeStatistics
@@ -75,6 +79,29 @@ class _ActorThenCritic:
         self._calls += 1
         return ColumnsMLP(columns, tuple(self._cfg.hidden), self._cfg.activation,
                           self._seed + 1000 * self._calls, bool(self._cfg.ortho_init), name)
+
+
+class _BoardBuilder:
+    """The own-encoder hook of :func:`pgrad.rl.models.networks.actor_critic` for
+    ``encoder="board_cnn"``: a new :class:`BoardCNN` on the rows' board at each call (the actor's,
+    then the critic's with ``share_encoder=False``)."""
+
+    __name__ = BOARD_CNN
+
+    def __init__(self, rows: Any, cfg: Any, seed: int, where: str):
+        env = rows.unwrapped
+        self._columns = board_columns(env.obs_space, int(rows.single_observation_space.shape[0]),
+                                      where)
+        self._cfg, self._seed, self._calls = cfg, seed, 0
+
+    def __call__(self, space: gym.Space) -> BoardCNN:
+        shape, board, others = self._columns
+        self._calls += 1
+        cfg = self._cfg
+        name = BOARD_CNN if self._calls == 1 else f"critic_{BOARD_CNN}"
+        return BoardCNN(shape, board, others, tuple(cfg.board_filters), tuple(cfg.hidden),
+                        cfg.activation, self._seed + 1000 * self._calls, bool(cfg.ortho_init),
+                        name)
 
 
 class IPPO(ActorCriticAgent):
@@ -157,6 +184,10 @@ class IPPO(ActorCriticAgent):
         size = batch // int(cfg.num_minibatches)
         out = dataclasses.replace(cfg, num_envs=rows.num_envs,
                                   minibatch_size=0 if size == batch else size)
+        if isinstance(cfg.encoder, str) and cfg.encoder == BOARD_CNN:
+            where = f"env {getattr(rows.unwrapped, 'name', self.name)!r}"
+            out = dataclasses.replace(out, encoder=_BoardBuilder(rows, cfg, self.seed + 7000,
+                                                                 where))
         setattr(out, "counts_rows", True)  # noqa: B010 (read by IPPOConfig.validate)
         return out
 

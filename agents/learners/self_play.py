@@ -5,7 +5,8 @@ evaluation against a random player and a fixed earlier policy.
 config says ``self_play``. It gives the agent a
 :class:`~pgrad.rl.multiagent.self_play.SelfPlayCollector` (the learner in one seat, the opponent
 drawn per game from the latest policy and a :class:`~pgrad.rl.multiagent.self_play.SnapshotPool`
-of past ones) and keeps, in the checkpoint:
+of past ones; an MLP or an encoded policy such as ``encoder="board_cnn"``) and keeps, in the
+checkpoint:
 
 * ``pool``: up to ``pool_size`` snapshots, one added every ``snapshot_interval`` updates
   (from update 0, the initial policy), taken before the rollout that follows that update;
@@ -42,9 +43,14 @@ class SelfPlay:
       agent: the IPPO agent, built (its network, mirror and rows collector exist); its
         collector is replaced by a :class:`SelfPlayCollector` over the same rows.
 
+    Snapshots are the acting copy's flat policy weights (``agent.mirror.flat_numpy()``): the
+    numpy mirror's for an MLP, the policy variables of the compiled actor for a network with an
+    encoder (``encoder="board_cnn"``); :class:`SnapshotPlayer` acts either.
+
     Raises:
       ValueError: the game has other than two agents, or actions other than ``Discrete``; the
-        policy has an encoder (snapshots act through the numpy mirror of an MLP).
+        policy is recurrent, or its encoder keeps non-trainable state (a snapshot holds the
+        trainable weights).
     """
 
     def __init__(self, agent: Any):

@@ -41,6 +41,12 @@ CONFIGS = {
     "mix25_mb16_lr1e-3_h256": ["self_play=true", "num_envs=16", "n_steps=64",
                                "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                "random_prob=0.25", "hidden=[256,256]"],
+    # The same with ippo's board CNN (pgrad.rl.multiagent.board): two 64-channel 3x3 'same'
+    # convolutions over the (6, 7, 2) board, then the 128-128 MLP.
+    "mix25_mb16_lr1e-3_cnn": ["self_play=true", "num_envs=16", "n_steps=64",
+                              "learning_rate=0.001", "epochs=4", "num_minibatches=16",
+                              "random_prob=0.25", "hidden=[128,128]", "encoder=board_cnn",
+                              "board_filters=[64,64]"],
 }
 
 

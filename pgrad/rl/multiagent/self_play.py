@@ -103,7 +103,8 @@ class SelfPlayCollector(RowsCollector):
     Args:
       envs: agent rows of a game of two agents (``metadata["agent_rows"] == 2``).
       name: the env's name in messages.
-      player: acts the pool's snapshots (a numpy mirror of the learner's network).
+      player: acts the pool's snapshots (of the learner's network: its numpy mirror, or the
+        network itself with the snapshot's weights for an encoded policy).
       obs_norm, reward_norm: as :class:`~pgrad.rl.collection.rollout.Collector` (observation
         normalisation is refused: a snapshot would act on today's statistics).
     """
