@@ -4,6 +4,7 @@ call), then pgrad-evaluate greedy on 200 episodes; one JSON per table here.
 
     python docs/sequences/results/runs.py reversal35 [--out DIR]   # 3-5-digit reversal, 1M
     python docs/sequences/results/runs.py addition2 [--out DIR]    # 2-digit addition
+    python docs/sequences/results/runs.py addition2_long --seeds 0  # the same, 6M tokens
 
 --seeds and --variants pick runs (e.g. --seeds 0 --variants "position, gamma 0" for a screen);
 a row already in the JSON is not run again.
@@ -53,6 +54,24 @@ TABLES = {
             "position, gamma 0, ent_coef 0.1": [*POSITION0, "--set", "ent_coef=0.1"],
             "position, gamma 0": POSITION0,
             "position, gamma 0, ent_coef 0.01": [*POSITION0, "--set", "ent_coef=0.01"],
+            "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
+                                                          "--set", "group_size=16"],
+            # the screen of issue #45 item 8 (seed 0): one setting at a time on the recipe
+            "ent_coef 0.3, group 4": [*POSITION0, "--set", "ent_coef=0.3", "--set",
+                                      "group_size=4"],
+            "ent_coef 0.3, group 16, 256 envs": [*POSITION0, "--set", "ent_coef=0.3", "--set",
+                                                 "group_size=16", "--set", "num_envs=256"],
+            "ent_coef 0.3, group 16, lr 3e-3": [*POSITION0, "--set", "ent_coef=0.3", "--set",
+                                                "group_size=16", "--set",
+                                                "learning_rate=0.003"],
+        },
+    },
+    # the recipe for longer: how many tokens addition needs (issue #45 item 8)
+    "addition2_long": {
+        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
+                "dense_rewards=true", "reverse_answer=true"],
+        "steps": 6_000_000,
+        "variants": {
             "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
                                                           "--set", "group_size=16"],
         },
