@@ -47,6 +47,12 @@ CONFIGS = {
                               "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                               "random_prob=0.25", "hidden=[128,128]", "encoder=board_cnn",
                               "board_filters=[64,64]"],
+    # ... with the critic on its own CNN (share_encoder=false), as the MLP's actor and critic
+    # are separate networks.
+    "mix25_mb16_lr1e-3_cnn_sep": ["self_play=true", "num_envs=16", "n_steps=64",
+                                  "learning_rate=0.001", "epochs=4", "num_minibatches=16",
+                                  "random_prob=0.25", "hidden=[128,128]", "encoder=board_cnn",
+                                  "board_filters=[64,64]", "share_encoder=false"],
 }
 
 

@@ -143,3 +143,23 @@ def test_where_the_board_cnn_cannot_apply_is_one_line(algo, env, hp, match):
     with pytest.raises(ValueError, match=match) as caught:
         agents.make(algo, env, seed=0, **{**TINY, "self_play": True, **hp})
     assert "\n" not in str(caught.value)
+
+
+def test_a_critic_with_its_own_cnn_leaves_the_snapshot_to_the_actors():
+    """share_encoder=False: actor and critic each have a BoardCNN; a snapshot holds the actor's
+    (the policy variables) and acts as the live network."""
+    agent = make(share_encoder=False)
+    try:
+        actor, critic = agent.net.encoder.own, agent.net.critic_encoder.own
+        assert isinstance(critic, BoardCNN) and critic is not actor
+        critic_ids = {id(v) for v in critic.trainable_variables}
+        assert not critic_ids & {id(v) for v in agent.net.policy_variables}
+        rows = multiagent.make_agent_rows(tictactoe_v3.env, 3)
+        obs, info = rows.reset(seed=1)
+        rows.close()
+        player, flat = agent.self_play.player, agent.mirror.flat_numpy()
+        np.testing.assert_array_equal(player.params(flat, obs), agent.mirror.forward(obs)[0])
+        agent.step()
+        assert agent.self_play.pool.last_update() == 0
+    finally:
+        agent.close()
