@@ -71,8 +71,9 @@ train: $(CORE)
 	@echo "The run is in $(RUN)/ (learning_curve.png, episodes.csv, eval.json, policy/); \
 	TensorBoard: $(VENV)/bin/tensorboard --logdir runs; the commands: source $(VENV)/bin/activate"
 
+# The 20 slowest tests are listed at the end: the suite's time is a budget (~15 min on 2 cores).
 test: $(STAMP)  # everything, on both cores (pytest-xdist; each worker one TensorFlow thread)
-	$(PY) -m pytest -q -n 2 --dist worksteal
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=20
 
 test-quick: $(STAMP)  # unit and property tests on both cores (pytest-xdist)
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "not slow and not subprocess and not sb3"
