@@ -53,6 +53,10 @@ CONFIGS = {
                                   "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                   "random_prob=0.25", "hidden=[128,128]", "encoder=board_cnn",
                                   "board_filters=[64,64]", "share_encoder=false"],
+    "mix25_mb16_lr3e-4_cnn_sep": ["self_play=true", "num_envs=16", "n_steps=64",
+                                  "learning_rate=0.0003", "epochs=4", "num_minibatches=16",
+                                  "random_prob=0.25", "hidden=[128,128]", "encoder=board_cnn",
+                                  "board_filters=[64,64]", "share_encoder=false"],
 }
 
 
