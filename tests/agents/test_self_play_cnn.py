@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_self_play import assert_resume_equals_uninterrupted
 
 import agents
 from pgrad.rl import multiagent
@@ -100,34 +101,15 @@ def test_a_snapshot_never_plays_an_illegal_move(cnn):
 
 
 def test_a_cnn_self_play_run_trains_and_resumes_exactly(tmp_path):
-    """Saved after 2 updates and loaded, 2 more updates give the CNN's weights, the optimizer's
-    state, the pool and the anchor of the saved agent's own 4 updates."""
-    whole = make()
-    try:
-        spu = whole.steps_per_update()
-        before = whole.mirror.flat_numpy()
-        whole.learn(2 * spu, progress=False)
-        assert not np.array_equal(whole.mirror.flat_numpy(), before)  # it trains
-        whole.save(tmp_path / "a")
-        whole.learn(2 * spu, progress=False)
-        resumed = agents.load(tmp_path / "a", env_id=TTT)
-        try:
-            assert isinstance(resumed.net.encoder.own, BoardCNN)
-            resumed.learn(2 * spu, progress=False)
-            assert resumed.env_steps == whole.env_steps == 4 * spu
-            a, b = whole.trackables(), resumed.trackables()
-            for key in ("self_play_pool_weights", "self_play_pool_updates",
-                        "self_play_anchor_weights", "self_play_anchor_updates"):
-                np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
-            np.testing.assert_array_equal(a["self_play_pool_updates"].numpy(), [0, 2, -1])
-            assert a["self_play_pool_weights"].shape[1] == whole.self_play.player.size
-            for x, y in zip(whole.net.variables + whole.optimizer.variables,
-                            resumed.net.variables + resumed.optimizer.variables):
-                np.testing.assert_array_equal(x.numpy(), y.numpy())
-        finally:
-            resumed.close()
-    finally:
-        whole.close()
+    """As an MLP's (test_self_play.py): the CNN's weights, the optimizer's state, the pool and
+    the anchor of the saved agent's own 4 updates; the pool holds the CNN policy's weights."""
+
+    def check(whole, resumed):
+        assert isinstance(resumed.net.encoder.own, BoardCNN)
+        pool = whole.trackables()["self_play_pool_weights"]
+        assert pool.shape[1] == whole.self_play.player.size
+
+    assert_resume_equals_uninterrupted(make(), tmp_path, check)
 
 
 @pytest.mark.parametrize("algo, env, hp, match", [
