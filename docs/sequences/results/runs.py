@@ -5,12 +5,18 @@ call), then pgrad-evaluate greedy on 200 episodes; one JSON per table here.
     python docs/sequences/results/runs.py reversal35 [--out DIR]   # 3-5-digit reversal, 1M
     python docs/sequences/results/runs.py addition2 [--out DIR]    # 2-digit addition
     python docs/sequences/results/runs.py addition2_long --seeds 0  # the same, 6M tokens
+    python docs/sequences/results/runs.py addition2_8m --seeds 0    # that run, on to 8M
+
+A table with ``from`` continues the runs of another table: each of its runs starts as a copy of
+that table's run directory for the same variant and seed (which must exist), resumed to this
+table's ``steps``, so the shorter run's row stays as it was.
 
 --seeds and --variants pick runs (e.g. --seeds 0 --variants "position, gamma 0" for a screen);
 a row already in the JSON is not run again.
 """
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -76,7 +82,12 @@ TABLES = {
                                                           "--set", "group_size=16"],
         },
     },
+    # the 6M runs above, each resumed from its last checkpoint on to 8M
+    "addition2_8m": {"from": "addition2_long", "steps": 8_000_000},
 }
+for _table in TABLES.values():  # a continuing table runs the variants of the one it continues
+    if "from" in _table:
+        _table.update({k: TABLES[_table["from"]][k] for k in ("env", "variants")})
 
 
 def slug(label: str) -> str:
@@ -102,8 +113,16 @@ def main() -> None:
                 continue
             run = Path(args.out) / args.table / f"{slug(label)}_s{seed}"
             start = time.time()
+            if "from" in table and not run.exists():
+                source = Path(args.out) / table["from"] / run.name
+                if not (source / "checkpoints").exists():
+                    sys.exit(f"{args.table} continues {source}, which has no checkpoint: run "
+                             f"`runs.py {table['from']} --seeds {seed}` first")
+                shutil.copytree(source, run)
             if (run / "checkpoints").exists():
-                cmd = [str(BIN / "pgrad-train"), "--resume", str(run), "--quiet"]
+                # on to this table's total (a run that reached it says so and stops)
+                cmd = [str(BIN / "pgrad-train"), "--resume", str(run), "--total-steps",
+                       str(table["steps"]), "--quiet"]
             else:
                 cmd = [str(BIN / "pgrad-train"), *COMMON, *table["env"], *options,
                        "--total-steps", str(table["steps"]), "--seed", str(seed),
