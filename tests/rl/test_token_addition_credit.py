@@ -1,4 +1,4 @@
-"""The reward and credit path of reversed 2-digit addition (issue #45, item 8): what each token
+"""The reward and credit path of reversed 2-digit addition: what each token
 of a completion is paid with ``shaping`` and ``dense_rewards``, and the per-token advantages
 process-supervised GRPO gives them with the per-position baseline and ``gamma=0``, against
 plain Python references, for answers of 2 digits (sums < 100) and of 3 (sums >= 100)."""

@@ -62,7 +62,7 @@ TABLES = {
             "position, gamma 0, ent_coef 0.01": [*POSITION0, "--set", "ent_coef=0.01"],
             "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
                                                           "--set", "group_size=16"],
-            # the screen of issue #45 item 8 (seed 0): one setting at a time on the recipe
+            # a seed-0 screen: one setting at a time on the recipe
             "ent_coef 0.3, group 4": [*POSITION0, "--set", "ent_coef=0.3", "--set",
                                       "group_size=4"],
             "ent_coef 0.3, group 16, 256 envs": [*POSITION0, "--set", "ent_coef=0.3", "--set",
@@ -72,7 +72,7 @@ TABLES = {
                                                 "learning_rate=0.003"],
         },
     },
-    # the recipe for longer: how many tokens addition needs (issue #45 item 8)
+    # the recipe for longer: how many tokens addition needs
     "addition2_long": {
         "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
                 "dense_rewards=true", "reverse_answer=true"],
