@@ -34,7 +34,14 @@ from pgrad.rl.storage.files import write_atomic
 EVAL_LOG = "eval.csv"
 BEST = "best"
 EVAL_COLUMNS = ("step", "wall_s", "return_mean", "return_std", "length_mean", "episodes",
-                "deterministic", "best")
+                "deterministic", "best", "score")
+
+
+def row_score(row: dict[str, Any]) -> float:
+    """What an evaluation row is ranked by (``best/``, ``target``): its ``score``, or its
+    ``return_mean`` (a row of an older pgrad, without the column)."""
+    score = row.get("score")
+    return float(score if score not in (None, "") else row["return_mean"])
 
 
 class EvaluationInterrupted(BaseException):
@@ -137,11 +144,17 @@ class EvalCallback(Callback):
       log_dir: write ``log_dir/eval.csv`` (one row per evaluation) and keep the best policy in
         ``log_dir/best`` (``agents.load`` / ``pgrad.evaluate`` read it).
       best_dir: where the best policy goes instead (``None`` with no ``log_dir``: not kept).
-      target: stop once an evaluation's mean return is ``>= target``.
+      target: stop once an evaluation's score is ``>= target``.
       verbose: print one line per evaluation (above the progress bar).
 
-    After each evaluation ``loop.evaluation`` holds its row (``step, wall_s, return_mean, ...``)
-    for the callbacks after this one; ``self.best`` is the best mean return so far.
+    An agent of a game of many agents (``ippo``, ``mappo``) is evaluated on its own game by
+    ``agent.evaluate_team`` (``env_id`` must be left out): the team's return. The **score** that
+    ranks the evaluations (``best/``, ``target``) is the mean return, except under self-play,
+    where the team's return of a zero-sum game is 0: there it is the learner's win rate
+    against the uniform random player in its worse seat (``min`` of first and second).
+
+    After each evaluation ``loop.evaluation`` holds its row (``step, wall_s, return_mean, ...,
+    score``) for the callbacks after this one; ``self.best`` is the best score so far.
     """
 
     name = "eval_target"
@@ -168,6 +181,9 @@ class EvalCallback(Callback):
 
     def on_start(self, loop: Loop) -> None:
         agent = loop.agent
+        if hasattr(agent, "evaluate_team") and self.env_id not in (None, agent.env_id):
+            raise ValueError(f"EvalCallback evaluates {agent.name} on its own game; leave "
+                             f"env_id out (got {self.env_id!r}).")
         if self.env_id is None:
             if agent.env_unbuildable:
                 raise ValueError(f"EvalCallback evaluates on envs of its own, and "
@@ -188,15 +204,15 @@ class EvalCallback(Callback):
                 for row in csv.DictReader(f):
                     try:
                         if int(row["step"]) <= step:
-                            float(row["return_mean"])
+                            row_score(row)
                             kept.append(row)
                     except (KeyError, TypeError, ValueError):
                         continue
         if self.best_dir is not None:  # best/ agrees with the rows kept (see best_policy)
             kept = best_policy.settle(self.best_dir, step, kept, self._warn)
         for row in kept:
-            mean = float(row["return_mean"])
-            self.best = mean if self.best is None else max(self.best, mean)
+            score = row_score(row)
+            self.best = score if self.best is None else max(self.best, score)
         if self.best_dir is not None and not self.best_dir.exists():
             self.best = None  # no policy kept: the next evaluation's goes to best/
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,21 +229,27 @@ class EvalCallback(Callback):
         """Runs one evaluation now; logs it, keeps the best policy; returns its row."""
         import pgrad
 
+        agent = loop.agent
         self.running = True  # a signal handler may interrupt it (EvaluationInterrupted)
         try:
-            r = pgrad.evaluate(loop.agent, env_id=self.env_id, episodes=self.episodes,
-                               deterministic=self.deterministic, seed=self.seed)
+            if hasattr(agent, "evaluate_team"):  # a game of many agents: on its own game
+                r = agent.evaluate_team(self.episodes, self.deterministic, self.seed)
+            else:
+                r = pgrad.evaluate(agent, env_id=self.env_id, episodes=self.episodes,
+                                   deterministic=self.deterministic, seed=self.seed)
         finally:
             self.running = False
-        improved = self.best is None or r["return_mean"] > self.best
+        score = _score(r)
+        improved = self.best is None or score > self.best
         row = {"step": loop.env_steps, "wall_s": round(loop.wall_s(), 3),
                "return_mean": r["return_mean"], "return_std": r["return_std"],
                "length_mean": r["length_mean"], "episodes": self.episodes,
-               "deterministic": int(self.deterministic), "best": int(improved)}
+               "deterministic": int(self.deterministic), "best": int(improved),
+               "score": score}
         if improved:
             if self.best_dir is not None:  # the policy with its row, swapped in whole
-                best_policy.keep(loop.agent, self.best_dir, row)
-            self.best = r["return_mean"]
+                best_policy.keep(agent, self.best_dir, row)
+            self.best = score
         self.rows.append(row)
         loop.evaluation = row
         if self.log_path is not None:
@@ -237,8 +259,11 @@ class EvalCallback(Callback):
             mode = "deterministic" if self.deterministic else "sampled"
             kept = f"; best so far, saved in {self.best_dir}" if improved and self.best_dir \
                 else ""
-            loop.say(f"eval at step {row['step']:,}: return {r['return_mean']:.2f} ± "
-                     f"{r['return_std']:.2f} over {self.episodes} episodes ({mode}){kept}")
+            said = (f"return {r['return_mean']:.2f} ± {r['return_std']:.2f}" if "games" not in r
+                    else f"win rate against random {r['win_rate_first']:.3f} first, "
+                         f"{r['win_rate_second']:.3f} second")
+            loop.say(f"eval at step {row['step']:,}: {said} over {self.episodes} "
+                     f"{'games a seat' if 'games' in r else 'episodes'} ({mode}){kept}")
         return row
 
     def on_update(self, loop: Loop) -> bool:
@@ -250,4 +275,12 @@ class EvalCallback(Callback):
         except EvaluationInterrupted:  # a signal: no row, no best/; the run stops next
             loop.say(f"evaluation at env step {loop.env_steps:,} interrupted: not recorded")
             return True
-        return self.target is None or row["return_mean"] < self.target
+        return self.target is None or row["score"] < self.target
+
+
+def _score(result: dict[str, Any]) -> float:
+    """The score of an evaluation's result (see :class:`EvalCallback`): under self-play the worse
+    seat's win rate against the random player, else the mean return."""
+    if "games" in result:
+        return float(min(result["win_rate_first"], result["win_rate_second"]))
+    return float(result["return_mean"])

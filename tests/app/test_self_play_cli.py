@@ -5,6 +5,7 @@ equal to ``agent.evaluate_team`` on the same checkpoint and seeds."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from cli_helpers import evaluate, train
 
 import agents
+from pgrad.rl.evaluation.evaluate_policy import eval_seed
 
 pytest.importorskip("pettingzoo.classic.tictactoe_v3")
 ENV = "pettingzoo.classic.tictactoe_v3:env"
@@ -79,3 +81,23 @@ def test_resume_continues_exactly(whole, tmp_path, capsys):
             np.testing.assert_array_equal(x.numpy(), y.numpy())
     finally:
         a.close(), b.close()
+
+
+def test_eval_every_keeps_the_best_policy_by_its_worse_seat(tmp_path, capsys):
+    """``--eval-every`` on a game: each evaluation plays the random player in both seats (the
+    line says the win rates), eval.csv ranks by the worse seat, and best/ evaluates as a run."""
+    out = tmp_path / "evals"
+    code, text, err = _train(out, 4 * STEP, capsys, "--eval-every", 2 * STEP,
+                             "--eval-episodes", 4)
+    assert code == 0, err
+    assert "win rate against random" in text + err
+    with open(out / "eval.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [2 * STEP, 4 * STEP]
+    kept = json.loads((out / "best" / "best.json").read_text())
+    assert kept["score"] == max(float(r["score"]) for r in rows)
+    code, _, err = evaluate(out / "best", "--episodes", 4, "--env", ENV, "--seed", eval_seed(3),
+                            capsys=capsys)
+    assert code == 0, err
+    result = json.loads((out / "best" / "eval.json").read_text())
+    assert min(result["win_rate_first"], result["win_rate_second"]) == kept["score"]
