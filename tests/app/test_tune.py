@@ -204,6 +204,39 @@ def test_trials_count_unless_their_process_died_or_they_claimed_a_full_study(tmp
         tune_study.open_study(other, url, "s")
 
 
+class RecordingTrial:
+    """What ``Report`` calls on an Optuna trial, recorded."""
+
+    def __init__(self):
+        self.reported: list[tuple[float, int]] = []
+
+    def report(self, value, step):
+        self.reported.append((value, step))
+
+    def should_prune(self):
+        return False
+
+
+def test_report_gives_optuna_the_rows_score_not_a_zero_sum_teams_return():
+    """A self-play row's return is 0 by construction; the trial must see its score (the worse
+    seat's win rate). A row without ``score`` (an older log) and a single-agent row, whose score
+    is its return, report the return."""
+    trial, lines = RecordingTrial(), []
+    report = tune_trials.Report(trial, lines.append)
+    loop = dataclasses.make_dataclass("L", ["evaluation", "env_steps"])(None, 100)
+    for row in ({"return_mean": 0.0, "return_std": 0.0, "score": 0.93},
+                {"return_mean": 41.0, "return_std": 2.0},
+                {"return_mean": 41.0, "return_std": 2.0, "score": 41.0}):
+        loop.evaluation = row
+        assert report.on_update(loop) is True
+    assert trial.reported == [(0.93, 1), (41.0, 2), (41.0, 3)]
+    assert lines[0].endswith("score 0.930 (return 0.00 +- 0.00)")
+    assert lines[1].endswith("return 41.00 +- 2.00") and "score" not in lines[1]
+    loop.evaluation = {"return_mean": 0.0, "return_std": 0.0, "score": float("nan")}
+    with pytest.raises(tune_trials.RunError, match="env step 100 returned nan"):
+        report.on_update(loop)
+
+
 @pytest.mark.filterwarnings("ignore:Heartbeat")
 def test_recover_fails_only_the_running_trials_whose_process_ended(tmp_path):
     study = tune_study.open_study(spec_for(tmp_path), tune_study.storage_url(tmp_path), "s")

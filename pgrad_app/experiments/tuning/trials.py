@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from agents.callbacks import EvalCallback
+from agents.callbacks import EvalCallback, row_score
 from agents.learning import Callback, Loop
 from pgrad.rl.evaluation.evaluate_policy import eval_seed
 from pgrad_app.config import plugins
@@ -37,8 +37,10 @@ class TrialFailed(Exception):
 
 class Report(Callback):
     """After each evaluation (``loop.evaluation``, set by an ``EvalCallback`` before this one):
-    reports it to the Optuna trial as step 1, 2, ... (trials whose rollouts differ in length
-    still compare evaluation by evaluation) and stops the run if the pruner says so."""
+    reports its score (:func:`~agents.callbacks.row_score`: the mean return, or under
+    self-play the worse seat's win rate, since a zero-sum team's return is always 0) to the
+    Optuna trial as step 1, 2, ... (trials whose rollouts differ in length still compare
+    evaluation by evaluation) and stops the run if the pruner says so."""
 
     name = "pruned"
 
@@ -50,15 +52,23 @@ class Report(Callback):
         row = loop.evaluation
         if row is None:
             return True
-        value = float(row["return_mean"])
+        value = row_score(row)
         if not math.isfinite(value):
             raise RunError(f"evaluation at env step {loop.env_steps} returned {value}.")
         self.count, self.last = self.count + 1, value
         self.trial.report(value, self.count)
-        self.log(f"evaluation {self.count} at env step {loop.env_steps:,}: return "
-                 f"{value:.2f} +- {row['return_std']:.2f}")
+        self.log(f"evaluation {self.count} at env step {loop.env_steps:,}: "
+                 + self.describe(row, value))
         self.pruned = self.trial.should_prune()
         return not self.pruned
+
+
+    @staticmethod
+    def describe(row: dict, value: float) -> str:
+        """The log line's reading: the return, or the score when it is not the return."""
+        ret = float(row["return_mean"])
+        said = f"return {ret:.2f} +- {float(row['return_std']):.2f}"
+        return said if value == ret else f"score {value:.3f} ({said})"
 
 
 class Guard(Callback):
