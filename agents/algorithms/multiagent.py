@@ -98,6 +98,10 @@ class IPPOConfig(PPOConfig):
     random_prob: float = field(default=0.0, metadata=doc(
         "self_play: probability a game's opponent is a uniform random legal player (drawn "
         "first; latest_prob splits the other games)"))
+    tactics_prob: float = field(default=0.0, metadata=doc(
+        "self_play: probability a game's opponent is a one-move-deep tactical player (takes a "
+        "win on the board, else blocks the opponent's; connect_four_v3 and tictactoe_v3), "
+        "drawn among the games not against the random player; random_prob + tactics_prob <= 1"))
     anchor_update: int = field(default=20, metadata=doc(
         "self_play: the update whose policy is kept as the fixed earlier opponent of "
         "evaluation (0: the initial policy)"))
@@ -138,9 +142,12 @@ class IPPOConfig(PPOConfig):
         for name, low in (("pool_size", 1), ("snapshot_interval", 1), ("anchor_update", 0)):
             if not low <= int(getattr(self, name)) <= 10**9:
                 raise ValueError(f"{name} must be in [{low}, 1e9]; got {getattr(self, name)}")
-        for name in ("latest_prob", "random_prob"):
+        for name in ("latest_prob", "random_prob", "tactics_prob"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]; got {getattr(self, name)}")
+        if float(self.random_prob) + float(self.tactics_prob) > 1.0 + 1e-9:
+            raise ValueError(f"random_prob + tactics_prob must be at most 1; got "
+                             f"{self.random_prob} + {self.tactics_prob}")
         if self.self_play and self.normalize_obs:
             raise ValueError("self_play acts past snapshots on the observations as they are: "
                              "normalize_obs must be False")

@@ -65,6 +65,8 @@ class SelfPlay:
         collector.env_steps = old.env_steps
         agent.collector = collector
         collector.reset(seed=agent.seed)
+        if float(agent.cfg.tactics_prob) > 0:
+            collector.tactics_game()  # a game the tactical player does not know: refused now
         size = self.player.size
         self.pool = SnapshotPool(agent.cfg.pool_size, size, "self_play_pool")
         self.anchor = SnapshotPool(1, size, "self_play_anchor")
@@ -85,7 +87,7 @@ class SelfPlay:
         weights, _ = self.pool.snapshots()
         return agent.collector.collect_games(policy_fn, int(cfg.n_steps), [agent.seed, updates],
                                              weights, float(cfg.latest_prob),
-                                             float(cfg.random_prob))
+                                             float(cfg.random_prob), float(cfg.tactics_prob))
 
     def evaluate(self, agent: Any, episodes: int, deterministic: bool, seed: int,
                  build_rows: Any) -> dict[str, Any]:

@@ -55,6 +55,14 @@ CONFIGS = {
     "mix75_g90_mb16_lr1e-3": ["self_play=true", "num_envs=16", "n_steps=64",
                               "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                               "random_prob=0.75", "gamma=0.9", "hidden=[128,128]"],
+    # Half the games against the random player, a quarter against the one-move-deep tactical
+    # player (pgrad.rl.multiagent.tactics: it takes a win on the board, else blocks), which
+    # punishes every open four the random player lets pass (mix75 still left 94% of the
+    # needed blocks open).
+    "mix50_tac25_g90_mb16_lr1e-3": ["self_play=true", "num_envs=16", "n_steps=64",
+                                    "learning_rate=0.001", "epochs=4", "num_minibatches=16",
+                                    "random_prob=0.5", "tactics_prob=0.25", "gamma=0.9",
+                                    "hidden=[128,128]"],
     "mix25_mb16_lr1e-3_h256": ["self_play=true", "num_envs=16", "n_steps=64",
                                "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                "random_prob=0.25", "hidden=[256,256]"],

@@ -21,7 +21,9 @@ the learner plays one seat of each copy against an opponent drawn for the game.
     otherwise the latest policy (the learner's own sampled actions) with probability
     ``latest_prob`` (or while the pool is empty), else a snapshot drawn uniformly from the
     pool, acting through :class:`~pgrad.rl.multiagent.opponents.SnapshotPlayer` (sampled,
-    masked to the legal actions);
+    masked to the legal actions); with probability ``tactics_prob`` it is the one-move-deep
+    tactical player of a k-in-a-row game (:mod:`pgrad.rl.multiagent.tactics`: it takes a win on
+    the board, else blocks one);
   - only the learner's rows enter the update: the opponent's rows are never live (masked out
     as a waiting row is, :mod:`pgrad.rl.multiagent.compact`), and only the learner's episodes
     are reported (``episodes.csv``: the learner's result, +1 a win, -1 a loss, 0 a draw in
@@ -38,14 +40,15 @@ import tensorflow as tf
 from pgrad.rl.collection.rollout import PolicyFn, Trajectory
 from pgrad.rl.multiagent.collector import RowsCollector
 from pgrad.rl.multiagent.opponents import SnapshotPlayer, random_legal
+from pgrad.rl.multiagent.tactics import LineGame, line_game, tactics_player
 
-__all__ = ["LATEST", "RANDOM", "SelfPlayCollector", "SnapshotPool"]
+__all__ = ["LATEST", "RANDOM", "TACTICS", "SelfPlayCollector", "SnapshotPool"]
 
 #: Added to a rollout's key for the generator of its games' seeds, seats and opponents.
 _GAMES_STREAM = 0x5E1F
-#: :attr:`SelfPlayCollector.opponent` of a game against the latest policy / the random player
-#: (a snapshot's is its index in the pool, >= 0).
-LATEST, RANDOM = -1, -2
+#: :attr:`SelfPlayCollector.opponent` of a game against the latest policy / the random player /
+#: the tactical player (a snapshot's is its index in the pool, >= 0).
+LATEST, RANDOM, TACTICS = -1, -2, -3
 
 
 class SnapshotPool:
@@ -123,11 +126,13 @@ class SelfPlayCollector(RowsCollector):
         B = self.num_games
         #: ``[B]`` the learner's seat in each copy's game (0: ``possible_agents[0]``).
         self.seat = np.arange(B) % 2
-        #: ``[B]`` the pool index of each copy's opponent, or :data:`LATEST`, :data:`RANDOM`.
+        #: ``[B]`` the pool index of each copy's opponent, or :data:`LATEST`, :data:`RANDOM`,
+        #: :data:`TACTICS`.
         self.opponent = np.full(B, LATEST)
         self._learner = np.zeros(self.num_envs, bool)  # [2 B] the learner's rows
         self._pool = np.zeros((0, player.size), np.float32)  # [M, P] this rollout's snapshots
-        self._latest_prob, self._random_prob = 1.0, 0.0
+        self._latest_prob, self._random_prob, self._tactics_prob = 1.0, 0.0, 0.0
+        self._game: LineGame | None = None  # the tactical player's board, found when first used
         self._rng = np.random.default_rng(0)
         self._seat_rows()
 
@@ -150,10 +155,15 @@ class SelfPlayCollector(RowsCollector):
         if self._random_prob > 0:  # drawn after, so runs without it draw what they drew
             random = self._rng.random(len(games)) < self._random_prob  # [G]
             self.opponent[games] = np.where(random, RANDOM, self.opponent[games])
+        if self._tactics_prob > 0:  # among the games not against random: tactics_prob of all
+            share = self._tactics_prob / max(1.0 - self._random_prob, 1e-12)
+            tactics = self._rng.random(len(games)) < share  # [G]
+            self.opponent[games] = np.where(tactics & (self.opponent[games] != RANDOM), TACTICS,
+                                            self.opponent[games])
 
     def collect_games(self, policy_fn: PolicyFn, num_steps: int, key: list[int],
-                      pool: np.ndarray, latest_prob: float, random_prob: float = 0.0
-                      ) -> tuple[Trajectory, list]:
+                      pool: np.ndarray, latest_prob: float, random_prob: float = 0.0,
+                      tactics_prob: float = 0.0) -> tuple[Trajectory, list]:
         """One rollout of new games (module docstring).
 
         Args:
@@ -166,6 +176,8 @@ class SelfPlayCollector(RowsCollector):
           latest_prob: the probability a game's opponent is the latest policy, among the
             games not against the random player.
           random_prob: the probability a game's opponent is the uniform random legal player.
+          tactics_prob: the probability a game's opponent is the tactical player
+            (``random_prob + tactics_prob <= 1``).
 
         Returns:
           ``(Trajectory [T, 2 B] whose opponent rows are masked out, the learner's
@@ -174,17 +186,37 @@ class SelfPlayCollector(RowsCollector):
         self._rng = np.random.default_rng([*map(int, key), _GAMES_STREAM])
         self._pool = np.asarray(pool, np.float32).reshape(-1, self.player.size)
         self._latest_prob, self._random_prob = float(latest_prob), float(random_prob)
+        self._tactics_prob = float(tactics_prob)
         if not 0.0 <= self._random_prob <= 1.0:
             raise ValueError(f"random_prob must be in [0, 1]; got {random_prob}.")
+        if not 0.0 <= self._tactics_prob <= 1.0 - self._random_prob + 1e-9:
+            raise ValueError(f"tactics_prob must be in [0, 1 - random_prob]; got "
+                             f"{tactics_prob} with random_prob {random_prob}.")
+        if self._tactics_prob > 0:
+            self.tactics_game()
         self.reset(seed=int(self._rng.integers(2**31 - 1)))
         self.seat = (np.arange(self.num_games) + int(key[-1])) % 2
         self._seat_rows()
         self._draw(np.arange(self.num_games))
         return self.collect(self._with_opponents(policy_fn), num_steps)
 
+    def tactics_game(self) -> LineGame:
+        """The board the tactical player reads for this game.
+
+        Raises:
+          ValueError: it does not know the game (one line naming it).
+        """
+        if self._game is None:
+            rows: Any = self.envs.unwrapped
+            game = rows.games[0] if getattr(rows, "games", None) else None
+            name = (getattr(game, "metadata", None) or {}).get("name", self.name)
+            self._game = line_game(name, rows.obs_dim,
+                                   int(getattr(self.envs.single_action_space, "n", 0)))
+        return self._game
+
     def _with_opponents(self, policy_fn: PolicyFn) -> PolicyFn:
         """``policy_fn`` with the live opponent rows of snapshot games acted by the snapshot,
-        those of games against the random player by the random player."""
+        those of games against the random or the tactical player by that player."""
         n_actions = int(getattr(self.envs.single_action_space, "n", 0))
 
         def act(obs, action_mask=None):
@@ -200,8 +232,12 @@ class SelfPlayCollector(RowsCollector):
             for k in np.unique(self.opponent[games]):
                 mine = rows[self.opponent[games] == k]
                 mask = None if action_mask is None else action_mask[mine]
-                chosen = (random_legal(self._rng, n_actions)(obs[mine], mask) if k == RANDOM
-                          else self.player.act(self._pool[k], obs[mine], mask, self._rng))
+                if k == RANDOM:
+                    chosen = random_legal(self._rng, n_actions)(obs[mine], mask)
+                elif k == TACTICS:
+                    chosen = tactics_player(self._rng, self.tactics_game())(obs[mine], mask)
+                else:
+                    chosen = self.player.act(self._pool[k], obs[mine], mask, self._rng)
                 actions[mine] = chosen.astype(actions.dtype).reshape(actions[mine].shape)
                 env_actions[mine] = chosen.astype(env_actions.dtype)
             return (actions, env_actions, *acted[2:])
