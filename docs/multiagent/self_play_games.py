@@ -63,6 +63,11 @@ CONFIGS = {
                                     "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                     "random_prob=0.5", "tactics_prob=0.25", "gamma=0.9",
                                     "hidden=[128,128]"],
+    # ... with the other quarter against the tactical player too (no self-play games)
+    "mix50_tac50_g90_mb16_lr1e-3": ["self_play=true", "num_envs=16", "n_steps=64",
+                                    "learning_rate=0.001", "epochs=4", "num_minibatches=16",
+                                    "random_prob=0.5", "tactics_prob=0.5", "gamma=0.9",
+                                    "hidden=[128,128]"],
     "mix25_mb16_lr1e-3_h256": ["self_play=true", "num_envs=16", "n_steps=64",
                                "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                "random_prob=0.25", "hidden=[256,256]"],
