@@ -14,7 +14,8 @@ checkpoint:
   ``anchor_update``, then that update's.
 
 :meth:`SelfPlay.evaluate` plays ``episodes`` games for each of {uniform random legal player,
-anchor} x {learner first, learner second} and reports the learner's win/draw/loss rates.
+anchor (and the tactical player, in the games it knows)} x {learner first, learner second} and
+reports the learner's win/draw/loss rates.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ import numpy as np
 from pgrad.rl.multiagent.evaluate import match_results
 from pgrad.rl.multiagent.opponents import SnapshotPlayer, random_legal
 from pgrad.rl.multiagent.self_play import SelfPlayCollector, SnapshotPool
+from pgrad.rl.multiagent.tactics import LineGame, tactics_player
 
 __all__ = ["SelfPlay"]
 
-#: The evaluation's opponents: a uniform random legal player, the fixed earlier policy.
+#: The evaluation's opponents: a uniform random legal player, the fixed earlier policy (and, in
+#: the games it knows, the one-move-deep tactical player of pgrad.rl.multiagent.tactics).
 OPPONENTS = ("random", "anchor")
+TACTICS = "tactics"
 SEATS = ("first", "second")
 
 
@@ -65,8 +69,15 @@ class SelfPlay:
         collector.env_steps = old.env_steps
         agent.collector = collector
         collector.reset(seed=agent.seed)
-        if float(agent.cfg.tactics_prob) > 0:
-            collector.tactics_game()  # a game the tactical player does not know: refused now
+        #: The tactical player's board, where it knows the game (it then plays in training
+        #: with tactics_prob > 0, and in evaluation); a game it does not know is refused with
+        #: tactics_prob > 0.
+        self.tactics: LineGame | None = None
+        try:
+            self.tactics = collector.tactics_game()
+        except ValueError:
+            if float(agent.cfg.tactics_prob) > 0:
+                raise
         size = self.player.size
         self.pool = SnapshotPool(agent.cfg.pool_size, size, "self_play_pool")
         self.anchor = SnapshotPool(1, size, "self_play_anchor")
@@ -107,7 +118,9 @@ class SelfPlay:
           ``{"games": {opponent: {seat: {"win", "draw", "loss", "games"}}, "anchor_update":
           u}, "win_rate_first", "win_rate_second", "draw_rate_first", "draw_rate_second",
           "loss_rate_first", "loss_rate_second"`` (against the random player),
-          ``"anchor_win_rate_first"``, ``"anchor_win_rate_second"``}.
+          ``"anchor_win_rate_first"``, ``"anchor_win_rate_second"``}; in a game the tactical
+          player knows, also ``games["tactics"]`` and ``"tactics_win_rate_first"``,
+          ``"tactics_win_rate_second"``.
         """
         anchor_weights, anchor_updates = self.anchor.snapshots()
         n_actions = int(agent.action_space.n)
@@ -116,12 +129,16 @@ class SelfPlay:
             return agent.act(obs, deterministic, masks)
 
         games: dict[str, Any] = {}
-        for k, opponent in enumerate(OPPONENTS):
+        opponents = OPPONENTS + ((TACTICS,) if self.tactics is not None else ())
+        for k, opponent in enumerate(opponents):
             games[opponent] = {}
             for seat, seat_name in enumerate(SEATS):
                 rng = np.random.default_rng([int(seed), k, seat])
                 if opponent == "random":
                     act = random_legal(rng, n_actions)
+                elif opponent == TACTICS:
+                    assert self.tactics is not None
+                    act = tactics_player(rng, self.tactics)
                 else:
                     def act(obs, masks, rng=rng):
                         return self.player.act(anchor_weights[0], obs, masks, rng)
@@ -137,6 +154,8 @@ class SelfPlay:
             for what in ("win", "draw", "loss"):
                 out[f"{what}_rate_{seat_name}"] = games["random"][seat_name][what]
             out[f"anchor_win_rate_{seat_name}"] = games["anchor"][seat_name]["win"]
+            if TACTICS in games:
+                out[f"tactics_win_rate_{seat_name}"] = games[TACTICS][seat_name]["win"]
         return out
 
 

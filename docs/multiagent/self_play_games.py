@@ -172,7 +172,9 @@ def main() -> None:
     for prefix, key in (("", "games"), ("best_", "best_games")):
         if not all(key in r for r in rows):
             continue
-        for opponent in ("random", "anchor"):
+        for opponent in ("random", "anchor", "tactics"):
+            if not all(opponent in r[key] for r in rows):  # tactics: evaluated since Dec 7
+                continue
             for seat in ("first", "second"):
                 for what in ("win", "draw", "loss"):
                     values = [r[key][opponent][seat][what] for r in rows]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import agents
+from pgrad.rl.multiagent.opponents import random_legal
 from pgrad.rl.multiagent.self_play import LATEST, RANDOM, TACTICS
 from pgrad.rl.multiagent.tactics import LINE_GAMES, line_game, tactics_player
 
@@ -187,3 +188,32 @@ def test_a_game_the_tactical_player_does_not_know_is_one_line():
         line_game("go_v5", 100, 10)
     with pytest.raises(ValueError, match=r"reads a \[6, 7, 2\] board and 7 actions"):
         line_game("connect_four_v3", 18, 9)
+
+
+def test_evaluation_plays_the_tactical_player_in_the_games_it_knows(agent):
+    """Beside random and the anchor, the learner's results against the tactical player, as a
+    match played by hand with the same generator gives them; random's and the anchor's games
+    are those an evaluation without it plays (their generators are unchanged)."""
+    from agents.learners.self_play import evaluation_rows
+    from pgrad.rl.multiagent.evaluate import match_results
+
+    got = agent.evaluate_team(8, seed=5)
+    games = got["games"]
+    assert set(games) == {"random", "anchor", "tactics", "anchor_update"}
+    for seat, name in enumerate(("first", "second")):
+        rows = evaluation_rows(agent)(8)
+        try:
+            by_hand = match_results(lambda o, m: agent.act(o, True, m),
+                                    tactics_player(np.random.default_rng([5, 2, seat]),
+                                                   LINE_GAMES["tictactoe_v3"]), rows, seat, 5)
+        finally:
+            rows.close()
+        assert games["tactics"][name] == by_hand
+        assert got[f"tactics_win_rate_{name}"] == by_hand["win"]
+    rows = evaluation_rows(agent)(8)
+    try:
+        random_first = match_results(lambda o, m: agent.act(o, True, m),
+                                     random_legal(np.random.default_rng([5, 0, 0]), 9), rows, 0, 5)
+    finally:
+        rows.close()
+    assert games["random"]["first"] == random_first
