@@ -129,7 +129,9 @@ def match_lines(games: dict | None) -> list[str]:
         if not isinstance(seats, dict):
             continue
         name = (f"the anchor (update {games['anchor_update']})"
-                if opponent == "anchor" and "anchor_update" in games else f"the {opponent} player")
+                if opponent == "anchor" and "anchor_update" in games
+                else "the tactical player (one move deep)" if opponent == "tactics"
+                else f"the {opponent} player")
         cells = [f"{seat}: {cell['win']:.1%} won, {cell['draw']:.1%} drawn ({cell['games']} games)"
                  for seat, cell in seats.items()]
         lines.append(f"vs {name}: " + "; ".join(cells))

@@ -54,6 +54,10 @@ def test_evaluate_reports_win_rates_as_first_and_second_player(whole, capsys):
     first = games["random"]["first"]  # the summary names each opponent and seat
     assert f"vs the random player: first: {first['win']:.1%} won" in out
     assert "vs the anchor (update 3): first:" in out
+    tactics = games["tactics"]["second"]  # a game the tactical player knows
+    assert result["tactics_win_rate_second"] == tactics["win"]
+    assert (f"vs the tactical player (one move deep): first: {games['tactics']['first']['win']:.1%}"
+            f" won") in out and f"second: {tactics['win']:.1%} won" in out
     agent = agents.load(whole, env_id=ENV)
     try:  # the same checkpoint and seeds through the Python API
         assert agent.evaluate_team(5, True, result["seed"])["games"] == games
