@@ -68,6 +68,13 @@ CONFIGS = {
                                     "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                     "random_prob=0.5", "tactics_prob=0.5", "gamma=0.9",
                                     "hidden=[128,128]"],
+    # the tactics mix with the board CNN, the critic on its own CNN
+    "mix50_tac25_g90_mb16_lr1e-3_cnn_sep": ["self_play=true", "num_envs=16", "n_steps=64",
+                                            "learning_rate=0.001", "epochs=4",
+                                            "num_minibatches=16", "random_prob=0.5",
+                                            "tactics_prob=0.25", "gamma=0.9",
+                                            "hidden=[128,128]", "encoder=board_cnn",
+                                            "board_filters=[64,64]", "share_encoder=false"],
     "mix25_mb16_lr1e-3_h256": ["self_play=true", "num_envs=16", "n_steps=64",
                                "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                "random_prob=0.25", "hidden=[256,256]"],
