@@ -68,6 +68,12 @@ CONFIGS = {
                                     "learning_rate=0.001", "epochs=4", "num_minibatches=16",
                                     "random_prob=0.5", "tactics_prob=0.5", "gamma=0.9",
                                     "hidden=[128,128]"],
+    # three games in four against the tactical player, the rest against random (no self-play
+    # games): a block's advantage over a miss is largest against the tactical player
+    "mix25_tac75_g90_mb16_lr1e-3": ["self_play=true", "num_envs=16", "n_steps=64",
+                                    "learning_rate=0.001", "epochs=4", "num_minibatches=16",
+                                    "random_prob=0.25", "tactics_prob=0.75", "gamma=0.9",
+                                    "hidden=[128,128]"],
     # the tactics mix with the board CNN, the critic on its own CNN
     "mix50_tac25_g90_mb16_lr1e-3_cnn_sep": ["self_play=true", "num_envs=16", "n_steps=64",
                                             "learning_rate=0.001", "epochs=4",
