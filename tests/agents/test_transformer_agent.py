@@ -231,15 +231,17 @@ RANDOM_SUCCESS = 14.0 ** -4  # Reversal of 3 digits: 3 digits and the end token,
 @pytest.mark.slow
 def test_ppo_learns_to_reverse_three_digit_strings():
     """Random tokens answer 1 prompt in 38,416; PPO with the transformer and partial credit
-    (``shaping``) answers a clearly non-zero share of held-out prompts exactly after 40,960
-    tokens (measured: 1.00 greedy on 100 prompts at 40,960 tokens, ~50 s)."""
+    (``shaping``) answers a clearly non-zero share of held-out prompts exactly after 32,768
+    tokens. Measured on 200 held-out prompts (Dec 7), greedy exact at 20,480 / 25,600 / 30,720
+    / 40,960 tokens: seed 0 0 / 0.71 / 0.95 / 1.00, seed 1 0 / 0 / 0.34 / 1.00: the
+    answers click late and fast, so this budget keeps seed 0 well past the criterion."""
     env_kwargs = {"min_digits": 3, "max_digits": 3, "shaping": True}
     agent = agents.make("ppo", ENV, seed=0, env_kwargs=env_kwargs, encoder="transformer",
                         d_model=64, num_heads=4, num_layers=2, num_envs=16, n_steps=32,
                         minibatch_size=128, epochs=4, learning_rate=1e-3, gamma=1.0,
                         gae_lambda=0.95, ent_coef=0.01)
     start = time.perf_counter()
-    agent.learn(40_960, progress=False)
+    agent.learn(32_768, progress=False)
     elapsed = time.perf_counter() - start
     returns = np.asarray(pgrad.evaluate(agent, episodes=200, seed=100_000)["returns"])
     exact = float(np.mean(returns == 1.0))  # greedy, on prompts training never drew
