@@ -7,6 +7,7 @@ call), then pgrad-evaluate greedy on 200 episodes; one JSON per table here.
     python docs/sequences/results/runs.py addition2_long --seeds 0  # the same, 6M tokens
     python docs/sequences/results/runs.py addition2_8m --seeds 0    # that run, on to 8M
     python docs/sequences/results/runs.py addition2_entsched --seeds 1  # ent_coef 0.3 -> 0.03
+    python docs/sequences/results/runs.py addition2_group4 --seeds 1  # groups of 4, 6M
 
 A table with ``from`` continues the runs of another table: each of its runs starts as a copy of
 that table's run directory for the same variant and seed (which must exist), resumed to this
@@ -95,6 +96,19 @@ TABLES = {
         "variants": {
             "position, gamma 0, ent_coef lin_0.3_0.03, group 16": [
                 *POSITION0, "--set", "ent_coef=lin_0.3_0.03", "--set", "group_size=16"],
+        },
+    },
+    # the recipe with groups of 4 (16 prompts per update of 64 completions): the expected
+    # gradient a prompt gives a digit the policy has not learned is about p(right) times its
+    # cross-entropy gradient whatever the group's size, so four times the prompts per token is
+    # about four times the signal per token (the 1M screen above stopped before any seed clicks)
+    "addition2_group4": {
+        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
+                "dense_rewards=true", "reverse_answer=true"],
+        "steps": 6_000_000,
+        "variants": {
+            "position, gamma 0, ent_coef 0.3, group 4": [*POSITION0, "--set", "ent_coef=0.3",
+                                                         "--set", "group_size=4"],
         },
     },
 }
