@@ -2,10 +2,11 @@
 seed, one population per game, 20 deterministic episodes a seed (seeds 10000 + the seed).
 
     # in a scratch folder, per game (resumable: --resume GAME continues a killed population)
-    pgrad-train --agent ppo --env MinAtar/SpaceInvaders-v1 --seeds 0..9 --total-steps 500000 --out SpaceInvaders
+    pgrad-train --agent ppo --env MinAtar/SpaceInvaders-v1 --seeds 0..9 --total-steps 500000 \
+        --out SpaceInvaders
     for d in SpaceInvaders/seed*; do pgrad-evaluate $d --episodes 20; done
     # then, from that folder, for the games done:
-    python /path/to/pgrad/docs/benchmarks/populations/minatar_500k/assemble.py SpaceInvaders Freeway ...
+    python PGRAD/docs/benchmarks/populations/minatar_500k/assemble.py SpaceInvaders Freeway ...
 
 Writes evals.json here (per game and seed: the evaluation's mean and std, the training wall of
 the population from its episodes.csv) and runs pgrad-compare on each game into GAME/ here
