@@ -30,6 +30,9 @@ COMMON = ["--agent", "grpo", "--set", "d_model=64", "--set", "num_layers=2", "--
 #: process supervision with the per-position baseline and each token's own reward
 POSITION0 = ["--set", "supervision=process", "--set", "process_baseline=position", "--set",
              "gamma=0"]
+#: reversed 2-digit addition with dense partial credit (every addition table's env)
+ADDITION2 = ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
+             "dense_rewards=true", "reverse_answer=true"]
 TABLES = {
     "reversal35": {
         "env": ["--env", "pgrad/Reversal-v0", "--env-kwargs", "min_digits=3", "max_digits=5",
@@ -52,8 +55,7 @@ TABLES = {
         },
     },
     "addition2": {
-        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
-                "dense_rewards=true", "reverse_answer=true"],
+        "env": ADDITION2,
         "steps": 1_000_000,
         "variants": {
             "process (dapo)": ["--set", "supervision=process"],
@@ -76,8 +78,7 @@ TABLES = {
     },
     # the recipe for longer: how many tokens addition needs
     "addition2_long": {
-        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
-                "dense_rewards=true", "reverse_answer=true"],
+        "env": ADDITION2,
         "steps": 6_000_000,
         "variants": {
             "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
@@ -90,8 +91,7 @@ TABLES = {
     # ent_coef 0.3 and a right digit worth 1/3, the regularised optimum of a digit the policy
     # has not learned puts only ~25% on the right one (seed 1 never learned the units digit)
     "addition2_entsched": {
-        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
-                "dense_rewards=true", "reverse_answer=true"],
+        "env": ADDITION2,
         "steps": 6_000_000,
         "variants": {
             "position, gamma 0, ent_coef lin_0.3_0.03, group 16": [
@@ -103,8 +103,7 @@ TABLES = {
     # cross-entropy gradient whatever the group's size, so four times the prompts per token is
     # about four times the signal per token (the 1M screen above stopped before any seed clicks)
     "addition2_group4": {
-        "env": ["--env", "pgrad/Addition-v0", "--env-kwargs", "digits=2", "shaping=true",
-                "dense_rewards=true", "reverse_answer=true"],
+        "env": ADDITION2,
         "steps": 6_000_000,
         "variants": {
             "position, gamma 0, ent_coef 0.3, group 4": [*POSITION0, "--set", "ent_coef=0.3",
