@@ -52,6 +52,9 @@ TABLES = {
             "position, gamma 0, ent_coef 0.3": [*POSITION0, "--set", "ent_coef=0.3"],
             "position, gamma 0, ent_coef 0.3, group 16": [*POSITION0, "--set", "ent_coef=0.3",
                                                           "--set", "group_size=16"],
+            # the addition recipe (groups of 4: 16 prompts per update) on reversal
+            "position, gamma 0, ent_coef 0.3, group 4": [*POSITION0, "--set", "ent_coef=0.3",
+                                                         "--set", "group_size=4"],
         },
     },
     "addition2": {
