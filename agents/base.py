@@ -251,10 +251,8 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
     def _rollout(self) -> tuple:
         """The first half of :meth:`step`: one rollout on the current weights. Returns
         ``(traj, episodes, updates, base, taken, recurrent)`` for :meth:`_update_on`."""
-        updates = self._sync()
-        rng = np.random.default_rng([self.seed, updates])
-        base = self._env_steps  # == env_steps_var, without a TensorFlow call
-        self.collector.env_steps = before = base  # so env errors name the run's env step
+        updates, rng, base = self._rollout_start()
+        before = base
         policy_fn = self.acting_fn(rng, self.values_from_acting)
         # a recurrent policy's rollout starts from these (stored for the update)
         start = ((self.rollout_state, self.collector.episode_start.copy())
@@ -269,6 +267,18 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
                      else None)
         return traj, episodes, updates, base, taken, recurrent
 
+    def _rollout_start(self, trust: bool = False) -> tuple[int, np.random.Generator, int]:
+        """What a rollout starts from: ``(updates, rng, base)``, the updates so far (the acting
+        copy synced to them; ``trust``: as :meth:`_sync` takes it), the rollout's sampling
+        generator (seeded by the run's seed and ``updates``: a resumed run draws the same) and
+        the env steps so far (the collector's count set to them, so env errors name the run's
+        env step)."""
+        updates = self._sync(trust)
+        rng = np.random.default_rng([self.seed, updates])
+        base = self._env_steps  # == env_steps_var, without a TensorFlow call
+        self.collector.env_steps = base
+        return updates, rng, base
+
     def _update_on(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
                    recurrent: tuple | None = None, fixed_shape: bool = True) -> dict[str, Any]:
         """The tail every agent's step shares: one compiled update on ``traj`` (``taken`` env
@@ -279,11 +289,11 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
                                    taken)
 
     def _update_args(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
-                     recurrent: tuple | None = None) -> tuple:
+                     recurrent: tuple | None = None, host: bool = False) -> tuple:
         """The compiled update's inputs for ``traj`` (its scheduled values at ``base + taken``);
         a population (:mod:`agents.population`) calls many agents' updates in one graph."""
         scheduled = self.schedules.values(base + taken, self.budget, updates)
-        return self.updater.inputs(traj, taken, scheduled, recurrent)
+        return self.updater.inputs(traj, taken, scheduled, recurrent, host)
 
     def _finish_update(self, result: Any, updates: int, base: int, taken: int
                        ) -> dict[str, Any]:

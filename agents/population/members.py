@@ -31,10 +31,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agents.learning import Callback, Loop
+from agents.population.acting import BatchedActing, lockstep_ready, lockstep_rollouts
 
 #: The algorithms a population trains (registered names): on-policy, feed-forward, one rollout
 #: and one update per step of the shared actor-critic agent.
 SUPPORTED = ("a2c", "ppo", "reinforce")
+#: Collect the members' rollouts in lock-step, acting in one call per env step, where they
+#: allow it (:func:`agents.population.acting.lockstep_ready`); False: one member after another.
+LOCKSTEP = True
 #: MiB each member adds once training runs, beyond what building it added: its part of the
 #: traced update graph and the update's working memory (measured: ten A2C CartPole seeds held
 #: ~125 MiB more at their peak than one run, ~12.5 per further seed, of which ~1 is built).
@@ -228,6 +232,9 @@ class Population:
         self.update = BatchedUpdate([m.updater for m in members],
                                     [member_variables(m) for m in members])
         self._thread: Any = None  # the update thread of start(background=True), made on use
+        #: The members' acting in one call per env step (None: each collects alone), see
+        #: :mod:`agents.population.acting`; ``LOCKSTEP = False`` turns it off.
+        self.acting = BatchedActing(members) if LOCKSTEP and lockstep_ready(members) else None
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -247,12 +254,21 @@ class Population:
         ``.finish()`` of the result waits for it and returns what :meth:`step` returns."""
         out: dict[int, Any] = {}
         pending = []
+        rows = list(rows)
+        if self.acting is not None and len(rows) > 1:  # the members' steps taken together
+            collected = lockstep_rollouts(self.agents, self.acting, rows)
+        else:
+            collected = {i: self._rollout(i) for i in rows}
         for i in rows:
-            agent = self.agents[i]
+            got = collected[i]
+            if isinstance(got, Exception):  # its env failed: this member stops, the others go on
+                out[i] = got
+                continue
+            traj, episodes, updates, base, taken = got
             try:
-                traj, episodes, updates, base, taken, _ = agent._rollout()
-                args = agent._update_args(traj, updates, base, taken)
-            except Exception as err:  # its env failed: this member stops, the others go on
+                agent = self.agents[i]  # numpy inputs: converted once per round, stacked
+                args = agent._update_args(traj, updates, base, taken, host=agent.layout.flat)
+            except Exception as err:
                 out[i] = err
                 continue
             pending.append((i, args, traj.mask is None, (episodes, updates, base, taken)))
@@ -267,6 +283,15 @@ class Population:
                     self._thread = ThreadPoolExecutor(1, thread_name_prefix="pgrad-population")
                 call = self._thread.submit(*call)
         return Round(self.agents, out, pending, call)
+
+    def _rollout(self, i: int) -> tuple | Exception:
+        """Member ``i``'s rollout collected alone: ``(traj, episodes, updates, base, taken)``,
+        or the exception that stopped it."""
+        try:
+            traj, episodes, updates, base, taken, _ = self.agents[i]._rollout()
+        except Exception as err:
+            return err
+        return traj, episodes, updates, base, taken
 
     # -- training --------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from agents.update.call import needs_autograph
@@ -39,8 +40,11 @@ class BatchedUpdate:
       updaters: each agent's :class:`agents.update.compiled.CompiledUpdate`.
 
     ``batched(rows, args, fixed_shape)`` with ``rows`` the agents' indices ``[n]``, ``args``
-    their :meth:`~agents.update.compiled.CompiledUpdate.inputs` (one tuple each) returns each
-    one's update result (``(out [K + P], *extra)``, as its own update returns it).
+    their :meth:`~agents.update.compiled.CompiledUpdate.inputs` (one tuple each; as numpy
+    arrays with ``host=True``, which saves a conversion per input and member where the shared
+    trace runs: each position's ``[n, ...]`` stack is converted once and unstacked in the
+    graph) returns each one's update result (``(out [K + P], *extra)``, as its own update
+    returns it).
     """
 
     def __init__(self, updaters: Sequence[Any], variables: Sequence[list] | None = None):
@@ -94,6 +98,14 @@ class BatchedUpdate:
             return list(self._run(rows, args, fixed_shape))
 
     def _run(self, rows: tuple[int, ...], args: Sequence[tuple], fixed_shape: bool):
+        if fixed_shape and self.shared is not None and len(rows) > 1:
+            stacked = _stacked(args)
+            if stacked is not None:  # numpy inputs of one shape: one conversion per position
+                call = self._stacked_call(rows, args, stacked)
+                if call is not None:
+                    return call(*[tf.constant(x) for x in stacked if x is not None])
+        args = [tuple(tf.constant(x) if isinstance(x, np.ndarray) else x for x in a)
+                for a in args]
         counts = tuple(len(a) for a in args)
         flat = [x for a in args for x in a]
         fn = self._function(rows, counts, not fixed_shape)
@@ -138,3 +150,58 @@ class BatchedUpdate:
         specs = [s for a, i in zip(args, rows) for s in self.updaters[i].io.signature(a)]
         call = self._concrete[key] = flat_caller(fn.get_concrete_function(*specs))
         return call
+
+    def _stacked_call(self, rows: tuple[int, ...], args: Sequence[tuple],
+                      stacked: list) -> Any:
+        """The caller of one outer graph taking each input position's ``[n, ...]`` stack of
+        the members' (``stacked``, None where every member has None), unstacking it and
+        running the shared trace once per member; None where the trace is not shared."""
+        key = ("stacked", rows, tuple(None if x is None else (x.shape, x.dtype.str)
+                                      for x in stacked))
+        call = self._concrete.get(key)
+        if call is not None:
+            return call
+        assert self.shared is not None
+        specs = [None if x is None else tf.TensorSpec(x.shape, tf.as_dtype(x.dtype))
+                 for x in args[0]]
+        conc = self.shared.concrete(tuple(specs))
+        captures = [self.shared.captures(conc, i) for i in rows]
+        if any(c is None for c in captures):
+            self.shared = None  # each member's own trace from now on
+            return None
+        n = len(rows)
+
+        def update_stacked(*given):
+            columns = [tf.unstack(x, num=n) for x in given]
+            out = []
+            for k, caps in enumerate(captures):
+                result = conc._call_flat([c[k] for c in columns], caps)
+                out.append(tuple(result) if isinstance(result, (tuple, list)) else (result,))
+            return tuple(out)
+
+        fn = self._functions[(rows, "stacked", key[2], "shared")] = tf.function(
+            update_stacked, autograph=False)
+        in_specs = [tf.TensorSpec((n, *x.shape[1:]), tf.as_dtype(x.dtype)) for x in stacked
+                    if x is not None]
+        call = self._concrete[key] = flat_caller(fn.get_concrete_function(*in_specs))
+        return call
+
+
+def _stacked(args: Sequence[tuple]) -> list | None:
+    """Each input position's ``[n, ...]`` numpy stack of the members' ``args`` (None where all
+    are None), or None unless every input is a numpy array (or None at the same positions) of
+    one shape and dtype across the members."""
+    first = args[0]
+    out: list = []
+    for j, x in enumerate(first):
+        column = [a[j] for a in args]
+        if x is None:
+            if any(c is not None for c in column):
+                return None
+            out.append(None)
+            continue
+        if not all(isinstance(c, np.ndarray) and c.shape == x.shape and c.dtype == x.dtype
+                   for c in column):
+            return None
+        out.append(np.stack(column))
+    return out

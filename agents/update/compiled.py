@@ -129,9 +129,9 @@ class CompiledUpdate:
         return self.traced.tracing_count()
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
-               recurrent: tuple | None = None) -> tuple:
+               recurrent: tuple | None = None, host: bool = False) -> tuple:
         """The update's inputs for ``traj`` (:meth:`agents.update.inputs.UpdateInputs.inputs`)."""
-        return self.io.inputs(traj, taken, scheduled, recurrent)
+        return self.io.inputs(traj, taken, scheduled, recurrent, host)
 
     def unpack(self, *args: tf.Tensor) -> tuple:
         """:meth:`inputs` unpacked in the graph (:meth:`.UpdateInputs.unpack`)."""

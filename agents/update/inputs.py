@@ -75,7 +75,7 @@ class UpdateInputs:
         self.vector_dim = self.layout.vector_dim
 
     def inputs(self, traj: rollout.Trajectory, taken: int, scheduled: list[float] | None = None,
-               recurrent: tuple | None = None) -> tuple:
+               recurrent: tuple | None = None, host: bool = False) -> tuple:
         """The update's inputs as four tensors (each tensor argument of a call costs a
         conversion and signature matching, ~10 us apiece), then the images, if any:
 
@@ -97,6 +97,10 @@ class UpdateInputs:
         A recurrent policy's ``recurrent = (state0 [B, S], episode_start0 [B], state_end [B, S])``
         (the actor's state before the rollout, whether its first observations start episodes,
         its state after the rollout) end the float32 vector (:meth:`split_recurrent`).
+
+        ``host``: the same arrays as numpy, not converted (for observations without images: a
+        population stacks its members' inputs and converts each position once,
+        :mod:`agents.update.batched`).
         """
         if scheduled is None:  # the values of the update that follows now
             scheduled = self.parts.schedules.values(int(self.env_steps_var.numpy()) + taken,
@@ -113,18 +117,20 @@ class UpdateInputs:
             np.ravel(x) for n in self.normalizers for x in (n.rms.mean, n.rms.var,
                                                                n.rms.count)]
             + [np.asarray(scheduled, np.float64)], dtype=np.float64, casting="same_kind")
-        mask = None if traj.mask is None else tf.constant(traj.mask)
+        if host and not layout.flat:
+            raise ValueError("host inputs are for observations without images")
+        convert = np.asarray if host else tf.constant
+        mask = None if traj.mask is None else convert(traj.mask)
         images = []
         if not layout.flat:
             nf = _host_next_frames(traj, layout)
             images = ([frames_tensor(x) for x in nf.frames]
                       + [tf.constant(x) for x in nf.finals] + [tf.constant(nf.index)])
         if traj.action_mask is not None:
-            images.append(tf.constant(traj.action_mask))
+            images.append(convert(traj.action_mask))
         if traj.values is not None and self.parts.values_from_acting:
-            images.append(tf.constant(traj.values, tf.float32))
-        return (tf.constant(floats), tf.constant(traj.actions), mask, tf.constant(stats),
-                *images)
+            images.append(convert(np.asarray(traj.values, np.float32)))
+        return (convert(floats), convert(traj.actions), mask, convert(stats), *images)
 
     def split_recurrent(self, floats: tf.Tensor, batch: int):
         """``floats -> (floats, (state0 [B, S], episode_start0 [B], state_end [B, S]))``."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import numpy as np
 
+from pgrad.rl.envs.native import gymnasium_envs
 from pgrad_app.perf.common import figure, interleaved, ratio
 
 
+@gymnasium_envs()  # against Gymnasium's own CartPole (not pgrad's numpy one)
 def rollout_ratio(repeats: int) -> dict:
     """Rollout collection with the A2C policy vs random-action stepping of the same vector env."""
     import agents
@@ -39,6 +42,7 @@ def rollout_ratio(repeats: int) -> dict:
                   policy="A2C collector with its numpy mirror of the TensorFlow policy")
 
 
+@gymnasium_envs()  # against Gymnasium's own CartPole (not pgrad's numpy one)
 def collection_backends(repeats: int, env_id: str = "CartPole-v1", num_envs: int = 8) -> dict:
     """Collection speed over the vector-env backends: Gymnasium sync and async, envpool.
 
@@ -98,6 +102,7 @@ def collection_cheetah(repeats: int) -> dict:
     return collection_backends(repeats, "HalfCheetah-v5")
 
 
+@gymnasium_envs()  # against Gymnasium's own CartPole (not pgrad's numpy one)
 def naive_acting_ratio(repeats: int, vector_steps: int = 400) -> dict:
     """Collection with the numpy mirror, and with one ``tf.function`` policy call per vector step
     (the naive alternative), each against random-action stepping of the same 8-env CartPole
@@ -200,3 +205,41 @@ def cnn_collection_ratio(repeats: int, env_id: str = "ALE/Pong-v5", num_envs: in
                   cpu_ratio={k: round(ratio(cpu_times, "raw", k), 3)
                              for k in ("sync", "overlap")},
                   ms_per_vector_step=per_step, cpu_ms_per_vector_step=cpu_per_step)
+
+
+def native_cartpole(repeats: int, num_envs: int = 16, steps: int = 256) -> dict:
+    """pgrad's numpy CartPole (:mod:`pgrad.rl.envs.native`) against Gymnasium's sync vector env
+    of the same envs: random-action stepping of each, and the A2C collector on each (numpy
+    mirror, recording). Value: the collector's env steps/s on the native env over Gymnasium's
+    (the two give the same numbers: ``tests/rl/test_native_envs.py``)."""
+    import agents
+    from pgrad.rl.collection import rollout
+
+    agent = agents.make("a2c", "CartPole-v1", seed=0, num_envs=num_envs)
+    rng = np.random.default_rng(0)
+    policy_fn = agent.acting_fn(rng)
+    actions = rng.integers(0, 2, size=(steps, num_envs))
+    fns, closers = {}, []
+    for name in ("native", "gymnasium"):
+        with gymnasium_envs() if name == "gymnasium" else contextlib.nullcontext():
+            col = rollout.Collector(rollout.make_vec_env("CartPole-v1", num_envs), "CartPole-v1")
+            raw_envs = rollout.make_vec_env("CartPole-v1", num_envs)
+        col.reset(seed=0)
+        raw_envs.reset(seed=0)
+        closers += [col, raw_envs]
+
+        def raw(envs=raw_envs):
+            for a in actions:
+                envs.step(a)
+
+        fns[f"{name}_raw"] = raw
+        fns[f"{name}_collect"] = lambda col=col: col.collect(policy_fn, steps)
+    times = interleaved(fns, max(5, repeats // 6), warmup=1)
+    for c in closers:
+        c.close()
+    agent.close()
+    value = ratio(times, "gymnasium_collect", "native_collect")
+    steps_per_s = {k: round(steps * num_envs / float(np.median(v))) for k, v in times.items()}
+    return figure("native_cartpole", value, "(informative: native / Gymnasium collection)", True,
+                  num_envs=num_envs, vector_steps_per_round=steps, env_steps_per_s=steps_per_s,
+                  native_over_gymnasium_raw=round(ratio(times, "gymnasium_raw", "native_raw"), 3))

@@ -47,6 +47,7 @@ FIGURES: dict[str, Callable] = {
     "cnn_collection_ratio": collection.cnn_collection_ratio,
     "update_overhead": speed.update_overhead,
     "a2c_speed_ratio": speed.a2c_speed_ratio,
+    "native_cartpole": collection.native_cartpole,
     "collection_envpool_cartpole": collection.collection_backends,
     "collection_envpool_cartpole_64envs": collection.collection_cartpole_64,
     "collection_envpool_halfcheetah": collection.collection_cheetah,

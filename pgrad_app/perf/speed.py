@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from pgrad.rl.envs.native import gymnasium_envs
 from pgrad_app.perf.common import figure, interleaved, ratio, rounds
 
 
+@gymnasium_envs()  # against Gymnasium's own CartPole (not pgrad's numpy one)
 def a2c_speed_ratio(repeats: int) -> dict:
     """A2C training (collect + update, default config) vs random stepping of the same vector env.
 
@@ -43,6 +45,7 @@ def a2c_speed_ratio(repeats: int) -> dict:
                   "stepping): a slight advantage to the A2C side")
 
 
+@gymnasium_envs()  # against Gymnasium's own CartPole (not pgrad's numpy one)
 def update_overhead(repeats: int) -> dict:
     """Fixed cost per update: ``agent.step()`` on a 1 env x 1 step rollout minus collecting it."""
     import agents

@@ -48,6 +48,7 @@ def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None
     """
     import gymnasium as gym
 
+    from pgrad.rl.envs.native import CartPoleVector
     from pgrad.rl.envs.recipe import EnvRecipe, env_name, make_env
 
     if int(every) < 1:
@@ -59,6 +60,8 @@ def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None
         raise UserError("--capture-video needs moviepy: pip install 'pgrad[video]' "
                         "(or pip install moviepy).") from None
     base = agent.collector.envs.unwrapped
+    if isinstance(base, CartPoleVector):  # one numpy env has no env 0 to film: Gymnasium's
+        base = _gymnasium_envs_in(agent, base)  # sync envs instead (the same numbers)
     if not isinstance(base, gym.vector.SyncVectorEnv):
         raise UserError("--capture-video films env 0 in this process: it needs vector_mode "
                         "'sync' and no --workers (record after training with pgrad-evaluate "
@@ -92,3 +95,18 @@ def film_first_env(agent, folder: Path, every: int, start_step: int = 0) -> None
     old, base.envs[0] = base.envs[0], filmed
     old.close()
     agent.collector.reset(seed=agent.seed)  # every sub-env as it was after the agent's reset
+
+
+def _gymnasium_envs_in(agent, native_envs):
+    """Puts Gymnasium's sync vector env of the agent's CartPole in place of pgrad's numpy one
+    (:mod:`pgrad.rl.envs.native`: the same transitions, but no sub-env objects to film) inside
+    the agent's episode-statistics wrapper, before anything was collected; returns it (the
+    caller resets the collector)."""
+    from pgrad.rl.envs.native import gymnasium_envs
+    from pgrad.rl.envs.vector import make_vec_env
+
+    with gymnasium_envs():
+        sync = make_vec_env(agent.env_id, native_envs.num_envs, "sync").env  # inside its wrapper
+    agent.collector.envs.env = sync
+    native_envs.close()
+    return sync

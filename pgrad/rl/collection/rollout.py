@@ -57,7 +57,7 @@ from pgrad.rl.observations import spaces
 from pgrad.rl.observations.frames import FrameBuffer
 from pgrad.rl.observations.normalize import ObsNormalizer, RewardNormalizer
 
-__all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "Trajectory",
+__all__ = ["VECTOR_MODES", "Collector", "EnvError", "PolicyFn", "RolloutRun", "Trajectory",
            "describe_failure", "ended_successes", "env_name", "make_vec_env", "next_vector"]
 
 #: ``policy_fn(obs [B, obs_dim]) -> (actions [B, *a], env_actions, log_probs [B], values [B]|None)``
@@ -201,16 +201,26 @@ class Collector:
         ``check=False`` leaves the finite checks of this step's observations and rewards to
         the caller (:func:`pgrad.rl.collection.finite.check_rollout`).
         """
-        if self._raw_obs is None:
-            self.reset()
-        raw = self._raw_obs
-        assert raw is not None  # reset() sets it
-        obs = self._norm(raw)
-        action_mask = self._action_mask
+        obs, action_mask = self.observe()
         if action_mask is None:
             acted = policy_fn(obs)
         else:
             acted = policy_fn(obs, action_mask=action_mask)
+        return self.advance(obs, acted, action_mask, check)
+
+    def observe(self) -> tuple[Any, np.ndarray | None]:
+        """``(obs, action_mask)``: the (normalised) observations ``[B, ...]`` the policy acts on
+        next and their legal actions ``[B, n]`` (None: the env has no masks); the first call
+        resets the env."""
+        if self._raw_obs is None:
+            self.reset()
+        raw = self._raw_obs
+        assert raw is not None  # reset() sets it
+        return self._norm(raw), self._action_mask
+
+    def advance(self, obs, acted: tuple, action_mask, check: bool = True):
+        """Steps the env on ``acted`` (the policy's output at :meth:`observe`'s ``obs``) and
+        records the step: :meth:`record_step`'s ``(pieces, episodes)``."""
         where = self.env_steps + self.num_envs
         stepped = self.env_call(where, self.envs.step, acted[1])
         return self.record_step(obs, acted, action_mask, stepped, where, check)
@@ -274,35 +284,16 @@ class Collector:
 
         ``episodes`` is a list of ``(env_step, return, length)`` finished during the call.
         """
-        steps: list[tuple] = []  # per vector step, the 9 pieces of _step (columns at the end)
-        episodes: list = []
-        # images go straight into [T, B, ...] buffers (see pgrad.rl.observations.frames), not into
-        # the list
-        frames = None if self.layout.flat else FrameBuffer(self.layout, num_steps, self.num_envs)
-        # Without normalisers nothing is computed from an observation or reward before the
-        # update but the next action, so their finite checks run once over the whole rollout
-        # (the same error, naming the same env step, as a check per step).
-        deferred = self.obs_norm is None and self.reward_norm is None
-        start = self.env_steps
-        stepper = (overlapped_steps(self, policy_fn, num_steps, not deferred) if self.overlap
-                   else self._steps(policy_fn, num_steps, not deferred))
+        run = RolloutRun(self, num_steps)
+        stepper = (overlapped_steps(self, policy_fn, num_steps, run.check) if self.overlap
+                   else self._steps(policy_fn, num_steps, run.check))
         try:
             for t, (parts, eps) in enumerate(stepper):
-                if frames is not None:
-                    obs, nxt = frames.write(t, parts[0], parts[7])
-                    parts = (obs, *parts[1:7], nxt, parts[8])
-                steps.append(parts)
-                if eps:
-                    episodes.extend(eps)
-        except EnvError:  # a non-finite value stepped before may be the cause: name it first
-            if deferred and steps:
-                check_rollout(self._trajectory(steps, None, frames, None), self.layout, self.name,
-                              self.num_envs, start, None)
+                run.add(t, parts, eps)
+        except EnvError:
+            run.failed()
             raise
-        traj = self._trajectory(steps, None, frames, self._raw_obs)
-        if deferred:
-            check_rollout(traj, self.layout, self.name, self.num_envs, start, self._raw_obs)
-        return traj, episodes
+        return run.finish()
 
     def _steps(self, policy_fn: PolicyFn, num_steps: int, check: bool):
         """``num_steps`` :meth:`_step` results, one vector step after the other."""
@@ -368,3 +359,53 @@ class Collector:
 
     def close(self) -> None:
         self.envs.close()
+
+
+class RolloutRun:
+    """One :meth:`Collector.collect` of ``num_steps`` vector steps as its steps arrive, for
+    whoever steps the collector (its own loop, or a population's stepping many collectors in
+    turn: :mod:`pgrad.rl.collection.lockstep`).
+
+    Without normalisers nothing is computed from an observation or reward before the update
+    but the next action, so their finite checks run once over the whole rollout (the same
+    error, naming the same env step, as a check per step): :attr:`check` says whether each
+    step checks its own.
+    """
+
+    def __init__(self, collector: Collector, num_steps: int):
+        self.collector = collector
+        self.steps: list[tuple] = []  # per vector step, the 9 pieces of a step (columns at the end)
+        self.episodes: list = []
+        c = collector
+        # images go straight into [T, B, ...] buffers (see pgrad.rl.observations.frames), not
+        # into the list
+        self.frames = (None if c.layout.flat
+                       else FrameBuffer(c.layout, num_steps, c.num_envs))
+        self.deferred = c.obs_norm is None and c.reward_norm is None
+        self.check = not self.deferred
+        self.start = c.env_steps
+
+    def add(self, t: int, parts: tuple, episodes: list) -> None:
+        """Step ``t``'s pieces and finished episodes (:meth:`Collector.record_step`)."""
+        if self.frames is not None:
+            obs, nxt = self.frames.write(t, parts[0], parts[7])
+            parts = (obs, *parts[1:7], nxt, parts[8])
+        self.steps.append(parts)
+        if episodes:
+            self.episodes.extend(episodes)
+
+    def failed(self) -> None:
+        """After an EnvError: a non-finite value stepped before may be its cause, named first
+        (raises that EnvError; returns if there is none)."""
+        c = self.collector
+        if self.deferred and self.steps:
+            check_rollout(c._trajectory(self.steps, None, self.frames, None), c.layout, c.name,
+                          c.num_envs, self.start, None)
+
+    def finish(self) -> tuple[Trajectory, list]:
+        """``(Trajectory [T, B], episodes)`` of the steps added (their deferred checks run)."""
+        c = self.collector
+        traj = c._trajectory(self.steps, None, self.frames, c._raw_obs)
+        if self.deferred:
+            check_rollout(traj, c.layout, c.name, c.num_envs, self.start, c._raw_obs)
+        return traj, self.episodes

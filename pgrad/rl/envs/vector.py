@@ -35,6 +35,7 @@ import gymnasium as gym
 
 from pgrad.rl.envs.async_worker import WORKER_LOG, ChildEnvError, _async_worker, guarded_worker
 from pgrad.rl.envs.ids import GAME_INFO, ensure_registered, is_atari_id  # noqa: F401 (re-exported)
+from pgrad.rl.envs.native import native_vector_env
 from pgrad.rl.envs.recipe import (  # noqa: F401 (re-exported: their home before the split)
     EnvRecipe,
     apply_wrapper,
@@ -104,7 +105,8 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
         ``num_envs``, ``SAME_STEP`` autoreset; wrapped in ``RecordEpisodeStatistics`` unless it
         is already).
       num_envs: number of sub-envs.
-      mode: ``"sync"`` (one process), ``"async"`` (one subprocess per env) or ``"envpool"``
+      mode: ``"sync"`` (one process; CartPole as one numpy env with Gymnasium's numbers:
+        :mod:`pgrad.rl.envs.native`), ``"async"`` (one subprocess per env) or ``"envpool"``
         (envpool's C++ thread pool; an envpool classic-control, MuJoCo or Atari id only) or
         ``"overlap"`` (this process, two halves of sync envs that a worker thread steps while
         the policy acts on the other half: :mod:`pgrad.rl.envs.overlap`; ``num_envs >= 2``).
@@ -152,6 +154,10 @@ def make_vec_env(env_id: Any, num_envs: int, mode: str = "sync",
     if kwargs and not isinstance(env_id, str):
         raise TypeError(f"env_kwargs {sorted(kwargs)} need an env id; the factory "
                         f"{env_name(env_id)} takes its own arguments.")
+    if mode == "sync":  # Gymnasium's CartPole as one numpy env: the same numbers, faster
+        native = native_vector_env(env_id, num_envs, kwargs)
+        if native is not None:
+            return gym.wrappers.vector.RecordEpisodeStatistics(native)
     ensure_registered(env_id)
     factory = functools.partial(make_env, env_id, **kwargs) if is_atari_id(env_id) else env_id
     if max_obs_dim is not None:
