@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -65,25 +64,11 @@ def collection_backends(repeats: int, env_id: str = "CartPole-v1", num_envs: int
     space = agent.collector.envs.single_action_space
     actions = np.stack([np.stack([space.sample() for _ in range(num_envs)])
                         for _ in range(steps)])
-    fns, closers = {}, []
     modes = [m for m in rollout.VECTOR_MODES  # (overlap: cnn_collection_ratio)
              if m != "overlap" and (m != "async" or num_envs <= 16)]
-    for mode in modes:  # (async: one process per env, not tried past 16 on 2 cores)
-        envs = rollout.make_vec_env(env_id, num_envs, mode)
-        envs.reset(seed=0)
-        col = rollout.Collector(envs, env_id)
-        col.reset(seed=0)
-        closers.append(col)
-
-        def raw(envs=envs):
-            for a in actions:
-                envs.step(a)
-
-        fns[f"{mode}_raw"] = raw
-        fns[f"{mode}_collect"] = lambda col=col: col.collect(policy_fn, steps)
-    times = interleaved(fns, max(5, repeats // 6), warmup=1)
-    for c in closers:
-        c.close()
+    # (async: one process per env, not tried past 16 on 2 cores)
+    times = _raw_and_collect({m: lambda m=m: rollout.make_vec_env(env_id, num_envs, m)
+                              for m in modes}, env_id, actions, policy_fn, repeats)
     agent.close()
     value = ratio(times, "sync_collect", "envpool_collect")
     steps_per_s = {k: round(steps * num_envs / float(np.median(v))) for k, v in times.items()}
@@ -219,27 +204,44 @@ def native_cartpole(repeats: int, num_envs: int = 16, steps: int = 256) -> dict:
     rng = np.random.default_rng(0)
     policy_fn = agent.acting_fn(rng)
     actions = rng.integers(0, 2, size=(steps, num_envs))
-    fns, closers = {}, []
-    for name in ("native", "gymnasium"):
-        with gymnasium_envs() if name == "gymnasium" else contextlib.nullcontext():
-            col = rollout.Collector(rollout.make_vec_env("CartPole-v1", num_envs), "CartPole-v1")
-            raw_envs = rollout.make_vec_env("CartPole-v1", num_envs)
-        col.reset(seed=0)
-        raw_envs.reset(seed=0)
-        closers += [col, raw_envs]
+    def gymnasiums():
+        with gymnasium_envs():
+            return rollout.make_vec_env("CartPole-v1", num_envs)
 
-        def raw(envs=raw_envs):
-            for a in actions:
-                envs.step(a)
-
-        fns[f"{name}_raw"] = raw
-        fns[f"{name}_collect"] = lambda col=col: col.collect(policy_fn, steps)
-    times = interleaved(fns, max(5, repeats // 6), warmup=1)
-    for c in closers:
-        c.close()
+    times = _raw_and_collect({"native": lambda: rollout.make_vec_env("CartPole-v1", num_envs),
+                              "gymnasium": gymnasiums}, "CartPole-v1", actions, policy_fn,
+                             repeats)
     agent.close()
     value = ratio(times, "gymnasium_collect", "native_collect")
     steps_per_s = {k: round(steps * num_envs / float(np.median(v))) for k, v in times.items()}
     return figure("native_cartpole", value, "(informative: native / Gymnasium collection)", True,
                   num_envs=num_envs, vector_steps_per_round=steps, env_steps_per_s=steps_per_s,
                   native_over_gymnasium_raw=round(ratio(times, "gymnasium_raw", "native_raw"), 3))
+
+
+def _raw_and_collect(backends: dict[str, Callable], env_id: str, actions: np.ndarray,
+                     policy_fn: Callable, repeats: int) -> dict:
+    """Interleaved timings of each backend's vector env (``backends[name]()`` builds it):
+    ``NAME_raw`` steps it with ``actions`` ``[T, B]``, ``NAME_collect`` collects ``T`` steps of
+    it with ``policy_fn`` through a Collector."""
+    from pgrad.rl.collection import rollout
+
+    fns, closers = {}, []
+    for name, make in backends.items():
+        envs = make()
+        envs.reset(seed=0)
+        col = rollout.Collector(envs, env_id)
+        col.reset(seed=0)
+        closers.append(col)
+
+        def raw(envs=envs):
+            for a in actions:
+                envs.step(a)
+
+        fns[f"{name}_raw"] = raw
+        fns[f"{name}_collect"] = lambda col=col: col.collect(policy_fn, len(actions))
+    try:
+        return interleaved(fns, max(5, repeats // 6), warmup=1)
+    finally:
+        for c in closers:
+            c.close()
