@@ -279,12 +279,12 @@ class IPPO(ActorCriticAgent):
                 **extra}
 
     def _update_args(self, traj: Any, updates: int, base: int, taken: int,
-                     recurrent: tuple | None = None) -> tuple:
+                     recurrent: tuple | None = None, host: bool = False) -> tuple:
         live = getattr(self.update_targets, "live", None)
         if live is not None:  # value_norm: the rollout's live steps enter its statistics
             live.assign(np.ones(live.shape, np.float32) if traj.mask is None
                         else np.asarray(traj.mask, np.float32))
-        return super()._update_args(traj, updates, base, taken, recurrent)
+        return super()._update_args(traj, updates, base, taken, recurrent, host)
 
     def trackables(self) -> dict[str, Any]:
         credit = getattr(self, "credit", None)
