@@ -70,9 +70,10 @@ class BatchedActing:
                    layer[2]) for j, layer in enumerate(ms[0]._weights[key])]
             for key in ("trunk", "actor")}
 
-    def _run(self, key: str, x: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _run(layers: list, x: np.ndarray) -> np.ndarray:
         # NumpyPolicy._run's arithmetic on [n, B, D]: matmul, then bias and activation in place
-        for w, b, act in self._layers[key]:
+        for w, b, act in layers:
             x = np.matmul(x, w)
             x += b
             if act is not None:
@@ -84,17 +85,11 @@ class BatchedActing:
         """``(actions, env_actions, log_probs, None)`` of each member in ``rows`` (a subset of
         the rows last :meth:`refresh` ed, in order) at its observations ``obs[k]`` ``[B, D]``,
         sampled with ``rngs[k]``."""
-        index = [self._rows.index(i) for i in rows] if tuple(rows) != self._rows else None
-        x = np.stack(obs)
-        if index is not None:  # a member stopped mid-rollout: its weights left out
-            saved = self._layers
-            self._layers = {k: [(w[index], b[index], a) for w, b, a in v]
-                            for k, v in saved.items()}
-        try:
-            params = self._run("actor", self._run("trunk", x))  # [n, B, P]
-        finally:
-            if index is not None:
-                self._layers = saved
+        layers = self._layers
+        if tuple(rows) != self._rows:  # a member stopped mid-rollout: its weights left out
+            index = [self._rows.index(i) for i in rows]
+            layers = {k: [(w[index], b[index], a) for w, b, a in v] for k, v in layers.items()}
+        params = self._run(layers["actor"], self._run(layers["trunk"], np.stack(obs)))  # [n,B,P]
         n, b = params.shape[:2]
         out = []
         if isinstance(self.head, CategoricalHead) and all(m is None for m in masks):

@@ -23,8 +23,9 @@ too.
 Acting is a numpy callable (see :class:`pgrad.rl.acting.policy.NumpyPolicy`): one TensorFlow call
 per env step would cost several times the env step itself.
 
-This module is the Collector's step loop. What it returns, :class:`Trajectory`, is in
-:mod:`pgrad.rl.collection.trajectory`; its image frames go through
+This module is the Collector's step loop. What one ``collect`` gathers as its steps arrive is
+:class:`RolloutRun` (:mod:`pgrad.rl.collection.rollout_run`); what it returns,
+:class:`Trajectory`, is in :mod:`pgrad.rl.collection.trajectory`; its image frames go through
 :mod:`pgrad.rl.observations.frames`; the NaN/Inf
 checks are :mod:`pgrad.rl.collection.finite`; ended episodes and whole-episode batches are
 :mod:`pgrad.rl.collection.episodes`; double-buffered stepping is :mod:`pgrad.rl.envs.overlap`
@@ -42,7 +43,8 @@ import numpy as np
 
 from pgrad.rl.collection import masks
 from pgrad.rl.collection.episodes import ended_episodes, ended_successes, whole_episodes
-from pgrad.rl.collection.finite import check_rollout, check_step
+from pgrad.rl.collection.finite import check_step
+from pgrad.rl.collection.rollout_run import RolloutRun
 from pgrad.rl.collection.trajectory import Trajectory, build_trajectory, next_vector
 from pgrad.rl.envs.overlap import OverlapVectorEnv, not_overlappable, overlapped_steps
 from pgrad.rl.envs.vector import (
@@ -360,52 +362,3 @@ class Collector:
     def close(self) -> None:
         self.envs.close()
 
-
-class RolloutRun:
-    """One :meth:`Collector.collect` of ``num_steps`` vector steps as its steps arrive, for
-    whoever steps the collector (its own loop, or a population's stepping many collectors in
-    turn: :mod:`pgrad.rl.collection.lockstep`).
-
-    Without normalisers nothing is computed from an observation or reward before the update
-    but the next action, so their finite checks run once over the whole rollout (the same
-    error, naming the same env step, as a check per step): :attr:`check` says whether each
-    step checks its own.
-    """
-
-    def __init__(self, collector: Collector, num_steps: int):
-        self.collector = collector
-        self.steps: list[tuple] = []  # per vector step, the 9 pieces of a step (columns at the end)
-        self.episodes: list = []
-        c = collector
-        # images go straight into [T, B, ...] buffers (see pgrad.rl.observations.frames), not
-        # into the list
-        self.frames = (None if c.layout.flat
-                       else FrameBuffer(c.layout, num_steps, c.num_envs))
-        self.deferred = c.obs_norm is None and c.reward_norm is None
-        self.check = not self.deferred
-        self.start = c.env_steps
-
-    def add(self, t: int, parts: tuple, episodes: list) -> None:
-        """Step ``t``'s pieces and finished episodes (:meth:`Collector.record_step`)."""
-        if self.frames is not None:
-            obs, nxt = self.frames.write(t, parts[0], parts[7])
-            parts = (obs, *parts[1:7], nxt, parts[8])
-        self.steps.append(parts)
-        if episodes:
-            self.episodes.extend(episodes)
-
-    def failed(self) -> None:
-        """After an EnvError: a non-finite value stepped before may be its cause, named first
-        (raises that EnvError; returns if there is none)."""
-        c = self.collector
-        if self.deferred and self.steps:
-            check_rollout(c._trajectory(self.steps, None, self.frames, None), c.layout, c.name,
-                          c.num_envs, self.start, None)
-
-    def finish(self) -> tuple[Trajectory, list]:
-        """``(Trajectory [T, B], episodes)`` of the steps added (their deferred checks run)."""
-        c = self.collector
-        traj = c._trajectory(self.steps, None, self.frames, c._raw_obs)
-        if self.deferred:
-            check_rollout(traj, c.layout, c.name, c.num_envs, self.start, c._raw_obs)
-        return traj, self.episodes
