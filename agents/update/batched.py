@@ -28,9 +28,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from agents.update import vectorized
 from agents.update.call import needs_autograph
 from agents.update.shared_trace import SharedTrace
 from pgrad.rl.flat_call import flat_caller
+
+#: Members' updates vectorized over a member axis where the update allows
+#: (:mod:`agents.update.vectorized`); False: the shared trace run once per member, which gives
+#: each member its own run's numbers bit for bit.
+VECTORIZE = True
 
 
 class BatchedUpdate:
@@ -58,12 +64,24 @@ class BatchedUpdate:
             self.shared = SharedTrace(self.updaters, variables, self.autograph)
         self._functions: dict[tuple, Any] = {}  # (rows, arg counts, varying) -> tf.function
         self._concrete: dict[tuple, Any] = {}  # + shapes -> the concrete function's caller
+        #: Run the shared trace's members as one vectorized set of ops
+        #: (:mod:`agents.update.vectorized`) where the update allows; the reason it does not
+        #: in ``not_vectorized``.
+        self.vectorize = VECTORIZE
+        self.not_vectorized: str | None = None
+        self._pure: dict[tuple, vectorized.PureUpdate] = {}  # (n, input shapes) -> its trace
+
+    @property
+    def vectorized(self) -> bool:
+        """Whether a vectorized update (:mod:`agents.update.vectorized`) has been built."""
+        return bool(self._pure) and self.vectorize
 
     def tracing_count(self) -> int:
-        """Traces of the members' update code so far: the shared one's, and those of outer
-        functions that trace each member's (one per subset and shape, never per call)."""
+        """Traces of the members' update code so far: the shared one's, the vectorized ones'
+        (one per group size and shape), and those of outer functions that trace each member's
+        (one per subset and shape, never per call)."""
         shared = self.shared.tracing_count() if self.shared is not None else 0
-        return shared + sum(f.experimental_get_tracing_count() for k, f in
+        return shared + len(self._pure) + sum(f.experimental_get_tracing_count() for k, f in
                             self._functions.items() if k[-1] != "shared")
 
     def _function(self, rows: tuple[int, ...], counts: tuple[int, ...], varying: bool):
@@ -93,6 +111,7 @@ class BatchedUpdate:
             self.autograph = True
             self._functions.clear()
             self._concrete.clear()
+            self._pure.clear()
             if self.shared is not None:
                 self.shared = SharedTrace(self.updaters, self.shared.variables, True)
             return list(self._run(rows, args, fixed_shape))
@@ -170,6 +189,21 @@ class BatchedUpdate:
             self.shared = None  # each member's own trace from now on
             return None
         n = len(rows)
+        if self.vectorize:
+            shapes = (n, key[2])
+            try:
+                pure = self._pure.get(shapes)
+                if pure is None:  # one pure trace for every subset of n members
+                    pure = self._pure[shapes] = vectorized.PureUpdate(
+                        self.shared, n, stacked, conc)
+                fn, call = vectorized.build(self.shared, rows, pure)
+            except vectorized.NotVectorizable as err:
+                self.vectorize = False  # the shared trace once per member from now on
+                self.not_vectorized = str(err)
+            else:
+                self._functions[(rows, "vectorized", key[2], "shared")] = fn
+                self._concrete[key] = call
+                return call
 
         def update_stacked(*given):
             columns = [tf.unstack(x, num=n) for x in given]

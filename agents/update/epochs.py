@@ -15,13 +15,25 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.ops import gen_stateless_random_ops
 
 from agents.update import loss as loss_lib
 from agents.update.minibatch import values_of
+from pgrad.core import variables_as_values
 from pgrad.core.per_step import zeros_for_unconnected
 
 #: ``fn`` over every tensor of a nest (an observation's parts; a plain tensor is fn(tensor)).
 _map = tf.nest.map_structure
+
+
+def _uniform(shape: Any, seed: tf.Tensor) -> tf.Tensor:
+    """``tf.random.stateless_uniform(shape, seed)``; inside a vectorized population update
+    (:mod:`agents.update.vectorized`) through the older op with the same numbers (Philox from
+    the same key; tested), which ``tf.vectorized_map`` runs member by member where the newer
+    one has no rule at all."""
+    if variables_as_values.active() is None:
+        return tf.random.stateless_uniform(shape, seed)
+    return gen_stateless_random_ops.stateless_random_uniform(shape, seed)
 
 
 def policy_epochs(compiled: Any, data: dict, scalars: dict) -> tuple[dict, tf.Tensor]:
@@ -41,12 +53,12 @@ def policy_epochs(compiled: Any, data: dict, scalars: dict) -> tuple[dict, tf.Te
     if compiled.net.recurrent:  # env-major pieces of L steps, shuffled: mb / L per minibatch
         length = cfg.sequence_steps()
         steps = tf.range(length)[None]
-        orders = tf.stack([tf.reshape(length * tf.argsort(tf.random.stateless_uniform(
+        orders = tf.stack([tf.reshape(length * tf.argsort(_uniform(
             [n // length], tf.stack([seed + e, update])))[:, None] + steps, [-1])
             for e in range(int(cfg.epochs))])
     else:
         orders = tf.stack([  # [epochs, N] one shuffle per epoch, from (seed, update, epoch)
-            tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + e, update])))
+            tf.argsort(_uniform([n], tf.stack([seed + e, update])))
             for e in range(int(cfg.epochs))])
     total = per_epoch * int(cfg.epochs)
     keys = compiled.step.keys()
@@ -66,7 +78,7 @@ def policy_epochs(compiled: Any, data: dict, scalars: dict) -> tuple[dict, tf.Te
         return i + 1, stop, count + 1.0, sums
 
     zeros = [tf.constant(0.0) for _ in keys]
-    _, _, count, sums = tf.while_loop(
+    _, _, count, sums = variables_as_values.while_loop(
         lambda i, stopped, count, sums: tf.logical_and(i < total, tf.logical_not(stopped)),
         body, (tf.constant(0), tf.constant(False), tf.constant(0.0), zeros))
     return dict(zip(keys, sums)), count
@@ -89,7 +101,7 @@ def critic_epochs(compiled: Any, data: dict) -> tf.Tensor:
     def body(i, total):
         p = i // per_pass
         start = (i % per_pass) * size
-        order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed + p, update])))
+        order = tf.argsort(_uniform([n], tf.stack([seed + p, update])))
         idx = order[start: start + size]
         if net.recurrent:  # the whole rollout's sequences (critic_minibatch_size 0)
             batch, ret = data, data["returns"]
@@ -105,6 +117,6 @@ def critic_epochs(compiled: Any, data: dict) -> tf.Tensor:
         return i + 1, total + loss
 
     steps = per_pass * int(cfg.critic_updates)
-    _, total = tf.while_loop(lambda i, total: i < steps, body,
+    _, total = variables_as_values.while_loop(lambda i, total: i < steps, body,
                              (tf.constant(0), tf.constant(0.0)))
     return total / tf.cast(tf.maximum(steps, 1), tf.float32)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from pgrad.core import variables_as_values
+
 
 def all_finite(grads: Sequence[tf.Tensor]) -> tf.Tensor:
     """``[]`` bool: every element of every gradient is finite."""
@@ -67,4 +69,7 @@ def apply_updates(
         optimizer.apply(descent, variables)
         return tf.constant(True)
 
+    if variables_as_values.active() is not None:  # values, not variables: a select, no cond
+        variables_as_values.select(finite, apply)
+        return finite
     return tf.cond(finite, apply, lambda: tf.constant(False))

@@ -153,6 +153,7 @@ def _train(args, out: Path, seeds: list[int], dirs: list[Path], resolved: list,
 
         check_env_kwargs(env_id, settings0.env_kwargs)
     by_seed = dict(zip(seeds, resolved))
+    _threads_for(env_id)
 
     def make_one(seed: int):
         _, cfg, cls = by_seed[seed]
@@ -193,6 +194,26 @@ def _train(args, out: Path, seeds: list[int], dirs: list[Path], resolved: list,
                        f"{', '.join(str(r.seed) for r in failed)}: see {poprun.FAILURE_FILE} in "
                        "their run directories); the others finished.")
     return 0
+
+
+def _threads_for(source) -> None:
+    """One intra-op thread for populations of flat observations
+    (:mod:`agents.population.threads`), decided from one env's observation space before
+    TensorFlow's runtime starts; a game (PettingZoo) or an env that fails here keeps the
+    default (its error comes, as one line, when the members are built)."""
+    from agents.population.threads import flat_observations, one_intra_op_thread
+    from pgrad.rl import multiagent
+    from pgrad.rl.envs.recipe import EnvRecipe, make_env
+
+    try:
+        env = source() if isinstance(source, EnvRecipe) else make_env(source)
+    except Exception:  # noqa: BLE001  (reported when the members are built)
+        return
+    try:
+        if not multiagent.is_pettingzoo(env) and flat_observations(env.observation_space):
+            one_intra_op_thread()
+    finally:
+        env.close()
 
 
 def _resumed_budgets(args, run, settings: list, resolved: list, dirs: list[Path]) -> list:

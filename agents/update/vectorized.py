@@ -1,0 +1,147 @@
+"""A population's updates as one set of operations over a member axis (PureJaxRL's ``vmap``).
+
+Run one after the other, N members' updates cost N times the executor's per-op work (~840 ops
+for a 64-64 A2C update, most of its time on these machines: docs/populations.md). Here the
+template member's update runs once, under ``tf.vectorized_map``, on values stacked ``[N, ...]``:
+
+1. one outer graph reads every variable the update touches (weights, optimizer slots and
+   iterations, learning rates, counters, normaliser statistics, the seed) from each member and
+   stacks them ``[N, ...]``;
+2. the template's Python update runs as a pure function of those values
+   (:func:`pgrad.core.variables_as_values.variables_as_values`) and of the member's inputs, and
+   ``tf.vectorized_map`` turns its ops into ops over the member axis (a matmul becomes a batched
+   matmul; PPO's epochs loop carries the values as loop variables, and the members' minibatch
+   shuffles are each drawn from its own seed, member by member);
+3. each member's slice of the new values is assigned to its own variables.
+
+Nothing crosses between members: each slice is computed from that member's values and inputs
+only. The maths is the same; batched kernels may sum in another order, so a member equals its
+own run to float32 round-off per update, not bit for bit (tests/agents/test_population.py states
+the tolerance). :data:`agents.update.batched.VECTORIZE` ``= False`` keeps the shared trace run
+member by member, which is bit for bit.
+
+Where the update cannot run this way (an embedding's sparse read, an op ``vectorized_map`` has
+no rule for, a stateful random op, a transform holding a tensor of its own), building raises
+:class:`NotVectorizable` and the caller keeps the shared trace run once per member
+(:mod:`agents.update.shared_trace`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from pgrad.core.variables_as_values import _inner, variables_as_values
+
+#: Ops that touch a variable: none may remain in the vectorized part.
+_STATEFUL = ("VariableOp", "ResourceGather", "ResourceScatter", "ResourceApply",
+             "ResourceSparse", "VarHandleOp")
+
+
+#: Stateful random ops: vectorized they draw other numbers than the member's own run would.
+_RANDOM = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+           "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+           "ParameterizedTruncatedNormal"}
+
+
+class NotVectorizable(Exception):
+    """The update cannot run as one vectorized set of ops (the reason in the message)."""
+
+
+def _op_types(graph: Any) -> set[str]:
+    """Every op type in ``graph`` and in the functions it calls (cond branches, loop bodies)."""
+    gdef = graph.as_graph_def()
+    types = {n.op for n in gdef.node}
+    for fn in gdef.library.function:
+        types.update(n.op for n in fn.node_def)
+    return types
+
+
+class PureUpdate:
+    """The template's update for ``n`` members as one pure, vectorized concrete function.
+
+    Args:
+      shared: the population's :class:`agents.update.shared_trace.SharedTrace`.
+      n: the members it updates at once.
+      stacked: each input position's ``[n, ...]`` numpy stack (None where every member has None).
+      conc: the template's traced update for one member's inputs (its captures say which
+        variables the update touches, in which order).
+
+    ``self.concrete(inputs [n, ...] each, values [n, ...] each) -> (outputs, new values)``;
+    ``self.touched``: the touched variables' indices in
+    :func:`agents.update.shared_trace.member_variables`. Raises :class:`NotVectorizable`.
+    """
+
+    def __init__(self, shared: Any, n: int, stacked: Sequence[Any], conc: Any):
+        template = shared.updaters[0]
+        index = {id(v.handle): i for i, v in enumerate(shared.variables[0])}
+        touched = [index.get(id(cap)) for cap in conc.captured_inputs]
+        if any(i is None for i in touched):
+            raise NotVectorizable("the update captures a tensor that is not a member's variable")
+        self.touched: list[int] = [int(i) for i in touched if i is not None]
+        self.n = n
+        template_vars = [shared.variables[0][i] for i in self.touched]
+        positions = [x is not None for x in stacked]
+
+        def pure(inputs, values):  # [n, ...] each -> (outputs [n, ...], new values [n, ...])
+            def one(member):
+                given, vals = member
+                it = iter(given)
+                args = [next(it) if present else None for present in positions]
+                with variables_as_values(list(zip(template_vars, vals))) as state:
+                    out = template._update(*args)
+                    new = [state.value(v) for v in template_vars]
+                out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+                return out, new
+            return tf.vectorized_map(one, (list(inputs), list(values)),
+                                     fallback_to_while_loop=False)
+
+        self.in_specs = [tf.TensorSpec((n, *x.shape[1:]), tf.as_dtype(x.dtype))
+                         for x in stacked if x is not None]
+        value_specs = [tf.TensorSpec((n, *v.shape), v.dtype) for v in template_vars]
+        try:
+            self.concrete = tf.function(pure, autograph=shared.fn._autograph
+                                        ).get_concrete_function(self.in_specs, value_specs)
+        except Exception as err:  # an op without a vectorization rule, an assign in a branch
+            raise NotVectorizable(f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                                  ) from err
+        resources = [c for c in self.concrete.captured_inputs if c.dtype == tf.resource]
+        stateful = {t for t in _op_types(self.concrete.graph) if any(s in t for s in _STATEFUL)}
+        if resources or stateful:
+            raise NotVectorizable(
+                f"the vectorized update still touches variables ({sorted(stateful)})")
+        random = _op_types(self.concrete.graph) & _RANDOM
+        if random:
+            raise NotVectorizable(f"the update draws from stateful random ops ({sorted(random)})"
+                                  ", which vectorized would draw other numbers")
+        for updater in shared.updaters[1:]:  # trace-time names, the same for every member
+            updater.metric_keys = list(template.metric_keys)
+            updater.step.extra_keys = template.step.extra_keys
+
+
+def build(shared: Any, rows: Sequence[int], pure: PureUpdate) -> tuple[Any, Any]:
+    """``(tf.function, caller)`` of one graph running members ``rows``' updates with ``pure``:
+    their touched variables read and stacked, ``pure`` run, each one's slice assigned back.
+
+    The caller takes the stacked inputs (without the Nones) and returns one output tuple per
+    member, as :meth:`agents.update.batched.BatchedUpdate._stacked_call`'s caller does.
+    """
+    from pgrad.rl.flat_call import flat_caller
+
+    n = len(rows)
+    members = [[shared.variables[r][i] for i in pure.touched] for r in rows]
+    count = len(pure.touched)
+
+    def update(*given):
+        values = [tf.stack([_inner(m[j]).read_value() for m in members]) for j in range(count)]
+        out, new = pure.concrete(list(given), values)
+        for j in range(count):
+            for k, part in enumerate(tf.unstack(new[j], num=n)):
+                _inner(members[k][j]).assign(part, read_value=False)
+        outs = [tf.unstack(o, num=n) for o in out]
+        return tuple(tuple(o[k] for o in outs) for k in range(n))
+
+    fn = tf.function(update, autograph=False)
+    return fn, flat_caller(fn.get_concrete_function(*pure.in_specs))
