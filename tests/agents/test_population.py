@@ -84,6 +84,30 @@ def test_a_population_equals_its_seeds_trained_alone(algo, updates, groups, vect
         pop.close()
 
 
+@pytest.mark.parametrize("which", ["running", "natural"])
+def test_vectorized_updates_keep_each_members_transform_state_and_solves(which):
+    """A chain with state of its own (running statistics of the advantages) and one that solves
+    a linear system per update (natural gradient): vectorized over three members, each equals
+    its single run."""
+    import pgrad
+
+    chain = (pgrad.chain(pgrad.weight_by_running("advantages"), pgrad.clip_per_step(1.0),
+                         pgrad.mean_steps()) if which == "running"
+             else pgrad.chain(pgrad.weight_by("advantages"), pgrad.natural_gradient(0.1)))
+    kw = {"num_envs": 4, "hidden": (16,)}
+    pop = Population("a2c", "CartPole-v1", seeds=[3, 4, 5], transform=chain, **kw)
+    try:
+        pop.learn(3 * pop.agents[0].steps_per_update())
+        assert pop.update.vectorized
+        for seed, member in zip([3, 4, 5], pop.agents):
+            alone = agents.make("a2c", "CartPole-v1", seed=seed, transform=chain, **kw)
+            alone.learn(3 * alone.steps_per_update(), progress=False)
+            assert _max_diff(member, alone) <= TOL
+            alone.close()
+    finally:
+        pop.close()
+
+
 def test_members_share_nothing():
     pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2, hidden=(16,))
     a, b = pop.agents
