@@ -28,6 +28,8 @@ no rule for, a stateful random op, a transform holding a tensor of its own), bui
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +50,16 @@ _RANDOM = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "Truncat
 
 class NotVectorizable(Exception):
     """The update cannot run as one vectorized set of ops (the reason in the message)."""
+
+
+def _reason(err: BaseException) -> str:
+    """One line for why ``tf.vectorized_map`` could not convert the update."""
+    text = str(err)
+    found = re.search(r"No pfor vectorization defined for \w+", text)
+    if found:
+        return f"tf.vectorized_map: {found.group(0)}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(err).__name__}: {(lines or [''])[0][:200]}"
 
 
 def _op_types(graph: Any) -> set[str]:
@@ -101,12 +113,16 @@ class PureUpdate:
         self.in_specs = [tf.TensorSpec((n, *x.shape[1:]), tf.as_dtype(x.dtype))
                          for x in stacked if x is not None]
         value_specs = [tf.TensorSpec((n, *v.shape), v.dtype) for v in template_vars]
+        log = logging.getLogger("tensorflow")
+        level = log.level
+        log.setLevel(logging.CRITICAL)  # pfor logs an op it cannot convert as an ERROR
         try:
             self.concrete = tf.function(pure, autograph=shared.fn._autograph
                                         ).get_concrete_function(self.in_specs, value_specs)
         except Exception as err:  # an op without a vectorization rule, an assign in a branch
-            raise NotVectorizable(f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-                                  ) from err
+            raise NotVectorizable(_reason(err)) from err
+        finally:
+            log.setLevel(level)
         resources = [c for c in self.concrete.captured_inputs if c.dtype == tf.resource]
         stateful = {t for t in _op_types(self.concrete.graph) if any(s in t for s in _STATEFUL)}
         if resources or stateful:

@@ -4,7 +4,8 @@ Tolerance: a member's weights after its updates equal those of the same agent tr
 with its seed to 1e-6 (absolute; float32 round-off: exactly 0 with the shared trace run once per
 member, which the tests check; at most 6e-8 with each member traced into the outer graph; at
 most 4.3e-7 (A2C, 3 updates) and 7.5e-9 (PPO, 2) with the updates vectorized over the members,
-whose batched matmuls sum in another order), and its episodes, counters and update counts are identical.
+whose batched matmuls sum in another order), and its episodes, counters and update counts
+are identical.
 """
 
 from __future__ import annotations
