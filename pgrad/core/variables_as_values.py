@@ -16,9 +16,16 @@ Gradients: a read records the same tape entry as ``ResourceVariable``'s own read
 handle to the value, identity backward), so ``tape.gradient(loss, variables)`` and automatic
 watching of trainable variables work as they do on variables.
 
+How: while at least one block is open in any thread, ``BaseResourceVariable``'s and
+``ResourceVariable``'s read and assign methods are wrapped (reference-counted under a lock, as
+pgrad's layer taps wrap Keras layers); the wrapper goes through the state only for a variable
+mapped in its own thread's open block and is TensorFlow's method for anything else. When the
+last block closes, TensorFlow's own methods are put back.
+
 What it does not cover (an error, never a silent read of the variable): code that assigns inside
 ``tf.cond`` / ``tf.while_loop`` branches (the new value would live in the branch's graph: use
-:func:`select` for a conditional update), and the sparse reads of embedding lookups.
+:func:`select` for a conditional update and :func:`while_loop` for a loop), and the sparse
+reads of embedding lookups.
 """
 
 from __future__ import annotations
@@ -36,8 +43,7 @@ from tensorflow.python.ops import resource_variable_ops
 Pairs = Mapping[Any, Any] | Iterable[tuple[Any, Any]]
 
 _local = threading.local()
-_install_lock = threading.Lock()
-_installed = False
+_lock = threading.Lock()
 _Base = resource_variable_ops.BaseResourceVariable
 
 
@@ -119,52 +125,67 @@ def _state_for(var: Any) -> ValueState | None:
     return None
 
 
-def _install() -> None:
-    """Wraps ``BaseResourceVariable``'s read and assign methods once: a variable mapped in this
-    thread's active state goes through it, any other exactly as before."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        def _read(original: Callable) -> Callable:
-            def _read_variable_op(self, *args, **kwargs):
-                state = _state_for(self)
-                return original(self, *args, **kwargs) if state is None else state.read(self)
-            return _read_variable_op
+def _wrapped(original: Callable, name: str) -> Callable:
+    """``original`` (a ``BaseResourceVariable`` method) that goes through this thread's state
+    for a mapped variable and is ``original`` for any other."""
+    if name == "_read_variable_op":
+        def read(self, *args, **kwargs):
+            state = _state_for(self)
+            return original(self, *args, **kwargs) if state is None else state.read(self)
+        return read
+    if name in ("sparse_read", "gather_nd"):
+        def refuse(self, *args, **kwargs):
+            if _state_for(self) is not None:
+                raise NotImplementedError(
+                    f"variables_as_values: a sparse read of {self.name} (an embedding lookup) "
+                    "is not supported.")
+            return original(self, *args, **kwargs)
+        return refuse
+    combine = {"assign": lambda old, v, dt: v,
+               "assign_add": lambda old, v, dt: old + tf.cast(v, dt),
+               "assign_sub": lambda old, v, dt: old - tf.cast(v, dt)}[name]
 
-        def _writer(original: Callable, combine: Callable) -> Callable:
-            def method(self, value, use_locking=None, name=None, read_value=True):
-                state = _state_for(self)
-                if state is None:
-                    return original(self, value, use_locking=use_locking, name=name,
-                                    read_value=read_value)
-                new = state.write(self, combine(state.value(self), value, self.dtype))
-                return new if read_value else new.op
-            return method
+    def write(self, value, use_locking=None, name=None, read_value=True):
+        state = _state_for(self)
+        if state is None:
+            return original(self, value, use_locking=use_locking, name=name,
+                            read_value=read_value)
+        new = state.write(self, combine(state.value(self), value, self.dtype))
+        return new if read_value else new.op
+    return write
 
-        def _refuse(original: Callable) -> Callable:
-            def method(self, *args, **kwargs):
-                if _state_for(self) is not None:
-                    raise NotImplementedError(
-                        f"variables_as_values: a sparse read of {self.name} (an embedding "
-                        "lookup) is not supported.")
-                return original(self, *args, **kwargs)
-            return method
 
-        wrappers = {
-            "_read_variable_op": _read,
-            "assign": lambda f: _writer(f, lambda old, v, dt: v),
-            "assign_add": lambda f: _writer(f, lambda old, v, dt: old + tf.cast(v, dt)),
-            "assign_sub": lambda f: _writer(f, lambda old, v, dt: old - tf.cast(v, dt)),
-            "sparse_read": _refuse,
-            "gather_nd": _refuse,
-        }
-        # ResourceVariable defines its own assign methods over BaseResourceVariable's.
-        for cls in (_Base, resource_variable_ops.ResourceVariable):
-            for name, wrap in wrappers.items():
-                if name in cls.__dict__:
-                    setattr(cls, name, wrap(cls.__dict__[name]))
-        _installed = True
+#: The methods wrapped while a block is open (ResourceVariable defines its own assign methods
+#: over BaseResourceVariable's).
+_METHODS = ("_read_variable_op", "assign", "assign_add", "assign_sub", "sparse_read",
+            "gather_nd")
+_originals: list[tuple[type, str, Any]] = []
+_open_blocks = 0
+
+
+def _open() -> None:
+    """Wraps the read and assign methods when the first block in any thread opens."""
+    global _open_blocks
+    with _lock:
+        if _open_blocks == 0:
+            for cls in (_Base, resource_variable_ops.ResourceVariable):
+                for name in _METHODS:
+                    if name in cls.__dict__:
+                        original = cls.__dict__[name]
+                        _originals.append((cls, name, original))
+                        setattr(cls, name, _wrapped(original, name))
+        _open_blocks += 1
+
+
+def _close() -> None:
+    """Puts TensorFlow's own methods back when the last open block closes."""
+    global _open_blocks
+    with _lock:
+        _open_blocks -= 1
+        if _open_blocks == 0:
+            while _originals:
+                cls, name, original = _originals.pop()
+                setattr(cls, name, original)
 
 
 @contextlib.contextmanager
@@ -172,16 +193,17 @@ def variables_as_values(values: Pairs) -> Iterator[ValueState]:
     """Within the block, in this thread, the variables of ``values`` (``(variable, tensor)``
     pairs, or a mapping of Keras variables; ``tf.Variable`` or Keras) read and assign tensors
     (module docstring)."""
-    _install()
     state = ValueState(values)
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
+    _open()
     stack.append(state)
     try:
         yield state
     finally:
         stack.pop()
+        _close()
 
 
 def active() -> ValueState | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -28,8 +29,9 @@ def test_it_sets_one_thread_before_the_runtime_starts_and_leaves_a_users_choice(
     code = ("from agents.population.threads import one_intra_op_thread\n"
             "import tensorflow as tf\n"
             "print(one_intra_op_thread(), tf.config.threading.get_intra_op_parallelism_threads())")
+    env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}  # conftest's
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
+                         timeout=120, check=True, env=env).stdout.split()
     assert out == ["True", "1"]
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
     assert one_intra_op_thread() is False

@@ -137,6 +137,24 @@ def test_vectorized_members_equal_a_python_loop_and_a_nan_member_changes_nothing
                 np.testing.assert_array_equal(new[j][k].numpy(), before[k][j])
 
 
+def test_tensorflows_own_methods_are_back_once_the_last_block_closes():
+    from tensorflow.python.ops import resource_variable_ops as rvo
+
+    names = ("_read_variable_op", "assign", "assign_add", "assign_sub", "sparse_read")
+    before = {(c, n): c.__dict__.get(n) for c in (rvo.BaseResourceVariable,
+                                                    rvo.ResourceVariable) for n in names}
+    v = tf.Variable(1.0)
+    with variables_as_values([(v, tf.constant(2.0))]):
+        assert rvo.ResourceVariable.__dict__["assign"] is not before[(rvo.ResourceVariable,
+                                                                      "assign")]
+        with variables_as_values([(v, tf.constant(3.0))]):
+            assert float(v.read_value()) == 3.0
+        assert float(v.read_value()) == 2.0  # the outer block's value, methods still wrapped
+    after = {(c, n): c.__dict__.get(n) for c, n in before}
+    assert after == before
+    assert float(v.read_value()) == 1.0
+
+
 def test_other_threads_still_read_the_variables():
     v = tf.Variable(1.0)
     seen = []
