@@ -300,7 +300,9 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
         """After the compiled update returned ``result``: the acting copy refreshed from it,
         the counters advanced; returns the update's metrics."""
         out, *step_norms = result
-        out = out.numpy()  # [K + P]: the metrics, then the actor's update output (one fetch)
+        # [K + P]: the metrics, then the actor's update output (one fetch; a population's
+        # vectorized update hands over numpy arrays fetched already)
+        out = np.asarray(out)
         keys = self.updater.metric_keys
         k = len(keys)
         flat = out[k:]
@@ -315,7 +317,7 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
             self.update_targets.after_update(updates + 1)
         metrics = dict(zip(keys, out[:k].tolist()))
         if step_norms:  # cfg.diagnostics: [N] per-step norms, a histogram in TensorBoard
-            metrics[diagnostics.STEP_NORMS_KEY] = step_norms[0].numpy()
+            metrics[diagnostics.STEP_NORMS_KEY] = np.asarray(step_norms[0])
         return metrics
 
     def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,

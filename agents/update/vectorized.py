@@ -142,7 +142,8 @@ def build(shared: Any, rows: Sequence[int], pure: PureUpdate) -> tuple[Any, Any]
     their touched variables read and stacked, ``pure`` run, each one's slice assigned back.
 
     The caller takes the stacked inputs (without the Nones) and returns one output tuple per
-    member, as :meth:`agents.update.batched.BatchedUpdate._stacked_call`'s caller does.
+    member, as :meth:`agents.update.batched.BatchedUpdate._stacked_call`'s caller does, but of
+    numpy arrays: each stacked output is fetched once (one host copy instead of one a member).
     """
     from pgrad.rl.flat_call import flat_caller
 
@@ -156,8 +157,13 @@ def build(shared: Any, rows: Sequence[int], pure: PureUpdate) -> tuple[Any, Any]
         for j in range(count):
             for k, part in enumerate(tf.unstack(new[j], num=n)):
                 _inner(members[k][j]).assign(part, read_value=False)
-        outs = [tf.unstack(o, num=n) for o in out]
-        return tuple(tuple(o[k] for o in outs) for k in range(n))
+        return tuple(out)  # each output [n, ...]: fetched once, sliced per member on the host
 
     fn = tf.function(update, autograph=False)
-    return fn, flat_caller(fn.get_concrete_function(*pure.in_specs))
+    call = flat_caller(fn.get_concrete_function(*pure.in_specs))
+
+    def per_member(*given):
+        fetched = [o.numpy() for o in call(*given)]
+        return tuple(tuple(f[k] for f in fetched) for k in range(n))
+
+    return fn, per_member
