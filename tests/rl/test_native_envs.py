@@ -122,3 +122,55 @@ def test_a_run_on_native_envs_is_the_run_on_gymnasiums(monkeypatch):
     (w1, e1), (w0, e0) = runs
     assert e1 == e0 and len(e1) > 10
     assert all(np.array_equal(a, b) for a, b in zip(w1, w0))
+
+
+def test_step_together_steps_each_env_as_it_would_step_alone(monkeypatch):
+    """Three members' wrapped CartPoles (other seeds, one of another width) stepped together
+    for 700 steps (terminations, truncations at 500, autoresets) against copies stepped alone:
+    bit for bit, and one physics call per step for all three."""
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    widths, seeds = (4, 4, 3), (0, 7, 21)
+
+    def build():
+        envs = [RecordEpisodeStatistics(CartPoleVector(n)) for n in widths]
+        for env, s in zip(envs, seeds):
+            env.reset(seed=s)
+        return envs
+
+    together, alone = build(), build()
+    rng = np.random.default_rng(0)
+    calls = {"n": 0}
+    physics = native._physics
+
+    def counted(state, a):
+        calls["n"] += 1
+        return physics(state, a)
+
+    monkeypatch.setattr(native, "_physics", counted)
+    for t in range(700):
+        acts = [rng.integers(0, 2, n) for n in widths]
+        before = calls["n"]
+        native.step_together(together, acts)
+        got = [env.step(a) for env, a in zip(together, acts)]
+        assert calls["n"] == before + 1  # every env took its share
+        want = [env.step(a.copy()) for env, a in zip(alone, acts)]
+        for (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) in zip(got, want):
+            np.testing.assert_array_equal(o1, o2)
+            np.testing.assert_array_equal(r1, r2)
+            np.testing.assert_array_equal(te1, te2)
+            np.testing.assert_array_equal(tr1, tr2)
+            assert sorted(i1) == sorted(i2)
+            if "final_obs" in i1:
+                for a, b in zip(i1["final_obs"], i2["final_obs"]):
+                    assert (a is None and b is None) or np.array_equal(a, b)
+            if "episode" in i1:
+                np.testing.assert_array_equal(i1["episode"]["r"], i2["episode"]["r"])
+    # a step with other actions than the ones stepped together computes its own physics
+    acts = [np.zeros(n, np.int64) for n in widths]
+    native.step_together(together, acts)
+    before = calls["n"]
+    other = np.ones(widths[0], np.int64)
+    stepped = together[0].step(other)[0]
+    assert calls["n"] == before + 1
+    np.testing.assert_array_equal(stepped, alone[0].step(other.copy())[0])

@@ -118,6 +118,8 @@ class CartPoleVector(gym.vector.VectorEnv):
         self._elapsed = np.zeros(self.num_envs, np.int64)  # [B] steps into each episode
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
         self._started = False
+        #: ``(actions, [B, 4] next states)`` from :func:`step_together`, for the next step.
+        self._ahead: tuple | None = None
 
     def _reset_one(self, i: int, seed: int | None) -> None:
         if seed is not None or self._rngs[i] is None:
@@ -144,6 +146,7 @@ class CartPoleVector(gym.vector.VectorEnv):
         for i, s in enumerate(seeds):
             self._reset_one(i, s)
         self._started = True
+        self._ahead = None
         return self._state.astype(np.float32), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -151,28 +154,11 @@ class CartPoleVector(gym.vector.VectorEnv):
         """One step of every sub-env on ``actions`` ``[B]`` in {0, 1}. Returns ``(obs [B, 4]
         float32, rewards [B] float64, terminated [B], truncated [B], info)``; an env that
         ended is reset in the same call (its last observation in ``info["final_obs"]``)."""
-        if not self._started:
-            raise gym.error.ResetNeeded("Cannot call env.step() before calling env.reset()")
-        a = np.asarray(actions)
-        if (a.shape != (self.num_envs,) or a.dtype.kind not in "iub"
-                or not np.logical_or(a == 0, a == 1).all()):
-            raise AssertionError(f"{actions!r} ({type(actions)}) invalid: CartPole takes "
-                                 f"{self.num_envs} actions in {{0, 1}}")
-        state = self._state
-        x, x_dot, theta, theta_dot = state[:, 0], state[:, 1], state[:, 2], state[:, 3]
-        # CartPoleEnv.step's expressions in its order (its default Euler integrator)
-        force = np.where(a == 1, FORCE_MAG, -FORCE_MAG)
-        costheta = np.cos(theta)
-        sintheta = np.sin(theta)
-        temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / TOTAL_MASS
-        thetaacc = (GRAVITY * sintheta - costheta * temp) / (
-            LENGTH * (4.0 / 3.0 - MASSPOLE * np.square(costheta) / TOTAL_MASS))
-        xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
-        new = np.empty_like(state)
-        new[:, 0] = x + TAU * x_dot
-        new[:, 1] = x_dot + TAU * xacc
-        new[:, 2] = theta + TAU * theta_dot
-        new[:, 3] = theta_dot + TAU * thetaacc
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] is actions:  # stepped by step_together already
+            new = ahead[1]
+        else:
+            new = _physics(self._state, self._checked(actions))
         self._state = new
         x, theta = new[:, 0], new[:, 2]
         terminated = ((x < -X_THRESHOLD) | (x > X_THRESHOLD) | (theta < -THETA_THRESHOLD)
@@ -194,8 +180,69 @@ class CartPoleVector(gym.vector.VectorEnv):
                     "_final_info": done.copy()}
         return obs, rewards, terminated, truncated, info
 
+    def _checked(self, actions: Any) -> np.ndarray:
+        """``actions`` as an array, or CartPoleEnv's refusal (before a reset: ResetNeeded)."""
+        if not self._started:
+            raise gym.error.ResetNeeded("Cannot call env.step() before calling env.reset()")
+        a = np.asarray(actions)
+        if (a.shape != (self.num_envs,) or a.dtype.kind not in "iub"
+                or not np.logical_or(a == 0, a == 1).all()):
+            raise AssertionError(f"{actions!r} ({type(actions)}) invalid: CartPole takes "
+                                 f"{self.num_envs} actions in {{0, 1}}")
+        return a
+
     def close_extras(self, **kwargs: Any) -> None:  # nothing to release
         pass
+
+
+def _physics(state: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``[M, 4]`` the states after one step of ``state`` ``[M, 4]`` on actions ``a`` ``[M]``:
+    CartPoleEnv.step's expressions in its order (its default Euler integrator), elementwise, so
+    a row's result does not depend on the other rows."""
+    x, x_dot, theta, theta_dot = state[:, 0], state[:, 1], state[:, 2], state[:, 3]
+    force = np.where(a == 1, FORCE_MAG, -FORCE_MAG)
+    costheta = np.cos(theta)
+    sintheta = np.sin(theta)
+    temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / TOTAL_MASS
+    thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+        LENGTH * (4.0 / 3.0 - MASSPOLE * np.square(costheta) / TOTAL_MASS))
+    xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+    new = np.empty_like(state)
+    new[:, 0] = x + TAU * x_dot
+    new[:, 1] = x_dot + TAU * xacc
+    new[:, 2] = theta + TAU * theta_dot
+    new[:, 3] = theta_dot + TAU * thetaacc
+    return new
+
+
+def step_together(envs: Sequence[Any], actions: Sequence[Any]) -> None:
+    """Computes the physics of the next ``step`` of several vector envs in one set of numpy
+    operations (a population's members, stepped in lock-step: one call over ``N x B`` carts
+    instead of ``N`` over ``B``). ``envs`` are the members' vector envs, wrapped or not; each
+    whose base env is a :class:`CartPoleVector` keeps its share, and its own ``step`` then
+    takes it if called with the very same ``actions`` object (any other call, or a wrapper
+    that changes the actions, computes its own physics: the result is the same either way).
+    Resets, time limits and episode bookkeeping stay each env's own. Anything else is left
+    alone; an action an env would refuse leaves that env to refuse it in its own ``step``."""
+    carts, acts = [], []
+    for env, a in zip(envs, actions):
+        base = getattr(env, "unwrapped", env)
+        if not isinstance(base, CartPoleVector):
+            continue
+        base._ahead = None
+        try:
+            checked = base._checked(a)
+        except (AssertionError, gym.error.ResetNeeded):
+            continue  # refused in its own step
+        carts.append((base, a))
+        acts.append(checked)
+    if len(carts) < 2:
+        return
+    new = _physics(np.concatenate([c._state for c, _ in carts]), np.concatenate(acts))
+    at = 0
+    for cart, a in carts:
+        cart._ahead = (a, new[at: at + cart.num_envs])
+        at += cart.num_envs
 
 
 __all__ = ["NATIVE_IDS", "SWITCH", "CartPoleVector", "gymnasium_envs", "native_vector_env"]
