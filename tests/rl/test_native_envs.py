@@ -148,7 +148,7 @@ def test_step_together_steps_each_env_as_it_would_step_alone(monkeypatch):
         return physics(state, a)
 
     monkeypatch.setattr(native, "_physics", counted)
-    for t in range(700):
+    for _ in range(700):
         acts = [rng.integers(0, 2, n) for n in widths]
         before = calls["n"]
         native.step_together(together, acts)
