@@ -39,3 +39,19 @@ def categorical():
 @pytest.fixture
 def gaussian():
     return _small_policy("gaussian")
+
+
+@pytest.fixture
+def physics_calls(monkeypatch):
+    """``{"n": calls}`` of the native CartPole's physics (pgrad/rl/envs/native.py), counted."""
+    from pgrad.rl.envs import native
+
+    calls = {"n": 0}
+    physics = native._physics
+
+    def counted(state, a):
+        calls["n"] += 1
+        return physics(state, a)
+
+    monkeypatch.setattr(native, "_physics", counted)
+    return calls

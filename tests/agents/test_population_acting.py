@@ -132,21 +132,11 @@ def test_a_member_whose_env_crashes_mid_lockstep_stops_alone(monkeypatch, capsys
         pop.close()
 
 
-def test_lockstep_members_cartpoles_step_their_physics_in_one_call(monkeypatch):
-    from pgrad.rl.envs import native
-
-    calls = {"n": 0}
-    physics = native._physics
-
-    def counted(state, a):
-        calls["n"] += 1
-        return physics(state, a)
-
-    monkeypatch.setattr(native, "_physics", counted)
+def test_lockstep_members_cartpoles_step_their_physics_in_one_call(physics_calls):
     pop = Population("a2c", "CartPole-v1", seeds=[0, 1, 2], num_envs=4, hidden=(16,))
     try:
         assert pop.acting is not None
         pop.step()
-        assert calls["n"] == pop.agents[0].cfg.n_steps  # one call a step for the three members
+        assert physics_calls["n"] == pop.agents[0].cfg.n_steps  # one call a step, all three
     finally:
         pop.close()

@@ -124,7 +124,7 @@ def test_a_run_on_native_envs_is_the_run_on_gymnasiums(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(w1, w0))
 
 
-def test_step_together_steps_each_env_as_it_would_step_alone(monkeypatch):
+def test_step_together_steps_each_env_as_it_would_step_alone(physics_calls):
     """Three members' wrapped CartPoles (other seeds, one of another width) stepped together
     for 700 steps (terminations, truncations at 500, autoresets) against copies stepped alone:
     bit for bit, and one physics call per step for all three."""
@@ -140,14 +140,7 @@ def test_step_together_steps_each_env_as_it_would_step_alone(monkeypatch):
 
     together, alone = build(), build()
     rng = np.random.default_rng(0)
-    calls = {"n": 0}
-    physics = native._physics
-
-    def counted(state, a):
-        calls["n"] += 1
-        return physics(state, a)
-
-    monkeypatch.setattr(native, "_physics", counted)
+    calls = physics_calls
     for _ in range(700):
         acts = [rng.integers(0, 2, n) for n in widths]
         before = calls["n"]
