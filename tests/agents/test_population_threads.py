@@ -35,3 +35,16 @@ def test_it_sets_one_thread_before_the_runtime_starts_and_leaves_a_users_choice(
     assert out == ["True", "1"]
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
     assert one_intra_op_thread() is False
+
+
+def test_the_population_command_asks_for_one_thread_only_on_flat_observations(monkeypatch):
+    from agents.population import threads
+    from pgrad_app.cli import population as cli
+
+    asked = []
+    monkeypatch.setattr(threads, "one_intra_op_thread", lambda: asked.append(True) or True)
+    cli._threads_for("CartPole-v1")
+    assert asked == [True]
+    cli._threads_for("MinAtar/Breakout-v1")  # images: TensorFlow's default pool
+    cli._threads_for("NoSuchEnv-v0")  # its error comes when the members are built
+    assert asked == [True]
