@@ -181,6 +181,11 @@ class BatchedUpdate:
         if call is not None:
             return call
         assert self.shared is not None
+        n = len(rows)
+        if self.vectorize:
+            call = self._vectorized_call(rows, stacked, key)
+            if call is not None:
+                return call
         specs = [None if x is None else tf.TensorSpec(x.shape, tf.as_dtype(x.dtype))
                  for x in args[0]]
         conc = self.shared.concrete(tuple(specs))
@@ -188,22 +193,6 @@ class BatchedUpdate:
         if any(c is None for c in captures):
             self.shared = None  # each member's own trace from now on
             return None
-        n = len(rows)
-        if self.vectorize:
-            shapes = (n, key[2])
-            try:
-                pure = self._pure.get(shapes)
-                if pure is None:  # one pure trace for every subset of n members
-                    pure = self._pure[shapes] = vectorized.PureUpdate(
-                        self.shared, n, stacked, conc)
-                fn, call = vectorized.build(self.shared, rows, pure)
-            except vectorized.NotVectorizable as err:
-                self.vectorize = False  # the shared trace once per member from now on
-                self.not_vectorized = str(err)
-            else:
-                self._functions[(rows, "vectorized", key[2], "shared")] = fn
-                self._concrete[key] = call
-                return call
 
         def update_stacked(*given):
             columns = [tf.unstack(x, num=n) for x in given]
@@ -218,6 +207,27 @@ class BatchedUpdate:
         in_specs = [tf.TensorSpec((n, *x.shape[1:]), tf.as_dtype(x.dtype)) for x in stacked
                     if x is not None]
         call = self._concrete[key] = flat_caller(fn.get_concrete_function(*in_specs))
+        return call
+
+    def _vectorized_call(self, rows: tuple[int, ...], stacked: list, key: tuple) -> Any:
+        """The caller of the vectorized update of ``rows`` (:mod:`agents.update.vectorized`;
+        one pure trace per group size and shapes), or None (and no vectorizing from now on,
+        the reason in :attr:`not_vectorized`) where the update cannot run so."""
+        assert self.shared is not None
+        shapes = (len(rows), key[2])
+        try:
+            pure = self._pure.get(shapes)
+            if pure is None:
+                pure = self._pure[shapes] = vectorized.PureUpdate(self.shared, len(rows),
+                                                                  stacked)
+            fn, call = vectorized.build(self.shared, rows, pure)
+        except vectorized.NotVectorizable as err:
+            self.vectorize = False  # the shared trace once per member from now on
+            self.not_vectorized = str(err)
+            self._pure.clear()
+            return None
+        self._functions[(rows, "vectorized", key[2], "shared")] = fn
+        self._concrete[key] = call
         return call
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from agents.update.call import needs_autograph
 from pgrad.core.variables_as_values import _inner, variables_as_values
 
 #: Ops that touch a variable: none may remain in the vectorized part.
@@ -75,26 +76,25 @@ class PureUpdate:
     """The template's update for ``n`` members as one pure, vectorized concrete function.
 
     Args:
-      shared: the population's :class:`agents.update.shared_trace.SharedTrace`.
+      shared: the population's :class:`agents.update.shared_trace.SharedTrace` (its template
+        member's update is traced here; its variables say each member's).
       n: the members it updates at once.
       stacked: each input position's ``[n, ...]`` numpy stack (None where every member has None).
-      conc: the template's traced update for one member's inputs (its captures say which
-        variables the update touches, in which order).
 
-    ``self.concrete(inputs [n, ...] each, values [n, ...] each) -> (outputs, new values)``;
-    ``self.touched``: the touched variables' indices in
-    :func:`agents.update.shared_trace.member_variables`. Raises :class:`NotVectorizable`.
+    The update is traced with every variable of the template
+    (:func:`agents.update.shared_trace.member_variables`) given as a value; those it reads or
+    assigns are ``self.touched`` (their indices there), the only ones the caller reads and
+    writes back (the others get zeros, which the update never reads).
+    ``self.concrete(inputs [n, ...] each, values [n, ...] each) -> (outputs, new values)``.
+    Raises :class:`NotVectorizable`.
     """
 
-    def __init__(self, shared: Any, n: int, stacked: Sequence[Any], conc: Any):
+    def __init__(self, shared: Any, n: int, stacked: Sequence[Any]):
         template = shared.updaters[0]
-        index = {id(v.handle): i for i, v in enumerate(shared.variables[0])}
-        touched = [index.get(id(cap)) for cap in conc.captured_inputs]
-        if any(i is None for i in touched):
-            raise NotVectorizable("the update captures a tensor that is not a member's variable")
-        self.touched: list[int] = [int(i) for i in touched if i is not None]
         self.n = n
-        template_vars = [shared.variables[0][i] for i in self.touched]
+        self.variables = list(shared.variables[0])  # the template's, all of them
+        template_vars = self.variables
+        accessed: set[int] = set()
         positions = [x is not None for x in stacked]
 
         def pure(inputs, values):  # [n, ...] each -> (outputs [n, ...], new values [n, ...])
@@ -105,6 +105,7 @@ class PureUpdate:
                 with variables_as_values(list(zip(template_vars, vals))) as state:
                     out = template._update(*args)
                     new = [state.value(v) for v in template_vars]
+                    accessed.update(state.accessed)
                 out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
                 return out, new
             return tf.vectorized_map(one, (list(inputs), list(values)),
@@ -120,14 +121,19 @@ class PureUpdate:
             self.concrete = tf.function(pure, autograph=shared.fn._autograph
                                         ).get_concrete_function(self.in_specs, value_specs)
         except Exception as err:  # an op without a vectorization rule, an assign in a branch
+            if needs_autograph(err):  # the caller traces again with autograph, then here too
+                raise
             raise NotVectorizable(_reason(err)) from err
         finally:
             log.setLevel(level)
-        resources = [c for c in self.concrete.captured_inputs if c.dtype == tf.resource]
+        if self.concrete.captured_inputs:  # one tensor for all: a closure of the template's own
+            raise NotVectorizable("the update captures a tensor that is not a member's variable")
         stateful = {t for t in _op_types(self.concrete.graph) if any(s in t for s in _STATEFUL)}
-        if resources or stateful:
+        if stateful:
             raise NotVectorizable(
                 f"the vectorized update still touches variables ({sorted(stateful)})")
+        self.touched: list[int] = [i for i, v in enumerate(template_vars)
+                                   if id(_inner(v)) in accessed]
         random = _op_types(self.concrete.graph) & _RANDOM
         if random:
             raise NotVectorizable(f"the update draws from stateful random ops ({sorted(random)})"
@@ -148,15 +154,22 @@ def build(shared: Any, rows: Sequence[int], pure: PureUpdate) -> tuple[Any, Any]
     from pgrad.rl.flat_call import flat_caller
 
     n = len(rows)
-    members = [[shared.variables[r][i] for i in pure.touched] for r in rows]
-    count = len(pure.touched)
+    template = pure.variables
+    for r in rows:
+        mine = shared.variables[r]
+        if len(mine) != len(template) or any(
+                a.shape != b.shape or a.dtype != b.dtype for a, b in zip(mine, template)):
+            raise NotVectorizable(f"member {r}'s variables do not line up with the first's")
+    touched = set(pure.touched)
 
     def update(*given):
-        values = [tf.stack([_inner(m[j]).read_value() for m in members]) for j in range(count)]
+        values = [tf.stack([_inner(shared.variables[r][j]).read_value() for r in rows])
+                  if j in touched else tf.zeros((n, *v.shape), v.dtype)
+                  for j, v in enumerate(template)]
         out, new = pure.concrete(list(given), values)
-        for j in range(count):
+        for j in pure.touched:
             for k, part in enumerate(tf.unstack(new[j], num=n)):
-                _inner(members[k][j]).assign(part, read_value=False)
+                _inner(shared.variables[rows[k]][j]).assign(part, read_value=False)
         return tuple(out)  # each output [n, ...]: fetched once, sliced per member on the host
 
     fn = tf.function(update, autograph=False)

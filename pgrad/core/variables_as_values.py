@@ -63,6 +63,8 @@ class ValueState:
     def __init__(self, values: Pairs):
         self._vars: dict[int, Any] = {}
         self._values: dict[int, tf.Tensor] = {}
+        #: The ids of the inner ``tf.Variable`` s read or assigned so far.
+        self.accessed: set[int] = set()
         pairs = values.items() if isinstance(values, Mapping) else values
         for var, value in pairs:
             inner = _inner(var)
@@ -80,6 +82,7 @@ class ValueState:
         return self._values[id(_inner(var))]
 
     def read(self, inner: Any) -> tf.Tensor:
+        self.accessed.add(id(inner))
         value = tf.identity(self._values[id(inner)])
         resource_variable_ops.variable_accessed(inner)  # a tape watches trainable reads
         # The read as ResourceVariable records it: d value / d handle is the identity, so a
@@ -90,6 +93,7 @@ class ValueState:
         return value
 
     def write(self, inner: Any, value: Any) -> tf.Tensor:
+        self.accessed.add(id(inner))
         value = tf.convert_to_tensor(value, dtype=inner.dtype)
         old = self._values[id(inner)]
         if not old.shape.is_compatible_with(value.shape):

@@ -72,10 +72,11 @@ def test_a_population_equals_its_seeds_trained_alone(algo, updates, groups, vect
             np.testing.assert_allclose([r for _, r, _ in episodes[seed]],
                                        [r for _, r, _ in own])
             alone.close()
-        if algo != "reinforce":  # fixed shapes: one member's trace, shared by all, and one
-            # vectorized trace for the group of two (the other group is one member)
+        if algo != "reinforce":  # fixed shapes: never a trace per member or per call; the
+            # vectorized trace for a group of several, the shared one (a member's, run for
+            # any member) for a group of one: with groups=2 of three seeds, one of each
             assert pop.update.shared is not None
-            assert pop.update.tracing_count() == 1 + pop.update.vectorized
+            assert pop.update.tracing_count() == (2 if vectorize and groups == 2 else 1)
         # Fixed-shape updates (A2C, PPO's epochs of minibatches) vectorize over the members;
         # REINFORCE's whole-episode batches change shape each update and do not.
         assert pop.update.vectorized == (vectorize and algo != "reinforce")
