@@ -110,6 +110,23 @@ def test_vectorized_updates_keep_each_members_transform_state_and_solves(which):
         pop.close()
 
 
+def test_minibatch_shuffles_draw_the_same_numbers_inside_a_vectorized_update():
+    """epochs._uniform takes the older stateless op inside a variables_as_values block (the
+    one tf.vectorized_map can run): the same numbers as tf.random.stateless_uniform's."""
+    import tensorflow as tf
+
+    from agents.update import epochs
+    from pgrad.core.variables_as_values import variables_as_values
+
+    v = tf.Variable(0.0)
+    for n, seed in [(7, (3, 0)), (256, (12345 * 7919, 41)), (2048, (-5, 2**20))]:
+        seed = tf.constant(seed, tf.int32)
+        outside = epochs._uniform([n], seed)
+        with variables_as_values([(v, tf.constant(1.0))]):
+            inside = epochs._uniform([n], seed)
+        np.testing.assert_array_equal(inside.numpy(), outside.numpy())
+
+
 def test_members_share_nothing():
     pop = Population("a2c", "CartPole-v1", seeds=[0, 1], num_envs=2, hidden=(16,))
     a, b = pop.agents
