@@ -110,6 +110,35 @@ def test_vectorized_updates_keep_each_members_transform_state_and_solves(which):
         pop.close()
 
 
+@pytest.mark.parametrize("flat", [True, False])
+def test_groups_of_one_size_run_one_vectorized_graph_each_on_its_own_members(flat,
+                                                                              monkeypatch):
+    """Two groups of two: one outer graph (the members' variables are its arguments) traced
+    once and run for both groups, each group's call reading and writing its own members only
+    (each equals its single run); ``flat``: through the flat entry point or the public call."""
+    from agents.population import loop as population_loop
+    from pgrad.rl import flat_call
+
+    monkeypatch.setattr(population_loop, "GROUPS", 2)
+    monkeypatch.setattr(flat_call, "FLAT_CALLS", flat)
+    seeds = [3, 4, 5, 6]
+    kw = SMALL["a2c"]
+    pop = Population("a2c", "CartPole-v1", seeds=seeds, **kw)
+    try:
+        pop.learn(2 * pop.agents[0].steps_per_update())
+        assert pop.update.vectorized
+        (pure,) = pop.update._pure.values()
+        assert pure.outer().experimental_get_tracing_count() == 1
+        for seed, member in zip(seeds, pop.agents):
+            alone = agents.make("a2c", "CartPole-v1", seed=seed, **kw)
+            alone.learn(2 * alone.steps_per_update(), progress=False)
+            assert int(member.updates_var.numpy()) == int(alone.updates_var.numpy()) == 2
+            assert _max_diff(member, alone) <= TOL
+            alone.close()
+    finally:
+        pop.close()
+
+
 def test_minibatch_shuffles_draw_the_same_numbers_inside_a_vectorized_update():
     """epochs._uniform takes the older stateless op inside a variables_as_values block (the
     one tf.vectorized_map can run): the same numbers as tf.random.stateless_uniform's."""
