@@ -8,14 +8,27 @@ same :class:`~pgrad.rl.collection.trajectory.Trajectory`, with the same finite c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from pgrad.rl.collection.finite import check_rollout
 from pgrad.rl.collection.trajectory import Trajectory, build_trajectory
 from pgrad.rl.observations.frames import FrameBuffer
+from pgrad.rl.observations.spaces import ObsLayout
 
-if TYPE_CHECKING:  # the collector imports this module
-    from pgrad.rl.collection.rollout import Collector
+
+class Collecting(Protocol):
+    """What a rollout reads of the :class:`~pgrad.rl.collection.rollout.Collector` stepping it
+    (named here, not imported: the collector imports this module)."""
+
+    name: str
+    num_envs: int
+    layout: ObsLayout
+    obs_norm: Any
+    reward_norm: Any
+    env_steps: int
+
+    @property
+    def current_obs(self) -> Any: ...
 
 
 class RolloutRun:
@@ -29,7 +42,7 @@ class RolloutRun:
     step checks its own.
     """
 
-    def __init__(self, collector: Collector, num_steps: int):
+    def __init__(self, collector: Collecting, num_steps: int):
         self.collector = collector
         self.steps: list[tuple] = []  # per vector step, the 9 pieces of a step (columns at the end)
         self.episodes: list = []
@@ -62,9 +75,9 @@ class RolloutRun:
     def finish(self) -> tuple[Trajectory, list]:
         """``(Trajectory [T, B], episodes)`` of the steps added (their deferred checks run)."""
         c = self.collector
-        traj = build_trajectory(c.layout, self.steps, None, self.frames, c._raw_obs)
+        traj = build_trajectory(c.layout, self.steps, None, self.frames, c.current_obs)
         if self.deferred:
-            check_rollout(traj, c.layout, c.name, c.num_envs, self.start, c._raw_obs)
+            check_rollout(traj, c.layout, c.name, c.num_envs, self.start, c.current_obs)
         return traj, self.episodes
 
 
