@@ -20,10 +20,10 @@ numbers are those of the same agent trained alone with its seed (tests/agents/
 test_population.py checks the weights to float32 round-off).
 
 Supported: the on-policy feed-forward presets :data:`SUPPORTED` (``a2c``, ``ppo``,
-``reinforce``) with vectors envs in this process; anything else is refused in one line naming
-the algorithm. A member whose env fails stops (its message in :attr:`Population.failures`); the
-others go on. ``pgrad-train --seeds`` runs the same population into one run directory per seed
-(:mod:`pgrad_app.run.population`).
+``reinforce``, ``npg``, ``trpo``) with vector envs in this process; anything else is refused in
+one line naming the algorithm. A member whose env fails stops (its message in
+:attr:`Population.failures`); the others go on. ``pgrad-train --seeds`` runs the same
+population into one run directory per seed (:mod:`pgrad_app.run.population`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from agents.population.acting import BatchedActing, lockstep_ready, lockstep_rol
 
 #: The algorithms a population trains (registered names): on-policy, feed-forward, one rollout
 #: and one update per step of the shared actor-critic agent.
-SUPPORTED = ("a2c", "ppo", "reinforce")
+SUPPORTED = ("a2c", "ppo", "reinforce", "npg", "trpo")
 #: Collect the members' rollouts in lock-step, acting in one call per env step, where they
 #: allow it (:func:`agents.population.acting.lockstep_ready`); False: one member after another.
 LOCKSTEP = True

@@ -37,6 +37,15 @@ from pgrad.rl.flat_call import flat_caller
 #: (:mod:`agents.update.vectorized`); False: the shared trace run once per member, which gives
 #: each member its own run's numbers bit for bit.
 VECTORIZE = True
+#: Where vectorizing pays (measured Dec 7, 2 cores, one intra-op thread; docs/populations.md):
+#: groups of at least this many members (groups of 2 ran no faster, and PPO's vectorized trace
+#: costs seconds more than the shared one) ...
+VECTORIZE_MIN_MEMBERS = 4
+#: ... whose updates take at most this many env steps each (``n_steps x num_envs``): the
+#: update's ops are then too small for TensorFlow to run two members' at once on two cores
+#: any faster than one batched op on one; on larger batches (TRPO's 2 x 512, A2C's 2 x 512)
+#: the members' own updates side by side ran up to twice as fast as the batched ones.
+VECTORIZE_MAX_STEPS = 256
 
 
 class BatchedUpdate:
@@ -182,7 +191,7 @@ class BatchedUpdate:
             return call
         assert self.shared is not None
         n = len(rows)
-        if self.vectorize:
+        if self.vectorize and self._pays(n):
             call = self._vectorized_call(rows, stacked, key)
             if call is not None:
                 return call
@@ -208,6 +217,13 @@ class BatchedUpdate:
                     if x is not None]
         call = self._concrete[key] = flat_caller(fn.get_concrete_function(*in_specs))
         return call
+
+    def _pays(self, n: int) -> bool:
+        """Whether vectorizing a group of ``n`` members pays (:data:`VECTORIZE_MIN_MEMBERS`,
+        :data:`VECTORIZE_MAX_STEPS`); else the shared trace runs once per member."""
+        cfg = getattr(self.updaters[0], "cfg", None)
+        steps = int(cfg.n_steps) * int(cfg.num_envs) if cfg is not None else 0
+        return n >= VECTORIZE_MIN_MEMBERS and 0 < steps <= VECTORIZE_MAX_STEPS
 
     def _vectorized_call(self, rows: tuple[int, ...], stacked: list, key: tuple) -> Any:
         """The caller of the vectorized update of ``rows`` (:mod:`agents.update.vectorized`;

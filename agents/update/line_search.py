@@ -22,6 +22,8 @@ from collections.abc import Callable
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from pgrad.core import variables_as_values
+
 #: The metrics the part adds to each minibatch step's.
 KEYS = ("line_search_steps", "line_search_accepted")
 
@@ -90,7 +92,9 @@ class BacktrackingLineSearch:
                                 surrogate(log_probs) > base)
             return (tf.where(ok, j, j + 1), tf.where(ok, coeff, coeff * self.shrink), ok)
 
-        j, _, accepted = tf.while_loop(
+        # the loop carries the variables' values where they are values (a population's
+        # vectorized update: pgrad.core.variables_as_values); else tf.while_loop itself
+        j, _, accepted = variables_as_values.while_loop(
             lambda j, coeff, accepted: tf.logical_and(tf.logical_not(accepted),
                                                       j < self.max_steps),
             trial, (tf.constant(0), tf.constant(1.0), tf.constant(False)),

@@ -4,8 +4,9 @@ Tolerance: a member's weights after its updates equal those of the same agent tr
 with its seed to 1e-6 (absolute; float32 round-off: exactly 0 with the shared trace run once per
 member, which the tests check; at most 6e-8 with each member traced into the outer graph; at
 most 4.3e-7 (A2C, 3 updates) and 7.5e-9 (PPO, 2) with the updates vectorized over the members,
-whose batched matmuls sum in another order), and its episodes, counters and update counts
-are identical.
+whose batched matmuls sum in another order; NPG and TRPO vectorized: at most 5e-6, their
+conjugate-gradient solve amplifying that round-off), and its episodes, counters and update
+counts are identical.
 """
 
 from __future__ import annotations
@@ -23,11 +24,22 @@ from agents.population import (
 )
 
 TOL = 1e-6
+#: NPG and TRPO vectorized: their solve amplifies round-off (see the test that uses it).
+TOL_SOLVE = 5e-6
 #: Small nets (one hidden layer of 16: a cheaper trace, the same code paths) and rollouts.
 SMALL = {"a2c": {"num_envs": 4, "hidden": (16,)},
          "ppo": {"num_envs": 4, "n_steps": 16, "minibatch_size": 32, "epochs": 2,
                  "hidden": (16,)},
          "reinforce": {"num_envs": 2, "batch_steps": 20, "hidden": (16,)}}
+
+
+@pytest.fixture(autouse=True)
+def vectorize_small_groups(monkeypatch):
+    """These tests' populations are small (groups of 2-3, to keep them fast): vectorized as
+    ten seeds' groups of five would be (the rule itself: test_vectorizing_only_where_it_pays)."""
+    from agents.update import batched
+
+    monkeypatch.setattr(batched, "VECTORIZE_MIN_MEMBERS", 2)
 
 
 def _max_diff(a, b) -> float:
@@ -139,6 +151,71 @@ def test_groups_of_one_size_run_one_vectorized_graph_each_on_its_own_members(fla
         pop.close()
 
 
+@pytest.mark.parametrize("algo,vectorize", [("npg", True), ("trpo", True), ("trpo", False)])
+def test_natural_gradient_agents_equal_their_seeds_line_searches_included(algo, vectorize,
+                                                                           monkeypatch):
+    """NPG and TRPO: a conjugate-gradient solve per update, a critic trained by its own Adam
+    passes (``critic_updates``), and TRPO's line search, a loop that backtracks a different
+    number of times for each member inside one vectorized call (``max_kl`` 0.3 makes some
+    backtrack here). Each member's weights, episodes and line-search metrics equal its single
+    run's: exactly member by member; vectorized to ``TOL_SOLVE``, the conjugate-gradient solve
+    and the step scaled to ``max_kl`` amplifying the batched kernels' round-off (at most
+    7.7e-7 here; 3e-5 with ``max_kl`` 1.0, whose steps are ~3x larger)."""
+    from agents.update import batched
+
+    monkeypatch.setattr(batched, "VECTORIZE", vectorize)
+    seeds = [3, 4, 5]
+    kw = {"num_envs": 4, "n_steps": 16, "hidden": (16,), "critic_updates": 3,
+          "critic_minibatch_size": 32}
+    if algo == "trpo":
+        kw["max_kl"] = 0.3
+    keys = ("line_search_steps", "line_search_accepted") if algo == "trpo" else ()
+    seen: dict[int, list] = {s: [] for s in seeds}
+
+    def record(log):
+        return lambda loop: log.append((loop.new_episodes, [loop.metrics[k] for k in keys]))
+
+    pop = Population(algo, "CartPole-v1", seeds=seeds, **kw)
+    steps = 3 * pop.agents[0].steps_per_update()
+    try:
+        pop.learn(steps, callbacks=lambda seed: record(seen[seed]))
+        assert pop.update.vectorized == vectorize and pop.update.not_vectorized is None
+        for seed, member in zip(seeds, pop.agents):
+            alone = agents.make(algo, "CartPole-v1", seed=seed, **kw)
+            own: list = []
+            alone.learn(steps, callbacks=record(own), progress=False)
+            assert int(member.updates_var.numpy()) == int(alone.updates_var.numpy()) == 3
+            assert _max_diff(member, alone) <= (TOL_SOLVE if vectorize else 0.0)
+            assert [m for _, m in seen[seed]] == [m for _, m in own]
+            assert [[(s, n) for s, _, n in e] for e, _ in seen[seed]] == [
+                [(s, n) for s, _, n in e] for e, _ in own]
+            alone.close()
+        if algo == "trpo":  # the members backtracked, and not all alike in one update
+            per_update = list(zip(*[[m[0] for _, m in seen[s]] for s in seeds]))
+            assert any(len(set(js)) > 1 for js in per_update), per_update
+    finally:
+        pop.close()
+
+
+@pytest.mark.parametrize("seeds,kw,vectorized", [
+    (4, {}, False),  # groups of 2: the shared trace (vectorized no faster, its trace longer)
+    (8, {}, True),  # groups of 4, 80 steps an update: vectorized
+    (8, {"n_steps": 40, "num_envs": 8}, False),  # 320 steps an update: the members' updates
+])  # side by side on the two cores beat one batched op on one
+def test_vectorizing_only_where_it_pays(seeds, kw, vectorized, monkeypatch):
+    from agents.update import batched
+
+    monkeypatch.setattr(batched, "VECTORIZE_MIN_MEMBERS", 4)
+    kw = {"num_envs": 16, "n_steps": 5, "hidden": (16,), **kw}
+    pop = Population("a2c", "CartPole-v1", seeds=range(seeds), **kw)
+    try:
+        pop.learn(pop.agents[0].steps_per_update())
+        assert pop.update.vectorized == vectorized
+        assert pop.update.not_vectorized is None and not pop.failures
+    finally:
+        pop.close()
+
+
 def test_minibatch_shuffles_draw_the_same_numbers_inside_a_vectorized_update():
     """epochs._uniform takes the older stateless op inside a variables_as_values block (the
     one tf.vectorized_map can run): the same numbers as tf.random.stateless_uniform's."""
@@ -182,8 +259,8 @@ def test_bad_seed_lists_are_one_line(seeds, err, text):
 
 
 def test_unsupported_algorithms_and_settings_are_refused_naming_them():
-    with pytest.raises(ValueError, match="cannot train 'npg'"):
-        Population("npg", "CartPole-v1", seeds=[0, 1])
+    with pytest.raises(ValueError, match="cannot train 'impala'"):
+        Population("impala", "CartPole-v1", seeds=[0, 1])
     with pytest.raises(ValueError, match="recurrent='lstm'"):
         Population("ppo", "CartPole-v1", seeds=[0, 1], recurrent="lstm", num_envs=2)
     with pytest.raises(ValueError, match="vector_mode='async'"):

@@ -74,7 +74,7 @@ def test_seeds_write_the_run_directory_of_each_seed(tmp_path, capsys):
     (("--seeds", "x"), "--seeds: 'x' is not a seed or a range"),
     (("--seeds",), "--seeds"),
     (("--seed", "1", "--seeds", "2", "3"), "--seed trains one seed and --seeds a population"),
-    (("--agent", "npg", "--seeds", "1", "2"), "a population cannot train 'npg'"),
+    (("--agent", "impala", "--seeds", "1", "2"), "a population cannot train 'impala'"),
     (("--seeds", "1", "2", "--workers", "2"), "--workers is not available with --seeds"),
 ])
 def test_bad_seed_input_is_one_line_and_writes_nothing(argv, text, tmp_path, capsys):
