@@ -74,8 +74,8 @@ class BatchedUpdate:
         self._functions: dict[tuple, Any] = {}  # (rows, arg counts, varying) -> tf.function
         self._concrete: dict[tuple, Any] = {}  # + shapes -> the concrete function's caller
         #: Run the shared trace's members as one vectorized set of ops
-        #: (:mod:`agents.update.vectorized`) where the update allows; the reason it does not
-        #: in ``not_vectorized``.
+        #: (:mod:`agents.update.vectorized`) where the update allows and it pays (:meth:`_pays`);
+        #: the reason a group's did not in ``not_vectorized``.
         self.vectorize = VECTORIZE
         self.not_vectorized: str | None = None
         self._pure: dict[tuple, vectorized.PureUpdate] = {}  # (n, input shapes) -> its trace
@@ -220,10 +220,19 @@ class BatchedUpdate:
 
     def _pays(self, n: int) -> bool:
         """Whether vectorizing a group of ``n`` members pays (:data:`VECTORIZE_MIN_MEMBERS`,
-        :data:`VECTORIZE_MAX_STEPS`); else the shared trace runs once per member."""
+        :data:`VECTORIZE_MAX_STEPS`); else the shared trace runs once per member and
+        :attr:`not_vectorized` says why."""
         cfg = getattr(self.updaters[0], "cfg", None)
         steps = int(cfg.n_steps) * int(cfg.num_envs) if cfg is not None else 0
-        return n >= VECTORIZE_MIN_MEMBERS and 0 < steps <= VECTORIZE_MAX_STEPS
+        if n < VECTORIZE_MIN_MEMBERS:
+            self.not_vectorized = (f"a group of {n} member(s): vectorizing pays from "
+                                   f"{VECTORIZE_MIN_MEMBERS} (agents.update.batched)")
+            return False
+        if not 0 < steps <= VECTORIZE_MAX_STEPS:
+            self.not_vectorized = (f"updates of {steps} env steps: vectorizing pays up to "
+                                   f"{VECTORIZE_MAX_STEPS} (agents.update.batched)")
+            return False
+        return True
 
     def _vectorized_call(self, rows: tuple[int, ...], stacked: list, key: tuple) -> Any:
         """The caller of the vectorized update of ``rows`` (:mod:`agents.update.vectorized`;
