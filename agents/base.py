@@ -1,4 +1,4 @@
-"""The one actor-critic agent. REINFORCE, A2C, PPO and NPG are presets of it: a config and a chain.
+"""The one actor-critic agent; REINFORCE, A2C, PPO, NPG and TRPO are presets of it.
 
 An agent is a vector env and :class:`pgrad.rl.collection.rollout.Collector`, Keras actor/critic
 networks
@@ -48,7 +48,7 @@ from agents.config import MAX_OBS_DIM, ActorCriticConfig
 from agents.learn_methods import LearningMethods
 from agents.persistence.methods import PersistenceMethods
 from agents.schedules import Schedules
-from agents.update import diagnostics
+from agents.step_methods import StepMethods
 from agents.update.compiled import CompiledUpdate
 from agents.update.parts import Counters, UpdateParts
 from agents.update.targets import GAETargets
@@ -65,11 +65,12 @@ from pgrad.transforms import TransformState
 VALUES_FROM_ACTING = True
 
 
-class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
+class ActorCriticAgent(StepMethods, ActingMethods, PersistenceMethods, LearningMethods):
     """The actor-critic agent; see the module docstring and ``agents/__init__.py``.
 
     Its acting methods (``act``, ``predict``, ``policy``, ``acting_fn``, ``acting_state``) are
-    those of :class:`agents.acting.methods.ActingMethods`, which it inherits.
+    those of :class:`agents.acting.methods.ActingMethods`, and ``step`` (a rollout, then an
+    update) that of :class:`agents.step_methods.StepMethods`, which it inherits.
 
     Args:
       cfg: its hyperparameters (validated here).
@@ -231,94 +232,6 @@ class ActorCriticAgent(ActingMethods, PersistenceMethods, LearningMethods):
         the critic's own layers, and their trajectories carry no values."""
         return (VALUES_FROM_ACTING and bool(getattr(self.mirror, "fused_values", False))
                 and self.update_targets.on_policy)
-
-    def _collect(self, policy_fn, updates: int = 0) -> tuple[rollout.Trajectory, list]:
-        if self.cfg.rollout == "groups":  # each group's seed from (seed, update): resumable
-            groups = self.cfg.num_envs // self.cfg.group_size
-            seeds = np.random.default_rng([self.seed, updates, 1]).integers(2**31 - 1, size=groups)
-            return self.collector.collect_groups(policy_fn, seeds.tolist())
-        if self.cfg.rollout == "episodes":
-            return self.collector.collect_episodes(policy_fn, self.cfg.batch_steps)
-        return self.collector.collect(policy_fn, self.cfg.n_steps)
-
-    def step(self) -> dict[str, Any]:
-        """Collects one rollout and updates on it. See ``agents/__init__.py``."""
-        traj, episodes, updates, base, taken, recurrent = self._rollout()
-        metrics = self._update_on(traj, updates, base, taken, recurrent,
-                                  fixed_shape=traj.mask is None)
-        return {"env_steps": base + taken, "episodes": episodes, "metrics": metrics}
-
-    def _rollout(self) -> tuple:
-        """The first half of :meth:`step`: one rollout on the current weights. Returns
-        ``(traj, episodes, updates, base, taken, recurrent)`` for :meth:`_update_on`."""
-        updates, rng, base = self._rollout_start()
-        before = base
-        policy_fn = self.acting_fn(rng, self.values_from_acting)
-        # a recurrent policy's rollout starts from these (stored for the update)
-        start = ((self.rollout_state, self.collector.episode_start.copy())
-                 if self.net.recurrent else None)
-        if self.cfg.adversarial_epsilon > 0:  # act on (and store) attacked observations
-            policy_fn, perturbed = self._adversarial().wrap(policy_fn)
-        traj, episodes = self._collect(policy_fn, updates)
-        if self.cfg.adversarial_epsilon > 0:
-            traj = adversarial.replace_observations(traj, perturbed)
-        taken = self.collector.env_steps - before
-        recurrent = ((*start, self.rollout_state) if start is not None and self.net.recurrent
-                     else None)
-        return traj, episodes, updates, base, taken, recurrent
-
-    def _rollout_start(self, trust: bool = False) -> tuple[int, np.random.Generator, int]:
-        """What a rollout starts from: ``(updates, rng, base)``, the updates so far (the acting
-        copy synced to them; ``trust``: as :meth:`_sync` takes it), the rollout's sampling
-        generator (seeded by the run's seed and ``updates``: a resumed run draws the same) and
-        the env steps so far (the collector's count set to them, so env errors name the run's
-        env step)."""
-        updates = self._sync(trust)
-        rng = np.random.default_rng([self.seed, updates])
-        base = self._env_steps  # == env_steps_var, without a TensorFlow call
-        self.collector.env_steps = base
-        return updates, rng, base
-
-    def _update_on(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
-                   recurrent: tuple | None = None, fixed_shape: bool = True) -> dict[str, Any]:
-        """The tail every agent's step shares: one compiled update on ``traj`` (``taken`` env
-        steps after ``base``, update ``updates + 1``), the acting copy refreshed from its
-        output, the counters advanced; returns the update's metrics."""
-        args = self._update_args(traj, updates, base, taken, recurrent)
-        return self._finish_update(self.updater(args, fixed_shape=fixed_shape), updates, base,
-                                   taken)
-
-    def _update_args(self, traj: rollout.Trajectory, updates: int, base: int, taken: int,
-                     recurrent: tuple | None = None, host: bool = False) -> tuple:
-        """The compiled update's inputs for ``traj`` (its scheduled values at ``base + taken``);
-        a population (:mod:`agents.population`) calls many agents' updates in one graph."""
-        scheduled = self.schedules.values(base + taken, self.budget, updates)
-        return self.updater.inputs(traj, taken, scheduled, recurrent, host)
-
-    def _finish_update(self, result: Any, updates: int, base: int, taken: int
-                       ) -> dict[str, Any]:
-        """After the compiled update returned ``result``: the acting copy refreshed from it,
-        the counters advanced; returns the update's metrics."""
-        out, *step_norms = result
-        # [K + P]: the metrics, then the actor's update output (one fetch; a population's
-        # vectorized update hands over numpy arrays fetched already)
-        out = np.asarray(out)
-        keys = self.updater.metric_keys
-        k = len(keys)
-        flat = out[k:]
-        if not np.isfinite(flat).all():  # finite gradients, but the step overflowed the weights
-            raise FloatingPointError(
-                f"update {updates + 1} (env step {base + taken}) made the policy's weights "
-                "non-finite (NaN/Inf); lower learning_rate or keep max_grad_norm > 0.")
-        self.mirror.load_update_output(flat)
-        self._synced_updates = updates + 1
-        self._env_steps = base + taken
-        if hasattr(self.update_targets, "after_update"):  # the reference's soft update
-            self.update_targets.after_update(updates + 1)
-        metrics = dict(zip(keys, out[:k].tolist()))
-        if step_norms:  # cfg.diagnostics: [N] per-step norms, a histogram in TensorBoard
-            metrics[diagnostics.STEP_NORMS_KEY] = np.asarray(step_norms[0])
-        return metrics
 
     def targets(self, rewards: tf.Tensor, terminated: tf.Tensor, truncated: tf.Tensor,
                 values: tf.Tensor, next_values: tf.Tensor, *log_probs: tf.Tensor

@@ -8,7 +8,7 @@
 
 A population is N independent agents that share one process, one training loop and one traced
 update. Each round collects every member's rollout (its own vector env, RNG, numpy mirror and
-normalisers: :meth:`agents.base.ActorCriticAgent._rollout`; in lock-step, the members acting in
+normalisers: :meth:`agents.step_methods.StepMethods._rollout`; in lock-step, the members acting in
 one stacked forward pass per env step, where :mod:`agents.population.acting` allows), then
 updates all of them
 in ONE call of one ``tf.function`` (:class:`agents.update.batched.BatchedUpdate`: one member's
