@@ -43,8 +43,8 @@ VECTORIZE = True
 VECTORIZE_MIN_MEMBERS = 4
 #: ... whose updates take at most this many env steps each (``n_steps x num_envs``): the
 #: update's ops are then too small for TensorFlow to run two members' at once on two cores
-#: any faster than one batched op on one; on larger batches (TRPO's 2 x 512, A2C's 2 x 512)
-#: the members' own updates side by side ran up to twice as fast as the batched ones.
+#: any faster than one batched op on one; on larger ones (TRPO's 2 x 512 steps, groups of
+#: five) the members' own updates side by side ran twice as fast as the batched ones.
 VECTORIZE_MAX_STEPS = 256
 
 
